@@ -1,0 +1,405 @@
+"""``Coordinator``: the Python API that services and the rest of Pathkeeper call.
+
+One connection pool; every call is one transaction (``TreeTx``), retried as a
+whole on deadlocks, serialization failures and the races ``TreeTx`` reports as
+``Retry``. Database errors are translated here into ``coordinator.errors``.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.exc import DBAPIError
+
+from . import paths
+from .errors import (
+    AlreadyExists,
+    Conflict,
+    CoordinatorError,
+    DirectoryNotEmpty,
+    InvalidName,
+    NotFound,
+    TooLarge,
+    Unavailable,
+)
+from .eventlog import Event, EventAppender, Partition, read_events
+from .tree import MutationResult, Node, Retry, TreeTx, check_namespace_exists
+
+T = TypeVar("T")
+
+RETRYABLE_SQLSTATES = {"40001", "40P01"}  # serialization failure, deadlock detected
+
+
+def sqlalchemy_url(url: str) -> str:
+    """Accept libpq URLs (postgresql://) and SQLAlchemy ones (postgresql+psycopg://)."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
+def libpq_url(url: str) -> str:
+    return url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
+@dataclass(frozen=True)
+class Settings:
+    lock_timeout: float = 3.0
+    #: A session left idle inside a transaction (a hung or dead client) is ended by
+    #: the server after this long, releasing its locks.
+    idle_in_transaction_timeout: float = 30.0
+    max_retries: int = 8
+    max_depth: int = paths.MAX_DEPTH
+    max_group_ops: int = 1000
+    notify: bool = True
+    pool_size: int = 10
+    max_overflow: int = 20
+    pool_timeout: float = 10.0
+    connect_timeout: float = 5.0
+
+
+def translate(exc: DBAPIError) -> CoordinatorError:
+    """Map a driver error to a typed coordinator error."""
+    state = getattr(exc.orig, "sqlstate", None) or ""
+    detail = str((getattr(exc.orig, "diag", None) and exc.orig.diag.message_primary) or exc.orig)
+    if state == "55P03":
+        return Conflict(f"lock wait timed out: {detail}")
+    if state == "23505":
+        return AlreadyExists(detail)
+    if state == "23503":
+        return NotFound(detail)
+    if state in ("23514", "22021", "22P05", "22P02"):
+        return InvalidName(detail)
+    if state in RETRYABLE_SQLSTATES:
+        return Conflict(f"gave up after repeated conflicts: {detail}")
+    if state == "57014":
+        return Unavailable(f"statement timed out: {detail}")
+    if exc.connection_invalidated or state.startswith("08") or state.startswith("57P"):
+        return Unavailable(f"database unavailable: {detail}")
+    return CoordinatorError(f"database error {state}: {detail}")
+
+
+class Coordinator:
+    """Transactional namespace trees in PostgreSQL. Thread-safe: share one per process."""
+
+    def __init__(self, engine: Engine, settings: Settings | None = None) -> None:
+        self.engine = engine
+        self.settings = settings or Settings()
+
+    @classmethod
+    def connect(cls, database_url: str, **settings: Any) -> Coordinator:
+        s = Settings(**settings)
+        options = (
+            f"-c lock_timeout={int(s.lock_timeout * 1000)} "
+            f"-c idle_in_transaction_session_timeout={int(s.idle_in_transaction_timeout * 1000)} "
+            # Notice a vanished client while its query runs, not only when it next writes.
+            "-c client_connection_check_interval=2000"
+        )
+        engine = create_engine(
+            sqlalchemy_url(database_url),
+            pool_size=s.pool_size,
+            max_overflow=s.max_overflow,
+            pool_timeout=s.pool_timeout,
+            pool_pre_ping=True,  # recover transparently after a server restart
+            connect_args={
+                "options": options,
+                "connect_timeout": max(1, int(s.connect_timeout)),
+                "keepalives": 1,
+                "keepalives_idle": 10,
+                "keepalives_interval": 5,
+                "keepalives_count": 3,
+                "application_name": "pathkeeper",
+            },
+        )
+        return cls(engine, s)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> Coordinator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -------------------------------------------------------- transactions
+
+    def _sleep_backoff(self, attempt: int) -> None:
+        time.sleep(min(0.2, 0.002 * 2**attempt) * (0.5 + random.random()))
+
+    def run(self, namespace: str, fn: Callable[[TreeTx], T]) -> T:
+        """Run ``fn`` in one transaction on ``namespace``, re-running it on transient races.
+
+        ``fn`` may run more than once: it must not have effects outside the transaction.
+        """
+        ns = paths.validate_namespace(namespace)
+        for attempt in range(self.settings.max_retries + 1):
+            try:
+                with self._transaction(ns) as tx:
+                    return fn(tx)
+            except Retry:
+                pass
+            except DBAPIError as exc:
+                state = getattr(exc.orig, "sqlstate", None)
+                if state not in RETRYABLE_SQLSTATES or attempt == self.settings.max_retries:
+                    raise translate(exc) from exc
+            self._sleep_backoff(attempt)
+        raise Conflict("gave up after repeated conflicting changes")
+
+    @contextmanager
+    def _transaction(self, ns: str) -> Iterator[TreeTx]:
+        try:
+            with self.engine.begin() as conn:
+                # A missing namespace shows up as NotFound when the first path is resolved.
+                yield TreeTx(conn, ns, EventAppender(conn, self.settings.notify),
+                             self.settings.max_depth)
+        except DBAPIError as exc:
+            if getattr(exc.orig, "sqlstate", None) in RETRYABLE_SQLSTATES:
+                raise
+            raise translate(exc) from exc
+
+    @contextmanager
+    def transaction(self, namespace: str) -> Iterator[GroupTx]:
+        """Several operations on one namespace, atomically: commit on normal exit,
+        roll back on an exception. A deadlock inside surfaces as ``Conflict``
+        (the block cannot be re-run for you; use ``apply`` for automatic retries)."""
+        ns = paths.validate_namespace(namespace)
+        try:
+            with self._transaction(ns) as tx:
+                yield GroupTx(tx, self.settings.max_group_ops)
+        except Retry as exc:
+            raise Conflict("the group raced with another change; run it again") from exc
+        except DBAPIError as exc:
+            raise translate(exc) from exc
+
+    def apply(self, namespace: str, ops: Sequence[Operation]) -> list[MutationResult]:
+        """Apply a list of operations atomically, retrying the whole list on deadlocks."""
+        if len(ops) > self.settings.max_group_ops:
+            raise TooLarge(f"at most {self.settings.max_group_ops} operations per group")
+
+        def body(tx: TreeTx) -> list[MutationResult]:
+            group = GroupTx(tx, self.settings.max_group_ops)
+            return [op.apply(group) for op in ops]
+
+        return self.run(namespace, body)
+
+    # ---------------------------------------------------------- namespaces
+
+    def create_namespace(self, name: str) -> MutationResult:
+        ns = paths.validate_namespace(name)
+        root = uuid.uuid4()
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(
+                    text("INSERT INTO namespaces (name, root_id) VALUES (:ns, :root)"),
+                    {"ns": ns, "root": root},
+                )
+                conn.execute(
+                    text(
+                        "INSERT INTO nodes (namespace, id, parent_id, name, kind) "
+                        "VALUES (:ns, :root, NULL, '', 'dir')"
+                    ),
+                    {"ns": ns, "root": root},
+                )
+                appender = EventAppender(conn, self.settings.notify)
+                seq = appender.append(ns, "namespace_created", root, {"root_id": str(root)})
+                tx = TreeTx(conn, ns, appender)
+                return MutationResult(tx.stat("/"), seq)
+        except DBAPIError as exc:
+            err = translate(exc)
+            if isinstance(err, AlreadyExists):
+                raise AlreadyExists(f"namespace {ns!r} already exists") from exc
+            raise err from exc
+
+    def drop_namespace(self, name: str, force: bool = False) -> MutationResult:
+        ns = paths.validate_namespace(name)
+
+        def body(tx: TreeTx) -> MutationResult:
+            conn = tx.conn
+            conn.execute(text("SELECT 1 FROM namespaces WHERE name = :ns FOR UPDATE"), {"ns": ns})
+            root = tx.lock("/")[0]
+            node = tx.stat("/")
+            has_child = conn.execute(
+                text("SELECT EXISTS (SELECT 1 FROM nodes WHERE namespace = :ns AND parent_id = :r)"),
+                {"ns": ns, "r": root.id},
+            ).scalar_one()
+            if has_child and not force:
+                raise DirectoryNotEmpty(f"namespace {ns!r} is not empty (use force=True)")
+            count = conn.execute(
+                text("DELETE FROM nodes WHERE namespace = :ns"), {"ns": ns}
+            ).rowcount
+            conn.execute(text("DELETE FROM namespaces WHERE name = :ns"), {"ns": ns})
+            seq = tx.events.append(ns, "namespace_dropped", root.id, {"count": count})
+            return MutationResult(node, seq)
+
+        return self.run(ns, body)
+
+    def namespaces(self) -> list[str]:
+        with self.engine.connect() as conn:
+            return list(conn.execute(text("SELECT name FROM namespaces ORDER BY name")).scalars())
+
+    # ------------------------------------------------------------ mutations
+
+    def mkdir(self, ns: str, path: str, parents: bool = False) -> MutationResult:
+        return self.run(ns, lambda tx: tx.mkdir(path, parents))
+
+    def create_file(
+        self, ns: str, path: str, content: str = "", metadata: dict[str, Any] | None = None
+    ) -> MutationResult:
+        return self.run(ns, lambda tx: tx.create_file(path, content, metadata))
+
+    def write_file(
+        self,
+        ns: str,
+        ref: str,
+        content: str,
+        metadata: dict[str, Any] | None = None,
+        if_version: int | None = None,
+    ) -> MutationResult:
+        return self.run(ns, lambda tx: tx.write_file(ref, content, metadata, if_version))
+
+    def move(
+        self, ns: str, src: str, dst_path: str, if_version: int | None = None
+    ) -> MutationResult:
+        return self.run(ns, lambda tx: tx.move(src, dst_path, if_version))
+
+    def rename(
+        self, ns: str, ref: str, new_name: str, if_version: int | None = None
+    ) -> MutationResult:
+        return self.run(ns, lambda tx: tx.rename(ref, new_name, if_version))
+
+    def delete(
+        self, ns: str, ref: str, recursive: bool = False, if_version: int | None = None
+    ) -> MutationResult:
+        return self.run(ns, lambda tx: tx.delete(ref, recursive, if_version))
+
+    # ---------------------------------------------------------------- reads
+
+    def stat(self, ns: str, path: str) -> Node:
+        return self.run(ns, lambda tx: tx.stat(path))
+
+    def get(self, ns: str, node_id: str) -> Node:
+        return self.run(ns, lambda tx: tx.stat(node_id))
+
+    def listdir(
+        self, ns: str, path: str = "/", after: str | None = None, limit: int | None = None
+    ) -> list[Node]:
+        return self.run(ns, lambda tx: tx.listdir(path, after, limit))
+
+    def walk(self, ns: str, path: str = "/", batch: int = 1000) -> Iterator[Node]:
+        """Every node of the subtree (root included) with its full path, streamed in path
+        order from one consistent snapshot; holds one pooled connection while iterating."""
+        name = paths.validate_namespace(ns)
+        try:
+            with self.engine.connect() as conn, conn.begin():
+                conn.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))
+                check_namespace_exists(conn, name)
+                tx = TreeTx(conn, name, EventAppender(conn, False), self.settings.max_depth)
+                yield from tx.walk(path, batch)
+        except DBAPIError as exc:
+            raise translate(exc) from exc
+
+    # ------------------------------------------------------------ event log
+
+    def read_events(
+        self,
+        after: int | None = None,
+        limit: int = 1000,
+        *,
+        namespaces: Sequence[str] | None = None,
+        partition: Partition | None = None,
+        until: int | None = None,
+        wait: float = 5.0,
+    ) -> tuple[list[Event], int]:
+        """Events safe to consume after cursor ``after`` (None: from the start), in commit-safe
+        position order, and the cursor to pass back. See ``coordinator.eventlog``."""
+        try:
+            return read_events(
+                self.engine, after, limit, namespaces=namespaces, partition=partition,
+                until=until, wait=wait,
+            )
+        except DBAPIError as exc:
+            raise translate(exc) from exc
+
+
+class GroupTx:
+    """The mutation and read methods of ``Coordinator`` inside one group transaction."""
+
+    def __init__(self, tx: TreeTx, max_ops: int) -> None:
+        self._tx = tx
+        self._max_ops = max_ops
+        self._ops = 0
+        self.results: list[MutationResult] = []
+
+    @property
+    def namespace(self) -> str:
+        return self._tx.ns
+
+    def _count(self, result: MutationResult) -> MutationResult:
+        self._ops += 1
+        if self._ops > self._max_ops:
+            raise TooLarge(f"at most {self._max_ops} operations per group")
+        self.results.append(result)
+        return result
+
+    def mkdir(self, path: str, parents: bool = False) -> MutationResult:
+        return self._count(self._tx.mkdir(path, parents))
+
+    def create_file(
+        self, path: str, content: str = "", metadata: dict[str, Any] | None = None
+    ) -> MutationResult:
+        return self._count(self._tx.create_file(path, content, metadata))
+
+    def write_file(
+        self, ref: str, content: str, metadata: dict[str, Any] | None = None,
+        if_version: int | None = None,
+    ) -> MutationResult:
+        return self._count(self._tx.write_file(ref, content, metadata, if_version))
+
+    def move(self, src: str, dst_path: str, if_version: int | None = None) -> MutationResult:
+        return self._count(self._tx.move(src, dst_path, if_version))
+
+    def rename(self, ref: str, new_name: str, if_version: int | None = None) -> MutationResult:
+        return self._count(self._tx.rename(ref, new_name, if_version))
+
+    def delete(
+        self, ref: str, recursive: bool = False, if_version: int | None = None
+    ) -> MutationResult:
+        return self._count(self._tx.delete(ref, recursive, if_version))
+
+    def stat(self, path: str) -> Node:
+        return self._tx.stat(path)
+
+    def get(self, node_id: str) -> Node:
+        return self._tx.stat(node_id)
+
+    def listdir(self, path: str = "/") -> list[Node]:
+        return self._tx.listdir(path)
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One step of ``Coordinator.apply``: ``op`` is a ``GroupTx`` method name."""
+
+    op: str
+    args: tuple[Any, ...] = ()
+    kwargs: tuple[tuple[str, Any], ...] = ()
+
+    MUTATIONS = ("mkdir", "create_file", "write_file", "move", "rename", "delete")
+
+    @classmethod
+    def of(cls, op: str, *args: Any, **kwargs: Any) -> Operation:
+        if op not in cls.MUTATIONS:
+            raise ValueError(f"unknown operation {op!r}")
+        return cls(op, args, tuple(sorted(kwargs.items())))
+
+    def apply(self, group: GroupTx) -> MutationResult:
+        result: MutationResult = getattr(group, self.op)(*self.args, **dict(self.kwargs))
+        return result

@@ -1,0 +1,84 @@
+"""The typed errors of the coordinator. Every database error is translated into one of these."""
+
+from __future__ import annotations
+
+
+class CoordinatorError(Exception):
+    """A coordinator operation failed."""
+
+    code = "error"
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class NotFound(CoordinatorError):
+    """No such node or namespace."""
+
+    code = "not_found"
+
+
+class AlreadyExists(CoordinatorError):
+    """A node with that name already exists in that directory (or the namespace exists)."""
+
+    code = "already_exists"
+
+
+class NotADirectory(CoordinatorError):
+    """A path component, or the target, is a file where a directory is needed."""
+
+    code = "not_a_directory"
+
+
+class IsADirectory(CoordinatorError):
+    """The target is a directory where a file is needed."""
+
+    code = "is_a_directory"
+
+
+class DirectoryNotEmpty(CoordinatorError):
+    """The directory (or namespace) is not empty."""
+
+    code = "directory_not_empty"
+
+
+class InvalidName(CoordinatorError):
+    """The name or path is not valid."""
+
+    code = "invalid_name"
+
+
+class InvalidPath(InvalidName):
+    """The path is not an absolute, normalized path."""
+
+    code = "invalid_path"
+
+
+class InvalidContent(InvalidName):
+    """File content or metadata cannot be stored (NUL, lone surrogates, not a JSON object)."""
+
+    code = "invalid_content"
+
+
+class InvalidMove(CoordinatorError):
+    """The move is impossible: into itself or its own subtree, or of the root."""
+
+    code = "invalid_move"
+
+
+class Conflict(CoordinatorError):
+    """The node changed concurrently (version mismatch) or a lock wait timed out."""
+
+    code = "conflict"
+
+
+class TooLarge(CoordinatorError):
+    """The request exceeds a configured limit (group size, events per transaction)."""
+
+    code = "too_large"
+
+
+class Unavailable(CoordinatorError):
+    """The database is unreachable or the operation timed out; the change may not have applied."""
+
+    code = "unavailable"

@@ -1,0 +1,593 @@
+"""Tree operations inside one PostgreSQL transaction on one namespace.
+
+Locking, in short (README "How locks work" has the long form):
+
+* The tree is an adjacency list, so a rename or move updates one row whatever
+  the size of the subtree, and paths are computed, never stored.
+* A mutation locks its target row (``FOR UPDATE``, or ``FOR NO KEY UPDATE`` for a
+  content write). A target named by path is resolved, locked, then resolved
+  again: if the path no longer leads to the locked row, it is resolved anew
+  (seed 003's compare-and-swap, done by the database).
+* Creating a child checks the foreign key to its parent, which takes
+  ``FOR KEY SHARE`` on the parent: a create and a rename of the same directory
+  serialize; anything in disjoint subtrees, or deeper down, does not wait.
+* The only way to make a cycle is to move a directory under a new parent while
+  something on that parent's ancestor chain moves under the first directory. A
+  directory move that changes parent therefore also takes ``FOR KEY SHARE`` on
+  every ancestor of its destination, then re-reads the chain: while those locks
+  are held no ancestor can change parent, so the "not into itself" check
+  stays true until commit. Opposing moves may deadlock; PostgreSQL detects it and
+  the coordinator retries.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Row, text
+from sqlalchemy.exc import IntegrityError
+
+from . import paths
+from .errors import (
+    AlreadyExists,
+    Conflict,
+    CoordinatorError,
+    DirectoryNotEmpty,
+    InvalidContent,
+    InvalidMove,
+    IsADirectory,
+    NotADirectory,
+    NotFound,
+)
+from .eventlog import EventAppender
+
+
+class Retry(Exception):
+    """The transaction raced with another one in a way that a re-run resolves."""
+
+
+@dataclass(frozen=True)
+class Node:
+    id: str
+    namespace: str
+    parent_id: str | None
+    name: str
+    kind: str
+    version: int
+    path: str
+    content: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+    @property
+    def is_dir(self) -> bool:
+        return self.kind == "dir"
+
+
+@dataclass(frozen=True)
+class MutationResult:
+    """The node after the change (as it was, for a delete) and the event position of the
+    change; ``seq`` is None when the call changed nothing (e.g. ``mkdir -p`` of an
+    existing directory)."""
+
+    node: Node
+    seq: int | None
+
+
+NODE_COLUMNS = "id, parent_id, name, kind, version, content, metadata, created_at, updated_at"
+
+RESOLVE_SQL = text(
+    """
+    WITH RECURSIVE walk(id, kind, depth) AS (
+        SELECT id, kind, 0 FROM nodes WHERE namespace = :ns AND parent_id IS NULL
+      UNION ALL
+        SELECT n.id, n.kind, w.depth + 1
+        FROM walk w JOIN nodes n
+          ON n.namespace = :ns AND n.parent_id = w.id
+         AND n.name = (CAST(:parts AS text[]))[w.depth + 1]
+        WHERE w.depth < :n
+    )
+    SELECT id, kind FROM walk ORDER BY depth
+    """
+)
+
+# Root first. The depth guard makes a (constraint-violating) cycle end the query.
+ANCESTORS_SQL = text(
+    """
+    WITH RECURSIVE up(id, parent_id, name, depth) AS (
+        SELECT id, parent_id, name, 0 FROM nodes WHERE namespace = :ns AND id = :id
+      UNION ALL
+        SELECT n.id, n.parent_id, n.name, u.depth + 1
+        FROM up u JOIN nodes n ON n.namespace = :ns AND n.id = u.parent_id
+        WHERE u.depth < 100000
+    )
+    SELECT id, name FROM up ORDER BY depth DESC
+    """
+)
+
+
+def parse_id(ref: object) -> uuid.UUID:
+    try:
+        return uuid.UUID(str(ref))
+    except ValueError as exc:
+        raise NotFound(f"no node with id {ref!r}") from exc
+
+
+def check_content(content: object) -> str:
+    if not isinstance(content, str):
+        raise InvalidContent("content must be a string")
+    if "\x00" in content:
+        raise InvalidContent("content contains NUL")
+    try:
+        content.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidContent("content is not valid Unicode") from exc
+    return content
+
+
+def metadata_json(metadata: object) -> str:
+    if not isinstance(metadata, dict):
+        raise InvalidContent("metadata must be a JSON object")
+    try:
+        dumped = json.dumps(metadata, ensure_ascii=False, allow_nan=False)
+        dumped.encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise InvalidContent(f"metadata is not valid JSON: {exc}") from exc
+    if "\x00" in dumped or "\\u0000" in dumped:
+        raise InvalidContent("metadata contains NUL")
+    return dumped
+
+
+def _sqlstate(exc: IntegrityError) -> str | None:
+    return getattr(exc.orig, "sqlstate", None)
+
+
+class TreeTx:
+    """The operations of one transaction on one namespace. Not thread-safe."""
+
+    def __init__(
+        self,
+        conn: Connection,
+        namespace: str,
+        appender: EventAppender,
+        max_depth: int = paths.MAX_DEPTH,
+    ) -> None:
+        self.conn = conn
+        self.ns = namespace
+        self.events = appender
+        self.max_depth = max_depth
+
+    # ----------------------------------------------------------------- reads
+
+    def _split(self, path: object) -> list[str]:
+        return paths.split_path(path, self.max_depth)
+
+    def resolve(self, parts: list[str]) -> list[Row[Any]]:
+        """The chain of (id, kind) from the root to ``parts``; raises if it breaks off."""
+        chain = self.conn.execute(
+            RESOLVE_SQL, {"ns": self.ns, "parts": parts, "n": len(parts)}
+        ).all()
+        if not chain:
+            raise NotFound(f"no namespace {self.ns!r}")
+        if len(chain) <= len(parts):
+            last = chain[-1]
+            where = paths.join_path(parts[: len(chain) - 1])
+            if last.kind != "dir":
+                raise NotADirectory(f"{where} is a file")
+            raise NotFound(f"{paths.join_path(parts[: len(chain)])} does not exist")
+        return chain
+
+    def _row(self, node_id: uuid.UUID, lock: str = "") -> Row[Any] | None:
+        return self.conn.execute(
+            text(f"SELECT {NODE_COLUMNS} FROM nodes WHERE namespace = :ns AND id = :id {lock}"),
+            {"ns": self.ns, "id": node_id},
+        ).one_or_none()
+
+    def ancestors(self, node_id: uuid.UUID) -> list[Row[Any]]:
+        """(id, name) rows from the root down to the node itself."""
+        return self.conn.execute(ANCESTORS_SQL, {"ns": self.ns, "id": node_id}).all()
+
+    def path_of(self, node_id: uuid.UUID) -> str:
+        chain = self.ancestors(node_id)
+        if not chain:
+            raise NotFound(f"no node with id {node_id}")
+        return paths.join_path([r.name for r in chain[1:]])
+
+    def _node(self, row: Row[Any], path: str, with_content: bool = True) -> Node:
+        return Node(
+            id=str(row.id),
+            namespace=self.ns,
+            parent_id=str(row.parent_id) if row.parent_id is not None else None,
+            name=row.name,
+            kind=row.kind,
+            version=int(row.version),
+            path=path,
+            content=row.content if with_content else None,
+            metadata=dict(row.metadata or {}),
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+        )
+
+    def stat(self, ref: object) -> Node:
+        if paths.is_path_ref(ref):
+            parts = self._split(ref)
+            row = self._row(self.resolve(parts)[-1].id)
+            if row is None:  # deleted between the two statements
+                raise NotFound(f"{ref} does not exist")
+            return self._node(row, paths.join_path(parts))
+        node_id = parse_id(ref)
+        row = self._row(node_id)
+        if row is None:
+            raise NotFound(f"no node with id {ref}")
+        return self._node(row, self.path_of(node_id))
+
+    def listdir(
+        self, ref: object = "/", after: str | None = None, limit: int | None = None
+    ) -> list[Node]:
+        """Children sorted by name (byte order); ``after`` and ``limit`` page through them."""
+        parent = self.stat(ref)
+        if not parent.is_dir:
+            raise NotADirectory(f"{parent.path} is a file")
+        rows = self.conn.execute(
+            text(
+                f"SELECT {NODE_COLUMNS} FROM nodes WHERE namespace = :ns AND parent_id = :id "
+                "AND (CAST(:after AS text) IS NULL OR name > :after) "
+                "ORDER BY name COLLATE \"C\" LIMIT :limit"
+            ),
+            {"ns": self.ns, "id": uuid.UUID(parent.id), "after": after, "limit": limit},
+        )
+        base = parent.path.rstrip("/")
+        return [self._node(r, f"{base}/{r.name}", with_content=False) for r in rows]
+
+    def walk(self, ref: object = "/", batch: int = 1000) -> Iterator[Node]:
+        """Every node of the subtree with its path, depth first, streamed from one snapshot."""
+        top = self.stat(ref)
+        rows = self.conn.execution_options(stream_results=True, yield_per=batch).execute(
+            text(
+                f"""
+                WITH RECURSIVE sub AS (
+                    SELECT {NODE_COLUMNS}, CAST(:path AS text) AS path
+                    FROM nodes WHERE namespace = :ns AND id = :id
+                  UNION ALL
+                    SELECT n.id, n.parent_id, n.name, n.kind, n.version, n.content,
+                           n.metadata, n.created_at, n.updated_at,
+                           CASE WHEN s.path = '/' THEN '/' || n.name
+                                ELSE s.path || '/' || n.name END
+                    FROM sub s JOIN nodes n ON n.namespace = :ns AND n.parent_id = s.id
+                )
+                SELECT * FROM sub ORDER BY path COLLATE "C"
+                """
+            ),
+            {"ns": self.ns, "id": uuid.UUID(top.id), "path": top.path},
+        )
+        for r in rows:
+            yield self._node(r, r.path)
+
+    # ------------------------------------------------------------- locking
+
+    def lock(self, ref: object, mode: str = "UPDATE") -> tuple[Row[Any], str]:
+        """Lock the node named by ``ref``; returns its row and its current path."""
+        if not paths.is_path_ref(ref):
+            node_id = parse_id(ref)
+            row = self._row(node_id, f"FOR {mode}")
+            if row is None:
+                raise NotFound(f"no node with id {ref}")
+            return row, self.path_of(node_id)
+        parts = self._split(ref)
+        for _ in range(5):
+            node_id = self.resolve(parts)[-1].id
+            row = self._row(node_id, f"FOR {mode}")
+            # Compare-and-swap: the path must still lead to the row we locked.
+            if row is not None and self.resolve(parts)[-1].id == node_id:
+                return row, paths.join_path(parts)
+        raise Conflict(f"{ref} kept changing while it was being locked")
+
+    @staticmethod
+    def check_version(row: Row[Any], if_version: int | None) -> None:
+        if if_version is not None and int(row.version) != int(if_version):
+            raise Conflict(f"version is {row.version}, expected {if_version}")
+
+    def _lock_destination_chain(self, moving: uuid.UUID, new_parent: uuid.UUID) -> None:
+        """Freeze the ancestor chain of ``new_parent`` and check ``moving`` is not on it."""
+        locked: set[uuid.UUID] = set()
+        for _ in range(10):
+            chain = [r.id for r in self.ancestors(new_parent)]
+            if not chain:
+                raise NotFound("the destination directory was deleted")
+            if moving in chain:
+                raise InvalidMove("cannot move a directory into itself or its own subtree")
+            missing = sorted(set(chain) - locked)
+            if not missing:
+                return
+            got = self.conn.execute(
+                text(
+                    "SELECT id FROM nodes WHERE namespace = :ns AND id = ANY(:ids) "
+                    "ORDER BY id FOR KEY SHARE"
+                ),
+                {"ns": self.ns, "ids": missing},
+            ).scalars().all()
+            if len(got) != len(missing):
+                raise Retry()
+            locked.update(got)
+        raise Retry()
+
+    # ------------------------------------------------------------ mutations
+
+    def _insert(
+        self,
+        parent_id: uuid.UUID,
+        name: str,
+        kind: str,
+        content: str | None,
+        metadata: str,
+    ) -> Row[Any]:
+        try:
+            return self.conn.execute(
+                text(
+                    "INSERT INTO nodes (namespace, id, parent_id, name, kind, content, metadata) "
+                    "VALUES (:ns, :id, :parent, :name, :kind, :content, CAST(:md AS jsonb)) "
+                    f"RETURNING {NODE_COLUMNS}"
+                ),
+                {
+                    "ns": self.ns,
+                    "id": uuid.uuid4(),
+                    "parent": parent_id,
+                    "name": name,
+                    "kind": kind,
+                    "content": content,
+                    "md": metadata,
+                },
+            ).one()
+        except IntegrityError as exc:
+            if _sqlstate(exc) == "23505":
+                raise AlreadyExists(f"{name!r} already exists") from exc
+            if _sqlstate(exc) == "23503":
+                raise NotFound("the parent directory was deleted") from exc
+            raise
+
+    def _created(self, row: Row[Any], path: str) -> MutationResult:
+        node = self._node(row, path)
+        seq = self.events.append(
+            self.ns,
+            "created",
+            row.id,
+            {
+                "id": node.id,
+                "parent_id": node.parent_id,
+                "name": node.name,
+                "kind": node.kind,
+                "path": path,
+                "content": node.content,
+                "metadata": node.metadata,
+                "version": node.version,
+            },
+        )
+        return MutationResult(node, seq)
+
+    def _parent_dir(self, parent_parts: list[str]) -> uuid.UUID:
+        last = self.resolve(parent_parts)[-1]
+        if last.kind != "dir":
+            raise NotADirectory(f"{paths.join_path(parent_parts)} is a file")
+        parent_id: uuid.UUID = last.id
+        return parent_id
+
+    def mkdir(self, path: object, parents: bool = False) -> MutationResult:
+        parent_parts, name = paths.parent_and_name(path, self.max_depth)
+        if not parents:
+            row = self._insert(self._parent_dir(parent_parts), name, "dir", None, "{}")
+            return self._created(row, paths.join_path([*parent_parts, name]))
+        parts = [*parent_parts, name]
+        chain = self.conn.execute(
+            RESOLVE_SQL, {"ns": self.ns, "parts": parts, "n": len(parts)}
+        ).all()
+        if not chain:
+            raise NotFound(f"no namespace {self.ns!r}")
+        if chain[-1].kind != "dir":
+            where = paths.join_path(parts[: len(chain) - 1])
+            if len(chain) == len(parts) + 1:
+                raise AlreadyExists(f"{where} exists and is a file")
+            raise NotADirectory(f"{where} is a file")
+        if len(chain) == len(parts) + 1:
+            return MutationResult(self.stat(paths.join_path(parts)), None)
+        result: MutationResult | None = None
+        parent_id = chain[-1].id
+        for depth in range(len(chain) - 1, len(parts)):
+            try:
+                row = self._insert(parent_id, parts[depth], "dir", None, "{}")
+            except AlreadyExists as exc:
+                raise Retry() from exc  # a concurrent mkdir -p made it first
+            result = self._created(row, paths.join_path(parts[: depth + 1]))
+            parent_id = row.id
+        assert result is not None
+        return result
+
+    def create_file(
+        self, path: object, content: str = "", metadata: dict[str, Any] | None = None
+    ) -> MutationResult:
+        parent_parts, name = paths.parent_and_name(path, self.max_depth)
+        body = check_content(content)
+        md = metadata_json(metadata if metadata is not None else {})
+        row = self._insert(self._parent_dir(parent_parts), name, "file", body, md)
+        return self._created(row, paths.join_path([*parent_parts, name]))
+
+    def write_file(
+        self,
+        ref: object,
+        content: str,
+        metadata: dict[str, Any] | None = None,
+        if_version: int | None = None,
+    ) -> MutationResult:
+        body = check_content(content)
+        md = metadata_json(metadata) if metadata is not None else None
+        # A content write is not a key update: it does not block creates elsewhere.
+        row, path = self.lock(ref, "NO KEY UPDATE")
+        if row.kind == "dir":
+            raise IsADirectory(f"{path} is a directory")
+        self.check_version(row, if_version)
+        new = self.conn.execute(
+            text(
+                "UPDATE nodes SET content = :content, "
+                "metadata = COALESCE(CAST(:md AS jsonb), metadata), "
+                "version = version + 1, updated_at = now() "
+                f"WHERE namespace = :ns AND id = :id RETURNING {NODE_COLUMNS}"
+            ),
+            {"ns": self.ns, "id": row.id, "content": body, "md": md},
+        ).one()
+        node = self._node(new, path)
+        seq = self.events.append(
+            self.ns,
+            "written",
+            new.id,
+            {
+                "id": node.id,
+                "path": path,
+                "content": node.content,
+                "metadata": node.metadata,
+                "version": node.version,
+            },
+        )
+        return MutationResult(node, seq)
+
+    def move(
+        self, ref: object, dst_path: object, if_version: int | None = None
+    ) -> MutationResult:
+        """Move (or rename, when the parent stays) the node to the full path ``dst_path``."""
+        dst_parent_parts, dst_name = paths.parent_and_name(dst_path, self.max_depth)
+        row, old_path = self.lock(ref)
+        if row.parent_id is None:
+            raise InvalidMove("cannot move the root")
+        self.check_version(row, if_version)
+        new_parent = self._parent_dir(dst_parent_parts)
+        return self._relink(row, old_path, new_parent, dst_name, dst_parent_parts)
+
+    def rename(
+        self, ref: object, new_name: object, if_version: int | None = None
+    ) -> MutationResult:
+        name = paths.validate_name(new_name)
+        row, old_path = self.lock(ref)
+        if row.parent_id is None:
+            raise InvalidMove("cannot rename the root")
+        self.check_version(row, if_version)
+        parent_parts = paths.split_path(old_path)[:-1]
+        return self._relink(row, old_path, row.parent_id, name, parent_parts)
+
+    def _relink(
+        self,
+        row: Row[Any],
+        old_path: str,
+        new_parent: uuid.UUID,
+        name: str,
+        parent_parts: list[str],
+    ) -> MutationResult:
+        new_path = paths.join_path([*parent_parts, name])
+        if new_parent == row.parent_id and name == row.name:
+            return MutationResult(self._node(row, old_path), None)
+        if new_parent == row.id:
+            raise InvalidMove("cannot move a directory into itself")
+        if row.kind == "dir" and new_parent != row.parent_id:
+            self._lock_destination_chain(row.id, new_parent)
+        try:
+            new = self.conn.execute(
+                text(
+                    "UPDATE nodes SET parent_id = :parent, name = :name, "
+                    "version = version + 1, updated_at = now() "
+                    f"WHERE namespace = :ns AND id = :id RETURNING {NODE_COLUMNS}"
+                ),
+                {"ns": self.ns, "id": row.id, "parent": new_parent, "name": name},
+            ).one()
+        except IntegrityError as exc:
+            if _sqlstate(exc) == "23505":
+                raise AlreadyExists(f"{new_path} already exists") from exc
+            if _sqlstate(exc) == "23503":
+                raise NotFound("the destination directory was deleted") from exc
+            raise
+        node = self._node(new, new_path)
+        seq = self.events.append(
+            self.ns,
+            "moved",
+            new.id,
+            {
+                "id": node.id,
+                "kind": node.kind,
+                "old_parent_id": str(row.parent_id),
+                "old_name": row.name,
+                "old_path": old_path,
+                "parent_id": node.parent_id,
+                "name": node.name,
+                "path": new_path,
+                "version": node.version,
+            },
+        )
+        return MutationResult(node, seq)
+
+    def delete(
+        self, ref: object, recursive: bool = False, if_version: int | None = None
+    ) -> MutationResult:
+        row, path = self.lock(ref)
+        if row.parent_id is None:
+            raise InvalidMove("cannot delete the root (drop the namespace instead)")
+        self.check_version(row, if_version)
+        count = 1
+        if row.kind == "dir":
+            # Our FOR UPDATE waited for any create in flight directly inside.
+            has_child = self.conn.execute(
+                text("SELECT EXISTS (SELECT 1 FROM nodes WHERE namespace = :ns AND parent_id = :id)"),
+                {"ns": self.ns, "id": row.id},
+            ).scalar_one()
+            if has_child and not recursive:
+                raise DirectoryNotEmpty(f"{path} is not empty")
+        try:
+            count = self.conn.execute(
+                text(
+                    """
+                    WITH RECURSIVE sub(id) AS (
+                        SELECT CAST(:id AS uuid)
+                      UNION ALL
+                        SELECT n.id FROM sub s
+                        JOIN nodes n ON n.namespace = :ns AND n.parent_id = s.id
+                    )
+                    DELETE FROM nodes WHERE namespace = :ns AND id IN (SELECT id FROM sub)
+                    """
+                ),
+                {"ns": self.ns, "id": row.id},
+            ).rowcount
+        except IntegrityError as exc:
+            # A create deeper in the subtree committed while we deleted: start over.
+            if _sqlstate(exc) == "23503":
+                raise Retry() from exc
+            raise
+        node = self._node(row, path)
+        seq = self.events.append(
+            self.ns,
+            "deleted",
+            row.id,
+            {
+                "id": node.id,
+                "kind": node.kind,
+                "path": path,
+                "recursive": bool(recursive),
+                "count": count,
+                "version": node.version,
+            },
+        )
+        return MutationResult(node, seq)
+
+
+def check_namespace_exists(conn: Connection, ns: str) -> None:
+    if conn.execute(text("SELECT 1 FROM namespaces WHERE name = :ns"), {"ns": ns}).first() is None:
+        raise NotFound(f"no namespace {ns!r}")
+
+
+__all__ = [
+    "CoordinatorError",
+    "MutationResult",
+    "Node",
+    "Retry",
+    "TreeTx",
+]

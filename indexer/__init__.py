@@ -1,0 +1,1 @@
+"""Pathkeeper's indexer: replicates the event log into Elasticsearch."""
