@@ -27,7 +27,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING = {
@@ -155,3 +155,58 @@ class Checkpoint(Base):
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now()
     )
+
+
+class DeadLetter(Base):
+    """An event the indexer could never apply (e.g. a document Elasticsearch rejects)."""
+
+    __tablename__ = "dead_letters"
+
+    namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    consumer: Mapped[str] = mapped_column(String(200))
+    position: Mapped[int] = mapped_column(BigInteger)
+    node_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    error: Mapped[str] = mapped_column(Text)
+    document: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )
+    retried_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class ApiKey(Base):
+    """An HTTP API key; only a hash of the secret is stored."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    key_hash: Mapped[str] = mapped_column(Text, unique=True)
+    namespaces: Mapped[list[str]] = mapped_column(ARRAY(Text))
+    scope: Mapped[str] = mapped_column(String(8))
+    label: Mapped[str] = mapped_column(Text, server_default="")
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (CheckConstraint("scope IN ('read', 'write', 'admin')", name="scope"),)
+
+
+class IdempotencyKey(Base):
+    """The stored result of a mutation sent with an Idempotency-Key, written in the
+    same transaction as the change."""
+
+    __tablename__ = "idempotency_keys"
+
+    namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    request_hash: Mapped[str] = mapped_column(Text)
+    status: Mapped[int] = mapped_column(Integer)
+    response: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+    __table_args__ = (Index("ix_idempotency_keys_expires_at", "expires_at"),)

@@ -22,8 +22,9 @@ def database_url() -> str:
 
 
 def run_migrations_offline() -> None:
-    context.configure(url=database_url(), target_metadata=target_metadata, literal_binds=True,
-                      compare_type=True)
+    context.configure(
+        url=database_url(), target_metadata=target_metadata, literal_binds=True, compare_type=True
+    )
     with context.begin_transaction():
         context.run_migrations()
 
@@ -31,8 +32,7 @@ def run_migrations_offline() -> None:
 def run_migrations_online() -> None:
     engine = create_engine(database_url(), poolclass=pool.NullPool)
     with engine.connect() as connection:
-        context.configure(connection=connection, target_metadata=target_metadata,
-                          compare_type=True)
+        context.configure(connection=connection, target_metadata=target_metadata, compare_type=True)
         with context.begin_transaction():
             context.run_migrations()
     engine.dispose()

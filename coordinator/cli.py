@@ -1,0 +1,82 @@
+"""The ``pathkeeper`` command line: a thin entry point over the coordinator and indexer.
+
+Each component registers its own command group at the bottom of this file.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+DATABASE_URL_ENV = "PATHKEEPER_DATABASE_URL"
+ES_URL_ENV = "PATHKEEPER_ES_URL"
+
+database_url_option = click.option(
+    "--database-url",
+    envvar=DATABASE_URL_ENV,
+    required=True,
+    help=f"libpq or SQLAlchemy URL of the PostgreSQL database (env {DATABASE_URL_ENV}).",
+)
+es_url_option = click.option(
+    "--es-url",
+    envvar=ES_URL_ENV,
+    required=True,
+    help=f"Elasticsearch URL (env {ES_URL_ENV}).",
+)
+
+
+@click.group()
+def main() -> None:
+    """Pathkeeper: transactional trees in PostgreSQL, searchable in Elasticsearch."""
+
+
+@main.group()
+def db() -> None:
+    """Schema migrations (Alembic)."""
+
+
+@db.command("upgrade")
+@database_url_option
+@click.argument("revision", default="head")
+def db_upgrade(database_url: str, revision: str) -> None:
+    """Apply migrations up to REVISION (default: head)."""
+    from .migrate import upgrade
+
+    upgrade(database_url, revision)
+    click.echo(f"database upgraded to {revision}")
+
+
+@db.command("downgrade")
+@database_url_option
+@click.argument("revision")
+def db_downgrade(database_url: str, revision: str) -> None:
+    """Revert migrations down to REVISION (e.g. base)."""
+    from .migrate import downgrade
+
+    downgrade(database_url, revision)
+    click.echo(f"database downgraded to {revision}")
+
+
+@main.command()
+@click.option("--database-url", envvar=DATABASE_URL_ENV, default=None,
+              help="Use this database instead of starting a throwaway local cluster.")
+@click.option("--clients", default=8, show_default=True)
+@click.option("--seconds", default=3.0, show_default=True)
+def demo(database_url: str | None, clients: int, seconds: float) -> None:
+    """The main job on embedded defaults: concurrent renames, then the event log."""
+    from .demo import run_demo
+
+    sys.exit(run_demo(database_url, clients, seconds))
+
+
+def _register() -> None:
+    """Command groups of the other components."""
+
+
+_register()
+
+if __name__ == "__main__":  # pragma: no cover
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()
