@@ -68,7 +68,8 @@ class Settings:
 def translate(exc: DBAPIError) -> CoordinatorError:
     """Map a driver error to a typed coordinator error."""
     state = getattr(exc.orig, "sqlstate", None) or ""
-    detail = str((getattr(exc.orig, "diag", None) and exc.orig.diag.message_primary) or exc.orig)
+    diag = getattr(exc.orig, "diag", None)
+    detail = str(getattr(diag, "message_primary", None) or exc.orig)
     if state == "55P03":
         return Conflict(f"lock wait timed out: {detail}")
     if state == "23505":
@@ -227,7 +228,10 @@ class Coordinator:
             root = tx.lock("/")[0]
             node = tx.stat("/")
             has_child = conn.execute(
-                text("SELECT EXISTS (SELECT 1 FROM nodes WHERE namespace = :ns AND parent_id = :r)"),
+                text(
+                    "SELECT EXISTS (SELECT 1 FROM nodes "
+                    "WHERE namespace = :ns AND parent_id = :r)"
+                ),
                 {"ns": ns, "r": root.id},
             ).scalar_one()
             if has_child and not force:

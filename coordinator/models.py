@@ -97,7 +97,10 @@ class NodeRow(Base):
         CheckConstraint(VALID_NAME_SQL, name="name_valid"),
         # One root per namespace.
         Index(
-            "uq_nodes_one_root", "namespace", unique=True, postgresql_where=text("parent_id IS NULL")
+            "uq_nodes_one_root",
+            "namespace",
+            unique=True,
+            postgresql_where=text("parent_id IS NULL"),
         ),
     )
 

@@ -170,9 +170,9 @@ class TreeTx:
 
     def resolve(self, parts: list[str]) -> list[Row[Any]]:
         """The chain of (id, kind) from the root to ``parts``; raises if it breaks off."""
-        chain = self.conn.execute(
-            RESOLVE_SQL, {"ns": self.ns, "parts": parts, "n": len(parts)}
-        ).all()
+        chain = list(
+            self.conn.execute(RESOLVE_SQL, {"ns": self.ns, "parts": parts, "n": len(parts)})
+        )
         if not chain:
             raise NotFound(f"no namespace {self.ns!r}")
         if len(chain) <= len(parts):
@@ -191,7 +191,7 @@ class TreeTx:
 
     def ancestors(self, node_id: uuid.UUID) -> list[Row[Any]]:
         """(id, name) rows from the root down to the node itself."""
-        return self.conn.execute(ANCESTORS_SQL, {"ns": self.ns, "id": node_id}).all()
+        return list(self.conn.execute(ANCESTORS_SQL, {"ns": self.ns, "id": node_id}))
 
     def path_of(self, node_id: uuid.UUID) -> str:
         chain = self.ancestors(node_id)
@@ -537,7 +537,10 @@ class TreeTx:
         if row.kind == "dir":
             # Our FOR UPDATE waited for any create in flight directly inside.
             has_child = self.conn.execute(
-                text("SELECT EXISTS (SELECT 1 FROM nodes WHERE namespace = :ns AND parent_id = :id)"),
+                text(
+                    "SELECT EXISTS (SELECT 1 FROM nodes "
+                    "WHERE namespace = :ns AND parent_id = :id)"
+                ),
                 {"ns": self.ns, "id": row.id},
             ).scalar_one()
             if has_child and not recursive:
