@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from . import paths
 from .errors import (
@@ -30,6 +30,7 @@ from .errors import (
     Unavailable,
 )
 from .eventlog import Event, EventAppender, Partition, read_events
+from .indexing import DEFAULT_CONSUMER, wait_indexed
 from .tree import MutationResult, Node, Retry, TreeTx, check_namespace_exists
 
 T = TypeVar("T")
@@ -82,7 +83,9 @@ def translate(exc: DBAPIError) -> CoordinatorError:
         return Conflict(f"gave up after repeated conflicts: {detail}")
     if state == "57014":
         return Unavailable(f"statement timed out: {detail}")
-    if exc.connection_invalidated or state.startswith("08") or state.startswith("57P"):
+    # A failed connection attempt has no SQLSTATE (the server never answered).
+    no_answer = isinstance(exc, OperationalError) and not state
+    if exc.connection_invalidated or no_answer or state.startswith(("08", "57P")):
         return Unavailable(f"database unavailable: {detail}")
     return CoordinatorError(f"database error {state}: {detail}")
 
@@ -158,9 +161,10 @@ class Coordinator:
     def _transaction(self, ns: str) -> Iterator[TreeTx]:
         try:
             with self.engine.begin() as conn:
+                events = EventAppender(conn, self.settings.notify)
                 # A missing namespace shows up as NotFound when the first path is resolved.
-                yield TreeTx(conn, ns, EventAppender(conn, self.settings.notify),
-                             self.settings.max_depth)
+                yield TreeTx(conn, ns, events, self.settings.max_depth)
+                events.flush()  # the last statement before COMMIT (see EventAppender)
         except DBAPIError as exc:
             if getattr(exc.orig, "sqlstate", None) in RETRYABLE_SQLSTATES:
                 raise
@@ -174,7 +178,12 @@ class Coordinator:
         ns = paths.validate_namespace(namespace)
         try:
             with self._transaction(ns) as tx:
-                yield GroupTx(tx, self.settings.max_group_ops)
+                group = GroupTx(tx, self.settings.max_group_ops)
+                yield group
+                # The block may have caught a step's error and carried on: if that step
+                # failed in the database, nothing can commit, so say so instead of letting
+                # the COMMIT silently roll back.
+                group.check_alive()
         except Retry as exc:
             raise Conflict("the group raced with another change; run it again") from exc
         except DBAPIError as exc:
@@ -211,6 +220,7 @@ class Coordinator:
                 )
                 appender = EventAppender(conn, self.settings.notify)
                 seq = appender.append(ns, "namespace_created", root, {"root_id": str(root)})
+                appender.flush()
                 tx = TreeTx(conn, ns, appender)
                 return MutationResult(tx.stat("/"), seq)
         except DBAPIError as exc:
@@ -246,8 +256,12 @@ class Coordinator:
         return self.run(ns, body)
 
     def namespaces(self) -> list[str]:
-        with self.engine.connect() as conn:
-            return list(conn.execute(text("SELECT name FROM namespaces ORDER BY name")).scalars())
+        try:
+            with self.engine.connect() as conn:
+                rows = conn.execute(text("SELECT name FROM namespaces ORDER BY name"))
+                return list(rows.scalars())
+        except DBAPIError as exc:
+            raise translate(exc) from exc
 
     # ------------------------------------------------------------ mutations
 
@@ -332,6 +346,17 @@ class Coordinator:
         except DBAPIError as exc:
             raise translate(exc) from exc
 
+    def wait_indexed(
+        self, seq: int, timeout: float = 10.0, consumer: str = DEFAULT_CONSUMER
+    ) -> bool:
+        """True once the indexer ``consumer`` has applied every event up to position
+        ``seq`` (e.g. a ``MutationResult.seq``) to Elasticsearch; False on timeout.
+        See ``coordinator.indexing``."""
+        try:
+            return wait_indexed(self.engine, seq, timeout, consumer)
+        except DBAPIError as exc:
+            raise translate(exc) from exc
+
 
 class GroupTx:
     """The mutation and read methods of ``Coordinator`` inside one group transaction."""
@@ -340,7 +365,34 @@ class GroupTx:
         self._tx = tx
         self._max_ops = max_ops
         self._ops = 0
+        self._failure: CoordinatorError | None = None
         self.results: list[MutationResult] = []
+
+    def check_alive(self) -> None:
+        """Raise if an earlier step failed: a group is all or nothing, so once a step
+        failed (whether or not the block caught the error) nothing more runs and the
+        group cannot commit."""
+        if self._failure is not None:
+            cause = self._failure
+            raise type(cause)(f"the group was rolled back: a step failed ({cause})") from cause
+
+    def _step(self, op: Callable[[], T], mutation: bool = True) -> T:
+        """Run one step. A database error is translated (deadlocks stay raw, so that
+        ``Coordinator.run`` re-runs the group) and remembered for ``check_alive``, as is
+        any failed mutation; a read's answer (NotFound from ``stat``) changes nothing."""
+        self.check_alive()
+        try:
+            return op()
+        except DBAPIError as exc:
+            err = translate(exc)
+            self._failure = err
+            if getattr(exc.orig, "sqlstate", None) in RETRYABLE_SQLSTATES:
+                raise
+            raise err from exc
+        except CoordinatorError as exc:
+            if mutation:
+                self._failure = exc
+            raise
 
     @property
     def namespace(self) -> str:
@@ -354,38 +406,42 @@ class GroupTx:
         return result
 
     def mkdir(self, path: str, parents: bool = False) -> MutationResult:
-        return self._count(self._tx.mkdir(path, parents))
+        return self._count(self._step(lambda: self._tx.mkdir(path, parents)))
 
     def create_file(
         self, path: str, content: str = "", metadata: dict[str, Any] | None = None
     ) -> MutationResult:
-        return self._count(self._tx.create_file(path, content, metadata))
+        return self._count(self._step(lambda: self._tx.create_file(path, content, metadata)))
 
     def write_file(
         self, ref: str, content: str, metadata: dict[str, Any] | None = None,
         if_version: int | None = None,
     ) -> MutationResult:
-        return self._count(self._tx.write_file(ref, content, metadata, if_version))
+        return self._count(
+            self._step(lambda: self._tx.write_file(ref, content, metadata, if_version))
+        )
 
     def move(self, src: str, dst_path: str, if_version: int | None = None) -> MutationResult:
-        return self._count(self._tx.move(src, dst_path, if_version))
+        return self._count(self._step(lambda: self._tx.move(src, dst_path, if_version)))
 
     def rename(self, ref: str, new_name: str, if_version: int | None = None) -> MutationResult:
-        return self._count(self._tx.rename(ref, new_name, if_version))
+        return self._count(self._step(lambda: self._tx.rename(ref, new_name, if_version)))
 
     def delete(
         self, ref: str, recursive: bool = False, if_version: int | None = None
     ) -> MutationResult:
-        return self._count(self._tx.delete(ref, recursive, if_version))
+        return self._count(self._step(lambda: self._tx.delete(ref, recursive, if_version)))
 
     def stat(self, path: str) -> Node:
-        return self._tx.stat(path)
+        return self._step(lambda: self._tx.stat(path), mutation=False)
 
     def get(self, node_id: str) -> Node:
-        return self._tx.stat(node_id)
+        return self._step(lambda: self._tx.stat(node_id), mutation=False)
 
-    def listdir(self, path: str = "/") -> list[Node]:
-        return self._tx.listdir(path)
+    def listdir(
+        self, path: str = "/", after: str | None = None, limit: int | None = None
+    ) -> list[Node]:
+        return self._step(lambda: self._tx.listdir(path, after, limit), mutation=False)
 
 
 @dataclass(frozen=True)

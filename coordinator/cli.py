@@ -73,6 +73,15 @@ def demo(database_url: str | None, clients: int, seconds: float) -> None:
 
 def _register() -> None:
     """Command groups of the other components."""
+    from .service.cli import keys, serve  # HTTP API (issue 5)
+    main.add_command(serve)
+    main.add_command(keys)
+    from indexer.cli import indexer  # indexer worker (issue 3)
+    main.add_command(indexer)
+    from indexer.replay_cli import reindex, replay, verify  # replay/reindex/verify (issue 4)
+    main.add_command(replay)
+    main.add_command(reindex)
+    main.add_command(verify)
 
 
 _register()

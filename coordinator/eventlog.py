@@ -6,19 +6,24 @@ first, a reader that moved its cursor past 11 would never see 10.
 
 The mechanism (no writer ever waits for another writer or for a reader):
 
-* Writing: a transaction's first event takes ONE value from
+* Writing: a transaction's events are buffered and, as its last statement before
+  COMMIT, it takes ONE value from
   ``event_position_seq`` (INCREMENT BY ``POSITION_BLOCK``, CACHE 1). That value
   is the base of a block owned by this transaction alone; its events use
-  ``base, base+1, ...``. So a transaction's events form one contiguous range, and
-  a transaction always has its transaction id before it takes its block (its
-  first event always follows its own write to ``nodes``).
+  ``base, base+1, ...``. So a transaction's events form one contiguous range.
+  The statement that takes the block first forces the transaction's id
+  (``pg_current_xact_id()``), so a transaction always has its id, and with it
+  the exclusive lock PostgreSQL keeps on that id until the transaction ends,
+  before it holds a block.
 * Reading (``read_events``), in autocommit, each step a separate statement:
   1. read the sequence's ``last_value`` L. Every position ``<= L + BLOCK - 1``
      belongs to a block handed out before this moment;
-  2. take a snapshot S. Every transaction that holds such a block already had
-     an xid, so it either committed before S (visible), aborted (never visible),
-     or is listed in S's in-progress list ``xip``;
-  3. wait until every xid of ``xip`` has ended;
+  2. list the ids of the transactions running now, from their id locks in
+     ``pg_locks``. Every transaction that holds such a block already had its id
+     at step 1, so it either ended before step 2 (committed: visible to any
+     later statement; aborted: never visible), or is listed;
+  3. wait until every listed transaction has ended (its id lock is gone, which
+     happens after its commit became visible);
   4. now no position ``<= L + BLOCK - 1`` can ever appear again: read up to it.
   The cursor handed back is that bound (or the end of the last block read, when
   ``limit`` cut the read short), so blocks are never split between reads: a
@@ -28,6 +33,21 @@ The cost is on the reader: it waits for transactions that were in flight when it
 looked, including unrelated long writers. A writer that never ends is ended by
 ``idle_in_transaction_session_timeout``. Holes (rolled back blocks, unused parts
 of a block) are normal and never waited for.
+
+Why not a snapshot's in-progress list (``pg_snapshot_xip``): a snapshot's xmax is
+one past the latest *completed* transaction id, and running transactions with an
+id at or above it are not listed. A writer that got its id after the last commit
+would be missed, and the reader would move past its block (the test
+``test_open_transaction_with_the_newest_id_is_not_skipped`` caught exactly this).
+
+What position order promises: transactions that touch the same rows are in commit
+order (a transaction takes its block after all its lock waits, and holds its row
+locks until commit), and a transaction that read another's committed change comes
+after it. Transactions on unrelated rows are in an arbitrary but fixed order. A
+change that read an ancestor's old name while a rename of that ancestor was in
+flight may carry the old path in its payload at a later position than the rename:
+consumers must derive paths from ids (``parent_id``, ``name``) or from ``nodes``;
+payload paths are as the writer resolved them.
 """
 
 from __future__ import annotations
@@ -69,46 +89,92 @@ def block_end(position: int) -> int:
 
 
 class EventAppender:
-    """Appends one transaction's events into its own block of positions."""
+    """Collects one transaction's events and writes them into its own block of positions.
+
+    ``flush`` takes the block and inserts the events in one statement; the unit of
+    work runs it as the transaction's last statement, after every lock was granted
+    and every read done. So a transaction that built on another one's changes (read
+    its committed rows or waited for its row locks) always gets the later positions,
+    groups of many operations included, and a rolled-back transaction takes no block.
+    """
 
     def __init__(self, conn: Connection, notify: bool = True) -> None:
         self._conn = conn
         self._notify = notify
         self._base: int | None = None
-        self._count = 0
+        self._pending: list[tuple[str, str | None, str, str]] = []
 
     @property
-    def last_position(self) -> int | None:
-        return None if self._base is None else self._base + self._count - 1
+    def base(self) -> int | None:
+        """The first position of this transaction's block, once ``flush`` has run."""
+        return self._base
 
     def append(
         self, namespace: str, type_: str, node_id: uuid.UUID | None, payload: Mapping[str, Any]
-    ) -> int:
-        if self._base is None:
-            self._base = int(
-                self._conn.execute(text("SELECT nextval('event_position_seq')")).scalar_one()
-            )
-            if self._notify:
-                # Delivered at commit, once per transaction (duplicates fold).
-                self._conn.execute(text("SELECT pg_notify(:ch, '')"), {"ch": NOTIFY_CHANNEL})
-        if self._count >= POSITION_BLOCK:
+    ) -> EventRef:
+        if self._base is not None:
+            raise RuntimeError("this transaction's events were already written")
+        if len(self._pending) >= POSITION_BLOCK:
             raise TooLarge(f"a transaction may append at most {POSITION_BLOCK} events")
-        position = self._base + self._count
-        self._conn.execute(
-            text(
-                "INSERT INTO events (namespace, position, node_id, type, payload) "
-                "VALUES (:ns, :pos, :node, :type, CAST(:payload AS jsonb))"
-            ),
-            {
-                "ns": namespace,
-                "pos": position,
-                "node": node_id,
-                "type": type_,
-                "payload": json.dumps(payload, ensure_ascii=False),
-            },
+        self._pending.append(
+            (
+                namespace,
+                None if node_id is None else str(node_id),
+                type_,
+                json.dumps(payload, ensure_ascii=False),
+            )
         )
-        self._count += 1
-        return position
+        return EventRef(self, len(self._pending) - 1)
+
+    def flush(self) -> None:
+        """Take the block and insert the events; a no-op without events or when done."""
+        if self._base is not None or not self._pending:
+            return
+        namespaces, node_ids, types, payloads = (list(c) for c in zip(*self._pending, strict=True))
+        # One round trip. The innermost subquery runs first, so the transaction has its
+        # id (and the lock on it that readers wait for) before it holds a block.
+        self._base = int(
+            self._conn.execute(
+                text(
+                    """
+                    WITH block AS (
+                        SELECT nextval('event_position_seq') AS base
+                        FROM (SELECT pg_current_xact_id() OFFSET 0) AS xact
+                    ), written AS (
+                        INSERT INTO events (namespace, position, node_id, type, payload)
+                        SELECT e.ns, block.base + e.i - 1, CAST(e.node AS uuid), e.type,
+                               CAST(e.payload AS jsonb)
+                        FROM block, unnest(CAST(:nss AS text[]), CAST(:nodes AS text[]),
+                                           CAST(:types AS text[]), CAST(:payloads AS text[]))
+                             WITH ORDINALITY AS e(ns, node, type, payload, i)
+                    )
+                    SELECT base, CASE WHEN :notify THEN pg_notify(:channel, '') END
+                    FROM block
+                    """
+                ),
+                {
+                    "nss": namespaces,
+                    "nodes": node_ids,
+                    "types": types,
+                    "payloads": payloads,
+                    "notify": self._notify,  # delivered at commit, once per transaction
+                    "channel": NOTIFY_CHANNEL,
+                },
+            ).scalar_one()
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class EventRef:
+    """One appended event; its position is known once its transaction's block is taken."""
+
+    appender: EventAppender
+    index: int
+
+    @property
+    def position(self) -> int | None:
+        base = self.appender.base
+        return None if base is None else base + self.index
 
 
 @dataclass(frozen=True)
@@ -121,6 +187,14 @@ class Partition:
     SQL = "mod(hashtext(namespace)::bigint & 2147483647, :p_count) = :p_index"
 
 
+RUNNING_XIDS_SQL = text(
+    "SELECT array_agg(DISTINCT CAST(transactionid AS text)) FROM pg_locks "
+    "WHERE locktype = 'transactionid' AND mode = 'ExclusiveLock' AND granted "
+    "AND (CAST(:xids AS text[]) IS NULL "
+    "     OR CAST(transactionid AS text) = ANY(CAST(:xids AS text[])))"
+)
+
+
 def safe_bound(engine: Engine, wait: float = 5.0) -> int | None:
     """The highest position below which no event can still appear, or None on timeout."""
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
@@ -130,26 +204,17 @@ def safe_bound(engine: Engine, wait: float = 5.0) -> int | None:
         if not is_called:
             return 0
         bound = int(last_value) + POSITION_BLOCK - 1
-        # A separate statement, hence a snapshot taken after the read above.
-        xip = conn.execute(
-            text("SELECT array_agg(x) FROM pg_snapshot_xip(pg_current_snapshot()) AS x")
-        ).scalar_one()
+        # A separate statement, hence a list taken after the read above. Only a
+        # transaction's own id lock is held in ExclusiveLock mode (waiters ask for Share).
+        running = conn.execute(RUNNING_XIDS_SQL, {"xids": None}).scalar_one()
         deadline = time.monotonic() + wait
         delay = 0.0005
-        while xip:
-            xip = conn.execute(
-                text(
-                    "SELECT array_agg(x) FROM unnest(CAST(:xip AS xid8[])) AS x "
-                    "WHERE pg_xact_status(x) = 'in progress'"
-                ),
-                {"xip": [str(x) for x in xip]},
-            ).scalar_one()
-            if not xip:
-                break
+        while running:
             if time.monotonic() >= deadline:
                 return None
             time.sleep(delay)
             delay = min(delay * 2, 0.02)
+            running = conn.execute(RUNNING_XIDS_SQL, {"xids": running}).scalar_one()
         return bound
 
 

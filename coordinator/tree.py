@@ -44,7 +44,7 @@ from .errors import (
     NotADirectory,
     NotFound,
 )
-from .eventlog import EventAppender
+from .eventlog import EventAppender, EventRef
 
 
 class Retry(Exception):
@@ -77,7 +77,14 @@ class MutationResult:
     existing directory)."""
 
     node: Node
-    seq: int | None
+    event: EventRef | int | None
+
+    @property
+    def seq(self) -> int | None:
+        """Known once the transaction took its block: after commit (inside a group, None)."""
+        if isinstance(self.event, EventRef):
+            return self.event.position
+        return self.event
 
 
 NODE_COLUMNS = "id, parent_id, name, kind, version, content, metadata, created_at, updated_at"
@@ -237,7 +244,7 @@ class TreeTx:
         rows = self.conn.execute(
             text(
                 f"SELECT {NODE_COLUMNS} FROM nodes WHERE namespace = :ns AND parent_id = :id "
-                "AND (CAST(:after AS text) IS NULL OR name > :after) "
+                "AND (CAST(:after AS text) IS NULL OR name COLLATE \"C\" > :after) "
                 "ORDER BY name COLLATE \"C\" LIMIT :limit"
             ),
             {"ns": self.ns, "id": uuid.UUID(parent.id), "after": after, "limit": limit},
@@ -266,8 +273,12 @@ class TreeTx:
             ),
             {"ns": self.ns, "id": uuid.UUID(top.id), "path": top.path},
         )
-        for r in rows:
-            yield self._node(r, r.path)
+        try:
+            for r in rows:
+                yield self._node(r, r.path)
+        finally:
+            # A caller that stops early must not leave the server-side cursor open.
+            rows.close()
 
     # ------------------------------------------------------------- locking
 

@@ -1,0 +1,344 @@
+"""``Client``: the HTTP API behind the method names and typed errors of ``Coordinator``.
+
+Switching a service from in-process to remote is one line::
+
+    coord = Coordinator.connect(url)          # in-process
+    coord = Client("http://pathkeeper:8080", api_key="pk_...")   # over HTTP
+
+Mutations send an ``Idempotency-Key`` generated once per call and reused on every
+retry, so a retry after a timeout or a dropped connection returns the original
+result instead of applying twice. Retried: transport errors, 429 and 503 (after
+``Retry-After``, capped). Not offered remotely: ``transaction()`` (use ``apply``),
+``walk`` snapshots (``walk`` here lists page by page, without file content).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from . import errors as ce
+from .api import Operation
+from .eventlog import Event
+from .service.cursors import encode_name_cursor
+from .tree import MutationResult, Node
+
+
+class Unauthorized(ce.CoordinatorError):
+    """The API key is missing, invalid or revoked (HTTP 401)."""
+
+    code = "unauthorized"
+
+
+class Forbidden(ce.CoordinatorError):
+    """The API key lacks the scope for this operation (HTTP 403)."""
+
+    code = "forbidden"
+
+
+class InvalidRequest(ce.InvalidName):
+    """The server refused the request as malformed (HTTP 400/422 without a tree error)."""
+
+    code = "invalid_request"
+
+
+def _error_classes() -> dict[str, type[ce.CoordinatorError]]:
+    found: dict[str, type[ce.CoordinatorError]] = {}
+    stack: list[type[ce.CoordinatorError]] = [ce.CoordinatorError]
+    while stack:
+        cls = stack.pop()
+        found.setdefault(cls.code, cls)
+        stack.extend(cls.__subclasses__())
+    return found
+
+
+ERRORS = _error_classes()
+#: Service-level codes, mapped to the closest coordinator error.
+ERRORS.update({
+    "overloaded": ce.Unavailable,
+    "index_lagging": ce.Unavailable,
+    "idempotency_key_reused": ce.Conflict,
+    "invalid_cursor": InvalidRequest,
+    "method_not_allowed": InvalidRequest,
+    "http_error": ce.CoordinatorError,
+})
+RETRY_STATUSES = (429, 503)
+
+
+def _time(value: Any) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
+def node_of(data: dict[str, Any]) -> Node:
+    return Node(
+        id=data["id"], namespace=data["namespace"], parent_id=data.get("parent_id"),
+        name=data["name"], kind=data["kind"], version=int(data["version"]),
+        path=data["path"], content=data.get("content"), metadata=data.get("metadata") or {},
+        created_at=_time(data.get("created_at")), updated_at=_time(data.get("updated_at")),
+    )
+
+
+def result_of(data: dict[str, Any]) -> MutationResult:
+    return MutationResult(node_of(data["node"]), data.get("seq"))
+
+
+def error_of(response: httpx.Response) -> ce.CoordinatorError:
+    """The typed error an error response stands for (``.status`` and ``.index`` set)."""
+    try:
+        detail = response.json()["error"]
+        code, message = str(detail["code"]), str(detail["message"])
+        index = detail.get("index")
+    except (ValueError, KeyError, TypeError):
+        code, message, index = "http_error", response.text[:500], None
+    cls = ERRORS.get(code)
+    if cls is None:
+        cls = InvalidRequest if response.status_code in (400, 422) else ce.CoordinatorError
+    exc = cls(message)
+    exc.status = response.status_code  # type: ignore[attr-defined]
+    exc.index = index  # type: ignore[attr-defined]
+    return exc
+
+
+class Client:
+    """The ``Coordinator`` API over HTTP. Thread-safe (one ``httpx.Client`` pool)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        *,
+        timeout: float = 30.0,
+        retries: int = 4,
+        max_backoff: float = 5.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.retries = retries
+        self.max_backoff = max_backoff
+        self.http = httpx.Client(
+            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, transport=transport
+        )
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ transport
+
+    def request(
+        self, method: str, url: str, *, mutation: bool = False, json: Any = None,
+        params: dict[str, Any] | None = None, headers: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """Send with retries; returns the decoded JSON body or raises a typed error."""
+        headers = dict(headers or {})
+        if mutation:
+            headers.setdefault("Idempotency-Key", uuid.uuid4().hex)
+        params = {k: v for k, v in (params or {}).items() if v is not None}
+        extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+        for attempt in range(self.retries + 1):
+            last = attempt == self.retries
+            try:
+                response = self.http.request(
+                    method, url, json=json, params=params, headers=headers, **extra
+                )
+            except httpx.TransportError as exc:
+                if last:
+                    raise ce.Unavailable(f"{method} {url}: {exc}") from exc
+                self._sleep(attempt, None)
+                continue
+            if response.status_code in RETRY_STATUSES and not last:
+                self._sleep(attempt, response.headers.get("Retry-After"))
+                continue
+            if response.status_code >= 400:
+                raise error_of(response)
+            return response.json()
+        raise AssertionError("unreachable")
+
+    def _sleep(self, attempt: int, retry_after: str | None) -> None:
+        delay = min(self.max_backoff, 0.05 * 2**attempt) * (0.5 + random.random())
+        if retry_after and retry_after.isdigit():
+            delay = min(self.max_backoff, max(delay, float(retry_after)))
+        time.sleep(delay)
+
+    @staticmethod
+    def _ns(ns: str) -> str:
+        return f"/v1/namespaces/{_quote(ns)}"
+
+    def _node(self, ns: str, ref: str, suffix: str = "") -> tuple[str, dict[str, Any]]:
+        """URL and params for a node named by path (starts with '/') or by id."""
+        if ref.startswith("/"):
+            return f"{self._ns(ns)}/node{suffix}", {"path": ref}
+        return f"{self._ns(ns)}/nodes/{_quote(ref)}{suffix}", {}
+
+    # ----------------------------------------------------------- namespaces
+
+    def create_namespace(self, name: str) -> MutationResult:
+        return result_of(self.request("POST", "/v1/namespaces", json={"name": name}))
+
+    def drop_namespace(self, name: str, force: bool = False) -> MutationResult:
+        return result_of(self.request("DELETE", self._ns(name), params={"force": force}))
+
+    def namespaces(self) -> list[str]:
+        return list(self.request("GET", "/v1/namespaces")["namespaces"])
+
+    # ------------------------------------------------------------ mutations
+
+    def mkdir(self, ns: str, path: str, parents: bool = False) -> MutationResult:
+        return result_of(self.request("POST", f"{self._ns(ns)}/dirs", mutation=True,
+                                      json={"path": path, "parents": parents}))
+
+    def create_file(
+        self, ns: str, path: str, content: str = "", metadata: dict[str, Any] | None = None
+    ) -> MutationResult:
+        return result_of(self.request(
+            "POST", f"{self._ns(ns)}/files", mutation=True,
+            json={"path": path, "content": content, "metadata": metadata},
+        ))
+
+    def write_file(
+        self, ns: str, ref: str, content: str, metadata: dict[str, Any] | None = None,
+        if_version: int | None = None,
+    ) -> MutationResult:
+        url, params = self._node(ns, ref, "/content")
+        return result_of(self.request(
+            "PUT", url, params=params, mutation=True,
+            json={"content": content, "metadata": metadata, "if_version": if_version},
+        ))
+
+    def move(
+        self, ns: str, src: str, dst_path: str, if_version: int | None = None
+    ) -> MutationResult:
+        url, params = self._node(ns, src, "/move")
+        return result_of(self.request("POST", url, params=params, mutation=True,
+                                      json={"dst": dst_path, "if_version": if_version}))
+
+    def rename(
+        self, ns: str, ref: str, new_name: str, if_version: int | None = None
+    ) -> MutationResult:
+        url, params = self._node(ns, ref, "/rename")
+        return result_of(self.request("POST", url, params=params, mutation=True,
+                                      json={"name": new_name, "if_version": if_version}))
+
+    def delete(
+        self, ns: str, ref: str, recursive: bool = False, if_version: int | None = None
+    ) -> MutationResult:
+        url, params = self._node(ns, ref)
+        params.update(recursive=recursive, if_version=if_version)
+        return result_of(self.request("DELETE", url, params=params, mutation=True))
+
+    def apply(self, namespace: str, ops: Sequence[Operation]) -> list[MutationResult]:
+        """Apply operations atomically; a failure raises the error of the first failing
+        operation, with its position in ``.index``."""
+        body = {"operations": [_op_json(op) for op in ops]}
+        data = self.request("POST", f"{self._ns(namespace)}/batch", mutation=True, json=body)
+        return [result_of(r) for r in data["results"]]
+
+    def transaction(self, namespace: str) -> Any:
+        raise NotImplementedError("transaction() is in-process only; use apply(ns, ops)")
+
+    # ---------------------------------------------------------------- reads
+
+    def stat(self, ns: str, path: str) -> Node:
+        url, params = self._node(ns, path)
+        return node_of(self.request("GET", url, params=params))
+
+    def get(self, ns: str, node_id: str) -> Node:
+        url, params = self._node(ns, node_id)
+        return node_of(self.request("GET", url, params=params))
+
+    def listdir(
+        self, ns: str, path: str = "/", after: str | None = None, limit: int | None = None
+    ) -> list[Node]:
+        """Children by name; without ``limit``, every page."""
+        url, params = self._node(ns, path, "/children")
+        cursor = encode_name_cursor(after) if after is not None else None
+        out: list[Node] = []
+        while True:
+            page_size = 1000 if limit is None else min(1000, limit - len(out))
+            data = self.request("GET", url, params={**params, "cursor": cursor,
+                                                    "limit": page_size})
+            out.extend(node_of(n) for n in data["nodes"])
+            cursor = data.get("cursor")
+            if cursor is None or (limit is not None and len(out) >= limit):
+                return out
+
+    def walk(self, ns: str, path: str = "/", batch: int = 1000) -> Iterator[Node]:
+        """The subtree depth first, page by page (not one snapshot; no file content)."""
+        top = self.stat(ns, path)
+        yield top
+        if top.is_dir:
+            for child in self.listdir(ns, top.path):
+                yield from self.walk(ns, child.path) if child.is_dir else iter([child])
+
+    def read_events(
+        self, after: int | None = None, limit: int = 1000, *,
+        namespaces: Sequence[str] | None = None, partition: object = None,
+        until: int | None = None, wait: float = 5.0,
+    ) -> tuple[list[Event], int]:
+        """One namespace's events after ``after``; ``wait`` long-polls for the first."""
+        if namespaces is None or len(namespaces) != 1 or partition is not None or until:
+            raise NotImplementedError("over HTTP, read_events follows exactly one namespace")
+        data = self.request(
+            "GET", f"{self._ns(namespaces[0])}/events",
+            params={"after": None if after is None else str(after), "limit": min(limit, 1000),
+                    "wait": wait},
+            timeout=self.http.timeout.read + wait if self.http.timeout.read else None,
+        )
+        events = [
+            Event(position=int(e["position"]), namespace=e["namespace"], type=e["type"],
+                  node_id=e.get("node_id"), payload=e["payload"],
+                  committed_at=datetime.fromisoformat(e["committed_at"]))
+            for e in data["events"]
+        ]
+        return events, int(data["cursor"])
+
+    def search(
+        self, ns: str, q: str | None = None, *, under: str | None = None,
+        dir: str | None = None, kind: str | None = None, limit: int = 20,
+        cursor: str | None = None, min_seq: int | None = None,
+    ) -> dict[str, Any]:
+        """One page of search results: ``{"hits": [...], "cursor": ...}``."""
+        result: dict[str, Any] = self.request(
+            "GET", f"{self._ns(ns)}/search",
+            params={"q": q, "under": under, "dir": dir, "kind": kind, "limit": limit,
+                    "cursor": cursor, "min_seq": min_seq},
+        )
+        return result
+
+
+def _quote(segment: str) -> str:
+    return quote(segment, safe="")
+
+
+def _op_json(op: Operation) -> dict[str, Any]:
+    """An ``Operation`` as a batch item (positional arguments named as in ``GroupTx``)."""
+    names = {
+        "mkdir": ("path", "parents"),
+        "create_file": ("path", "content", "metadata"),
+        "write_file": ("ref", "content", "metadata", "if_version"),
+        "move": ("ref", "dst", "if_version"),
+        "rename": ("ref", "name", "if_version"),
+        "delete": ("ref", "recursive", "if_version"),
+    }[op.op]
+    aliases = {"src": "ref", "dst_path": "dst", "new_name": "name"}
+    item: dict[str, Any] = {"op": op.op}
+    item.update(zip(names, op.args, strict=False))
+    for key, value in op.kwargs:
+        item[aliases.get(key, key)] = value
+    return item
+
+
+__all__ = ["Client", "Forbidden", "InvalidRequest", "Unauthorized", "error_of"]

@@ -1,0 +1,125 @@
+"""``pathkeeper serve`` and ``pathkeeper keys create|revoke|list``."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import sys
+
+import click
+
+from ..cli import DATABASE_URL_ENV, database_url_option
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@click.command()
+@database_url_option
+@click.option("--es-url", envvar="PATHKEEPER_ES_URL", default=None,
+              help="Elasticsearch URL for search (env PATHKEEPER_ES_URL).")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8080, show_default=True, type=int)
+@click.option("--no-auth", is_flag=True,
+              help="Disable API keys (local development; refused on a non-loopback host).")
+@click.option("--index-alias", default="pathkeeper-nodes", show_default=True)
+@click.option("--workers", default=1, show_default=True, type=int,
+              help="uvicorn worker processes.")
+@click.option("--max-inflight", default=64, show_default=True, type=int)
+@click.option("--statement-timeout", default=10.0, show_default=True, type=float)
+@click.option("--idempotency-ttl", default=24 * 3600.0, show_default=True, type=float,
+              help="Seconds an Idempotency-Key is remembered.")
+@click.option("--log-level", default="info", show_default=True)
+def serve(
+    database_url: str, es_url: str | None, host: str, port: int, no_auth: bool,
+    index_alias: str, workers: int, max_inflight: int, statement_timeout: float,
+    idempotency_ttl: float, log_level: str,
+) -> None:
+    """Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs)."""
+    import uvicorn
+
+    from .app import create_app
+    from .settings import ServiceSettings
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s "
+                        "%(message)s")
+    if no_auth and not is_loopback(host):
+        raise click.UsageError(
+            f"--no-auth is refused when serving on {host}: bind to 127.0.0.1 or use API keys"
+        )
+    settings = ServiceSettings(
+        database_url=database_url, es_url=es_url, index_alias=index_alias, auth=not no_auth,
+        max_inflight=max_inflight, statement_timeout_seconds=statement_timeout,
+        idempotency_ttl_seconds=idempotency_ttl,
+    )
+    if no_auth:
+        click.secho("WARNING: authentication is disabled (--no-auth); local development only",
+                    fg="red", bold=True, err=True)
+    click.echo(f"serving on http://{host}:{port}  (docs: http://{host}:{port}/docs)")
+    if workers > 1:
+        click.echo("--workers > 1 is not supported by the app factory; using 1", err=True)
+    uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level,
+                access_log=False)
+
+
+@click.group()
+def keys() -> None:
+    """API keys for the HTTP API."""
+
+
+@keys.command("create")
+@database_url_option
+@click.option("--namespace", "namespaces", multiple=True, required=True,
+              help="A namespace the key may use (repeat; '*' for all).")
+@click.option("--scope", type=click.Choice(["read", "write", "admin"]), required=True)
+@click.option("--label", default="", help="A note to recognise the key by.")
+def keys_create(database_url: str, namespaces: tuple[str, ...], scope: str, label: str) -> None:
+    """Create a key and print its secret (shown once; only a hash is stored)."""
+    from ..api import Coordinator
+    from .auth import create_key
+
+    with Coordinator.connect(database_url) as coord:
+        try:
+            key_id, secret = create_key(coord.engine, list(namespaces), scope, label)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from exc
+    click.echo(f"id:     {key_id}")
+    click.echo(f"secret: {secret}")
+    click.echo("The secret is shown only now; store it safely.", err=True)
+
+
+@keys.command("revoke")
+@database_url_option
+@click.argument("key_id")
+def keys_revoke(database_url: str, key_id: str) -> None:
+    """Revoke a key by id (takes effect within the server's auth cache time)."""
+    from ..api import Coordinator
+    from .auth import revoke_key
+
+    with Coordinator.connect(database_url) as coord:
+        if not revoke_key(coord.engine, key_id):
+            click.echo(f"no active key {key_id}", err=True)
+            sys.exit(1)
+    click.echo(f"revoked {key_id}")
+
+
+@keys.command("list")
+@database_url_option
+def keys_list(database_url: str) -> None:
+    """List keys (never their secrets)."""
+    from ..api import Coordinator
+    from .auth import list_keys
+
+    with Coordinator.connect(database_url) as coord:
+        for k in list_keys(coord.engine):
+            state = f"revoked {k.revoked_at:%Y-%m-%d %H:%M}" if k.revoked_at else "active"
+            click.echo(f"{k.id}  {k.scope:<5}  {','.join(k.namespaces)}  {state}  {k.label}")
+
+
+__all__ = ["DATABASE_URL_ENV", "keys", "serve"]

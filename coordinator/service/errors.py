@@ -1,0 +1,140 @@
+"""The HTTP edge of the error hierarchy: one JSON shape, one status per error class.
+
+Every error answer is ``{"error": {"code": ..., "message": ...}}`` (plus ``index``
+for the failing operation of a batch). ``code`` is the coordinator error's stable
+``.code`` or one of the service's own codes below.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .. import errors as ce
+
+#: Checked in order: subclasses before their bases.
+STATUS: list[tuple[type[ce.CoordinatorError], int]] = [
+    (ce.NotFound, 404),
+    (ce.AlreadyExists, 409),
+    (ce.DirectoryNotEmpty, 409),
+    (ce.Conflict, 409),
+    # The tree's current state does not allow the operation, like AlreadyExists.
+    (ce.NotADirectory, 409),
+    (ce.IsADirectory, 409),
+    (ce.InvalidName, 422),  # also InvalidPath, InvalidContent
+    (ce.InvalidMove, 400),
+    (ce.TooLarge, 413),
+    (ce.Unavailable, 503),
+]
+
+
+class ServiceError(Exception):
+    """An error raised by the HTTP layer itself (auth, limits, malformed requests)."""
+
+    def __init__(
+        self, status: int, code: str, message: str, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = headers or {}
+
+
+class BatchError(Exception):
+    """Operation ``index`` of a batch failed with ``error``; nothing of the batch applied."""
+
+    def __init__(self, index: int, error: ce.CoordinatorError) -> None:
+        super().__init__(str(error))
+        self.index = index
+        self.error = error
+
+
+def unauthorized(message: str = "missing or invalid API key") -> ServiceError:
+    return ServiceError(401, "unauthorized", message, {"WWW-Authenticate": "Bearer"})
+
+
+def forbidden(message: str) -> ServiceError:
+    return ServiceError(403, "forbidden", message)
+
+
+def hidden_namespace(ns: str) -> ce.NotFound:
+    """What a key gets for a namespace it may not use: the same answer as a missing one."""
+    return ce.NotFound(f"no namespace {ns!r}")
+
+
+def status_of(exc: ce.CoordinatorError) -> int:
+    for cls, status in STATUS:
+        if isinstance(exc, cls):
+            return status
+    return 500
+
+
+def body(code: str, message: str, **extra: Any) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, **extra}}
+
+
+def coordinator_response(
+    exc: ce.CoordinatorError, retry_after: int, **extra: Any
+) -> JSONResponse:
+    status = status_of(exc)
+    headers = {"Retry-After": str(retry_after)} if status in (429, 503) else None
+    return JSONResponse(body(exc.code, str(exc), **extra), status, headers=headers)
+
+
+def install(app: Any, retry_after: int) -> None:
+    """Register the exception handlers that give every error the one JSON shape."""
+
+    async def on_coordinator(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ce.CoordinatorError)
+        return coordinator_response(exc, retry_after)
+
+    async def on_batch(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, BatchError)
+        return coordinator_response(exc.error, retry_after, index=exc.index)
+
+    async def on_service(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ServiceError)
+        headers = dict(exc.headers)
+        if exc.status in (429, 503):
+            headers.setdefault("Retry-After", str(retry_after))
+        return JSONResponse(body(exc.code, exc.message), exc.status, headers=headers or None)
+
+    async def on_pool_timeout(_: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse(
+            body("unavailable", f"no database connection available in time: {exc}"),
+            503,
+            headers={"Retry-After": str(retry_after)},
+        )
+
+    async def on_validation(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        parts = []
+        for err in exc.errors()[:5]:
+            where = ".".join(str(p) for p in err.get("loc", ()))
+            parts.append(f"{where}: {err.get('msg', 'invalid')}")
+        return JSONResponse(body("invalid_request", "; ".join(parts) or "invalid request"), 422)
+
+    async def on_http(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return JSONResponse(
+            body(code, str(exc.detail)), exc.status_code, headers=getattr(exc, "headers", None)
+        )
+
+    async def on_unexpected(_: Request, exc: Exception) -> JSONResponse:
+        # Starlette logs the traceback; the client still gets the one error shape.
+        return JSONResponse(body("internal", "internal server error"), 500)
+
+    app.add_exception_handler(ce.CoordinatorError, on_coordinator)
+    app.add_exception_handler(Exception, on_unexpected)
+    app.add_exception_handler(BatchError, on_batch)
+    app.add_exception_handler(ServiceError, on_service)
+    app.add_exception_handler(PoolTimeout, on_pool_timeout)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(StarletteHTTPException, on_http)

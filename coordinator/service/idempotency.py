@@ -1,0 +1,143 @@
+"""Idempotency keys: a retried mutation returns the original answer instead of applying twice.
+
+The row ``(namespace, key)`` is inserted FIRST in the mutation's own transaction
+and filled with the answer at its end, so it commits or rolls back with the change:
+
+* a retry after completion finds the committed row and replays its answer;
+* a duplicate sent while the first is still running blocks on the uncommitted
+  unique-key entry (bounded by ``lock_timeout``, then 409 ``conflict``); when the
+  first commits, the duplicate's ``INSERT ... ON CONFLICT`` sees the row, and it
+  replays the stored answer, so the change applies once; when the first rolls
+  back (it failed), the duplicate proceeds and runs the request itself;
+* a failed request stores nothing (its transaction rolled back): retrying it runs
+  it again, which is safe because it changed nothing;
+* the same key with a different request (method, path, query, If-Match, body) is
+  refused with 422 ``idempotency_key_reused``.
+
+Keys are scoped by API key (two clients cannot collide or read each other's
+answers) and expire after ``ttl`` seconds: an expired row is taken over by the
+next request with that key, and ``purge`` deletes expired rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine, text
+
+from ..api import Coordinator
+from ..tree import Retry, TreeTx
+from .errors import ServiceError
+
+MAX_KEY_LENGTH = 200
+
+CLAIM_SQL = text(
+    """
+    INSERT INTO idempotency_keys (namespace, key, request_hash, status, response, expires_at)
+    VALUES (:ns, :key, :hash, 0, '{}'::jsonb, now() + make_interval(secs => :ttl))
+    ON CONFLICT (namespace, key) DO UPDATE
+        SET request_hash = EXCLUDED.request_hash, status = 0, response = '{}'::jsonb,
+            created_at = now(), expires_at = EXCLUDED.expires_at
+        WHERE idempotency_keys.expires_at <= now()
+    RETURNING 1
+    """
+)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: int
+    body: dict[str, Any]
+    replayed: bool
+
+
+def request_hash(method: str, path: str, query: Mapping[str, str], if_match: str | None,
+                 payload: Any) -> str:
+    """A digest of everything that makes two requests the same request."""
+    canonical = json.dumps(
+        [method.upper(), path, sorted(query.items()), if_match, payload],
+        sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str,
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def check_key(key: str) -> str:
+    if not (0 < len(key) <= MAX_KEY_LENGTH) or not key.isprintable():
+        raise ServiceError(
+            422, "invalid_request",
+            f"Idempotency-Key must be 1-{MAX_KEY_LENGTH} printable characters",
+        )
+    return key
+
+
+def run_idempotent(
+    coord: Coordinator,
+    ns: str,
+    key: str | None,
+    owner: str,
+    digest: str,
+    ttl_seconds: float,
+    work: Callable[[TreeTx], tuple[int, dict[str, Any]]],
+) -> Outcome:
+    """Run ``work`` (returns status and JSON body) in one transaction on ``ns``; with a
+    key, record its answer in the same transaction or replay the recorded one."""
+    stored_key = f"{owner}:{check_key(key)}" if key is not None else None
+
+    def body(tx: TreeTx) -> Outcome:
+        if stored_key is not None:
+            params = {"ns": ns, "key": stored_key, "hash": digest, "ttl": ttl_seconds}
+            if tx.conn.execute(CLAIM_SQL, params).first() is None:
+                return _replay(tx, ns, stored_key, digest)
+        status, payload = work(tx)
+        if stored_key is not None:
+            tx.conn.execute(
+                text(
+                    "UPDATE idempotency_keys SET status = :status, "
+                    "response = CAST(:response AS jsonb) WHERE namespace = :ns AND key = :key"
+                ),
+                {"ns": ns, "key": stored_key, "status": status,
+                 "response": json.dumps(payload, ensure_ascii=False)},
+            )
+        return Outcome(status, payload, False)
+
+    return coord.run(ns, body)
+
+
+def _replay(tx: TreeTx, ns: str, stored_key: str, digest: str) -> Outcome:
+    # READ COMMITTED: this new statement sees the row the conflicting writer committed.
+    row = tx.conn.execute(
+        text(
+            "SELECT request_hash, status, response FROM idempotency_keys "
+            "WHERE namespace = :ns AND key = :key"
+        ),
+        {"ns": ns, "key": stored_key},
+    ).one_or_none()
+    if row is None:  # purged between the two statements: start over
+        raise Retry()
+    if row.request_hash != digest:
+        raise ServiceError(
+            422, "idempotency_key_reused",
+            "this Idempotency-Key was used for a different request",
+        )
+    return Outcome(int(row.status), dict(row.response), True)
+
+
+def purge(engine: Engine, batch: int = 10_000) -> int:
+    """Delete expired rows; returns how many."""
+    total = 0
+    while True:
+        with engine.begin() as conn:
+            n = conn.execute(
+                text(
+                    "DELETE FROM idempotency_keys WHERE ctid = ANY(ARRAY("
+                    "SELECT ctid FROM idempotency_keys WHERE expires_at <= now() LIMIT :n))"
+                ),
+                {"n": batch},
+            ).rowcount
+        total += n
+        if n < batch:
+            return total

@@ -1,0 +1,47 @@
+"""Settings of the HTTP service: one frozen object, built by the CLI or by tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import paths
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    database_url: str
+    #: Elasticsearch URL; without it the search endpoint answers 503.
+    es_url: str | None = None
+    index_alias: str = "pathkeeper-nodes"
+    #: False only for local development (``--no-auth``): every request is an admin.
+    auth: bool = True
+    #: How long a validated API key is trusted before it is looked up again (so a
+    #: revocation takes effect within this many seconds). 0 disables the cache.
+    auth_cache_seconds: float = 5.0
+    idempotency_ttl_seconds: float = 24 * 3600.0
+    #: Expired idempotency rows are deleted this often (seconds) by the app.
+    idempotency_purge_seconds: float = 600.0
+    max_body_bytes: int = 8 * 1024 * 1024
+    max_path_bytes: int = paths.MAX_PATH_BYTES
+    max_depth: int = paths.MAX_DEPTH
+    max_page: int = 1000
+    default_page: int = 100
+    #: Requests in flight beyond this are refused at once with 429 + Retry-After.
+    max_inflight: int = 64
+    #: A statement running longer than this is cancelled by PostgreSQL -> 503.
+    statement_timeout_seconds: float = 10.0
+    #: Waiting longer than this for a pooled connection -> 503.
+    pool_timeout_seconds: float = 5.0
+    lock_timeout_seconds: float = 3.0
+    pool_size: int = 10
+    max_overflow: int = 20
+    #: Caps of the long polls (change feed ``wait``, search ``min_seq``).
+    max_feed_wait_seconds: float = 30.0
+    max_index_wait_seconds: float = 10.0
+    retry_after_seconds: int = 1
+    #: The indexer's checkpoint consumer (for /readyz lag and ``min_seq``); default:
+    #: the one writing to ``index_alias``.
+    indexer_consumer: str | None = None
+    #: Extra keyword arguments for ``Coordinator.connect``.
+    coordinator_options: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,331 @@
+"""The event log is gap-safe: a reader never moves past a position below which an event
+can still commit, reads whole transactions only, and is not blocked by holes."""
+
+from __future__ import annotations
+
+import functools
+import random
+import threading
+import time
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from tree_checks import node_rows, run_threads, wait_for_lock_waiter
+
+from coordinator import Coordinator, Event
+from coordinator.models import POSITION_BLOCK
+from coordinator.tree import TreeTx
+
+SHORT = 0.2  # how long a read may wait for in-flight transactions in "must see nothing" checks
+
+
+def positions(events: list[Event]) -> list[int]:
+    return [e.position for e in events]
+
+
+def read_all(coord: Coordinator, after: int | None = None) -> tuple[list[Event], int]:
+    """Everything safe to read now, following the cursor to the end."""
+    out: list[Event] = []
+    cursor = after
+    while True:
+        batch, nxt = coord.read_events(after=cursor, limit=500, wait=10.0)
+        out += batch
+        if not batch and nxt == (cursor or 0):
+            return out, nxt
+        cursor = nxt
+
+
+def take_position_then(tx: TreeTx, *paths: str) -> None:
+    """Make directories, then take the transaction's block of positions now (the unit of
+    work would do it as its last statement before COMMIT): from here until the commit
+    the transaction holds positions that no reader can see yet."""
+    for path in paths:
+        tx.mkdir(path)
+    tx.events.flush()
+
+
+def test_transaction_that_took_its_position_first_commits_last(coord: Coordinator) -> None:
+    coord.create_namespace("t")
+    _, start = read_all(coord)
+    a_holds_position = threading.Event()
+    a_may_commit = threading.Event()
+
+    def transaction_a() -> None:
+        def body(tx: TreeTx) -> None:
+            take_position_then(tx, "/a1", "/a2")
+            a_holds_position.set()
+            assert a_may_commit.wait(30)
+
+        coord.run("t", body)
+
+    worker = threading.Thread(target=transaction_a, daemon=True)
+    worker.start()
+    assert a_holds_position.wait(30)
+    b = coord.mkdir("t", "/b")  # commits now, with a higher position than A's
+    assert b.seq is not None
+    # B is committed, but A (lower position) is still open: B must not be handed out,
+    # or a reader would move its cursor past A's position and never see A.
+    events, cursor = coord.read_events(after=start, wait=SHORT)
+    assert events == []
+    assert cursor == start
+    a_may_commit.set()
+    worker.join(30)
+    events, cursor = coord.read_events(after=cursor, wait=10.0)
+    assert [(e.type, e.payload["path"]) for e in events] == [
+        ("created", "/a1"), ("created", "/a2"), ("created", "/b")
+    ]
+    assert positions(events) == sorted(positions(events))
+    assert events[-1].position == b.seq
+    assert cursor >= b.seq
+
+
+def test_open_transaction_with_the_newest_id_is_not_skipped(coord: Coordinator) -> None:
+    """The open transaction has the newest transaction id (nothing committed after it
+    got its id): a snapshot's in-progress list omits such a transaction, and a reader
+    that trusted it moved its cursor past the open block and lost its events."""
+    coord.create_namespace("t")
+    _, start = read_all(coord)
+    early = coord.mkdir("t", "/early")
+    seen: list[tuple[list[Event], int]] = []
+
+    def body(tx: TreeTx) -> None:
+        take_position_then(tx, "/open")
+        # A separate client: the reader waits briefly for the open transaction, then gives
+        # up and returns what is already safe (nothing past the open block).
+        seen.append(coord.read_events(after=start, wait=SHORT))
+
+    coord.run("t", body)
+    events, cursor = seen[0]
+    assert positions(events) in ([], [early.seq])
+    assert all(e.payload["path"] != "/open" for e in events)
+    events2, _ = coord.read_events(after=cursor, wait=10.0)
+    assert [e.payload["path"] for e in events + events2] == ["/early", "/open"]
+
+
+def test_group_is_never_split_between_reads(coord: Coordinator) -> None:
+    coord.create_namespace("t")
+    _, start = read_all(coord)
+    with coord.transaction("t") as g:
+        for i in range(5):
+            g.mkdir(f"/g{i}")
+    coord.mkdir("t", "/after")
+    events, cursor = coord.read_events(after=start, limit=1, wait=10.0)
+    assert [e.payload["path"] for e in events] == [f"/g{i}" for i in range(5)]
+    assert len({e.transaction_block for e in events}) == 1
+    events, cursor = coord.read_events(after=cursor, limit=1, wait=10.0)
+    assert [e.payload["path"] for e in events] == ["/after"]
+
+
+def test_rolled_back_transaction_leaves_a_hole_that_never_blocks(coord: Coordinator) -> None:
+    coord.create_namespace("t")
+    _, start = read_all(coord)
+    def body(tx: TreeTx) -> None:
+        take_position_then(tx, "/lost")  # takes a block of positions, then rolls back
+        raise RuntimeError("abandon")
+
+    with pytest.raises(RuntimeError):
+        coord.run("t", body)
+    kept = coord.mkdir("t", "/kept")
+    # If the hole were waited for, this read would time out and return nothing.
+    events, _ = coord.read_events(after=start, wait=5.0)
+    assert [(e.position, e.payload["path"]) for e in events] == [(kept.seq, "/kept")]
+    assert kept.seq is not None and kept.seq - start > POSITION_BLOCK  # there is a hole
+
+
+def test_write_storm_live_reader_matches_final_read(coord: Coordinator) -> None:
+    """Writers take a position, pause a random while, then commit (or roll back); a live
+    reader follows the whole time. It must see exactly what a final full read sees."""
+    coord.create_namespace("t")
+    writers, per_writer = 6, 25
+    stop = threading.Event()
+    live: list[Event] = []
+    committed: list[int] = []
+    lock = threading.Lock()
+
+    def writer(w: int) -> None:
+        rng = random.Random(w)
+        for i in range(per_writer):
+
+            def body(tx: TreeTx, i: int = i) -> int:
+                first = tx.mkdir(f"/w{w}-{i}")
+                if rng.random() < 0.3:
+                    tx.create_file(f"/w{w}-{i}/f")
+                tx.events.flush()
+                time.sleep(rng.random() * 0.02)  # the hazard: position taken, not committed
+                if rng.random() < 0.1:
+                    raise KeyError("roll back")
+                return int(first.seq or 0)
+
+            try:
+                seq = coord.run("t", body)
+                with lock:
+                    committed.append(seq)
+            except KeyError:
+                pass
+
+    def reader() -> None:
+        cursor: int | None = None
+        while True:
+            done = stop.is_set()  # read once more after the writers finished
+            events, cursor = coord.read_events(after=cursor, limit=7, wait=1.0)
+            live.extend(events)
+            if done and not events:
+                return
+
+    reading = threading.Thread(target=reader, daemon=True)
+    reading.start()
+    run_threads([functools.partial(writer, w) for w in range(writers)], timeout=120)
+    stop.set()
+    reading.join(60)
+    assert not reading.is_alive()
+    final, _ = read_all(coord)
+    assert positions(live) == positions(final)  # nothing skipped, nothing twice, same order
+    assert positions(final) == sorted(set(positions(final)))
+    firsts = {e.position for e in final if e.type == "created" and e.payload["kind"] == "dir"}
+    assert set(committed) <= firsts
+    assert len(committed) > writers * per_writer // 2
+    # Every committed directory is in the log exactly once.
+    dirs = [e.payload["path"] for e in final if e.type == "created" and e.payload["kind"] == "dir"]
+    assert len(dirs) == len(set(dirs)) == len(committed)
+
+
+def test_read_events_filters_and_until(coord: Coordinator) -> None:
+    coord.create_namespace("n1")
+    coord.create_namespace("n2")
+    a = coord.mkdir("n1", "/a")
+    coord.mkdir("n2", "/b")
+    c = coord.mkdir("n1", "/c")
+    only_n1, _ = coord.read_events(namespaces=["n1"], wait=5.0)
+    assert [e.type for e in only_n1] == ["namespace_created", "created", "created"]
+    assert {e.namespace for e in only_n1} == {"n1"}
+    upto, cursor = coord.read_events(until=a.seq, wait=5.0)
+    assert positions(upto)[-1] == a.seq and cursor == a.seq
+    assert c.seq is not None
+    from coordinator import Partition
+
+    parts = [coord.read_events(partition=Partition(i, 3), wait=5.0)[0] for i in range(3)]
+    merged = sorted((e for p in parts for e in p), key=lambda e: e.position)
+    assert positions(merged) == positions(read_all(coord)[0])
+    for p in parts:  # a namespace lives in exactly one partition
+        assert all({e.namespace for e in p}.isdisjoint({e.namespace for e in q})
+                   for q in parts if q is not p)
+
+
+def test_event_payloads_replay_the_tree_by_id(coord: Coordinator) -> None:
+    """Applying the log in position order by ids (parent_id, name) rebuilds ``nodes``
+    exactly, after a storm of concurrent single-operation changes."""
+    coord.create_namespace("t")
+    ids = [coord.mkdir("t", f"/d{i}").node.id for i in range(6)]
+    root = coord.stat("t", "/").id
+
+    def client(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(30):
+            op = rng.random()
+            try:
+                if op < 0.4:
+                    src, dst = rng.choice(ids), rng.choice([*ids, root])
+                    coord.move("t", src, coord.get("t", dst).path.rstrip("/") + "/"
+                               + coord.get("t", src).name)
+                elif op < 0.8:
+                    where = coord.get("t", rng.choice(ids)).path
+                    coord.create_file("t", f"{where}/f{rng.randrange(50)}", "x")
+                else:
+                    d = coord.get("t", rng.choice(ids)).path
+                    kids = coord.listdir("t", d)
+                    files = [k for k in kids if not k.is_dir]
+                    if files:
+                        coord.delete("t", files[0].id)
+            except Exception as exc:
+                from coordinator import AlreadyExists, InvalidMove, NotFound
+
+                if not isinstance(exc, (AlreadyExists, InvalidMove, NotFound)):
+                    raise
+
+    run_threads([functools.partial(client, s) for s in range(4)], timeout=120)
+    events, _ = read_all(coord)
+    tree: dict[str, tuple[str | None, str]] = {}
+    for e in events:
+        if e.namespace != "t":
+            continue
+        p: dict[str, Any] = e.payload
+        if e.type == "namespace_created":
+            tree[p["root_id"]] = (None, "")
+        elif e.type in ("created", "moved"):
+            assert e.type == "moved" or p["id"] not in tree
+            assert p["parent_id"] in tree  # the parent exists at this point of the log
+            tree[p["id"]] = (p["parent_id"], p["name"])
+        elif e.type == "deleted":
+            assert p["kind"] == "file"
+            del tree[p["id"]]
+    rows = {str(r[0]): (str(r[1]) if r[1] else None, r[2]) for r in node_rows(coord, "t")}
+    assert tree == rows
+
+
+def test_each_transaction_takes_one_block(coord: Coordinator) -> None:
+    coord.create_namespace("t")
+    r = coord.apply("t", [])
+    assert r == []
+    from coordinator import Operation
+
+    res = coord.apply("t", [Operation.of("mkdir", "/x"), Operation.of("mkdir", "/x/y")])
+    assert res[1].seq == res[0].seq + 1  # type: ignore[operator]
+    with coord.engine.connect() as conn:
+        xids = conn.execute(
+            text("SELECT count(DISTINCT xid) FROM events WHERE position = ANY(:p)"),
+            {"p": [res[0].seq, res[1].seq]},
+        ).scalar_one()
+    assert xids == 1
+
+
+# ------------------------------------------------------------------ ordering of dependent changes
+# A transaction takes its block of positions as its last statement, after every lock
+# wait: changes that build on each other come out in the order they happened.
+
+
+def test_group_waiting_after_its_first_event_replays_in_order(coord: Coordinator) -> None:
+    coord.create_namespace("t")
+    y = coord.mkdir("t", "/y").node.id
+    _, start = read_all(coord)
+    renamed = threading.Event()
+
+    def other() -> None:
+        with coord.transaction("t") as g3:
+            g3.rename(y, "y2")  # takes its position after the group below took its own
+            renamed.set()
+            wait_for_lock_waiter(coord)  # commit while the group waits for this row
+
+    with coord.transaction("t") as g:
+        g.mkdir("/x")
+        worker = threading.Thread(target=other, daemon=True)
+        worker.start()
+        assert renamed.wait(30)
+        g.rename(y, "z")  # waits for `other`, then renames y2 -> z
+    worker.join(30)
+    events, _ = read_all(coord, start)
+    last_name = [e.payload["name"] for e in events if e.type == "moved"][-1]
+    assert coord.get("t", y).name == "z"
+    assert last_name == "z"  # replaying in position order must end where the tree is
+
+
+def test_payload_paths_replay_in_position_order(coord: Coordinator) -> None:
+    """A create that resolved its parent's path while a rename of an ancestor was still
+    open commits first, so it comes first. (Payload paths are still as the writer
+    resolved them: the eventlog docstring says why consumers derive paths from ids.)"""
+    coord.create_namespace("t")
+    coord.mkdir("t", "/d1/d2_3", parents=True)
+    _, start = read_all(coord)
+    with coord.transaction("t") as g:
+        g.rename("/d1", "d1x")
+        run_threads([lambda: coord.create_file("t", "/d1/d2_3/f")])
+    events, _ = read_all(coord, start)
+    paths: set[str] = {"/d1", "/d1/d2_3"}
+    for e in events:
+        if e.type == "moved":
+            old, new = e.payload["old_path"], e.payload["path"]
+            paths = {new + p[len(old):] if p == old or p.startswith(old + "/") else p
+                     for p in paths}
+        elif e.type == "created":
+            paths.add(e.payload["path"])
+    assert paths == {n.path for n in coord.walk("t")} - {"/"}

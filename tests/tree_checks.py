@@ -1,0 +1,194 @@
+"""Shared test helpers: direct SQL views of the tables and a thread runner that re-raises.
+
+They read the tables with plain SQL, deliberately not through the Coordinator, so
+that a claim about the tree is checked independently of the code under test.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sqlalchemy import text
+
+from coordinator import Coordinator
+
+REACHABLE_SQL = text(
+    """
+    WITH RECURSIVE reach(id, depth) AS (
+        SELECT id, 0 FROM nodes WHERE namespace = :ns AND parent_id IS NULL
+      UNION ALL
+        SELECT n.id, r.depth + 1 FROM reach r
+        JOIN nodes n ON n.namespace = :ns AND n.parent_id = r.id
+        WHERE r.depth < 10000
+    )
+    SELECT count(*) AS reached, count(DISTINCT id) AS distinct_ids, max(depth) AS depth
+    FROM reach
+    """
+)
+
+
+def node_rows(coord: Coordinator, ns: str) -> list[tuple[Any, ...]]:
+    """Every row of the namespace's nodes, sorted: a snapshot to compare before/after."""
+    with coord.engine.connect() as conn:
+        return [
+            tuple(r)
+            for r in conn.execute(
+                text(
+                    "SELECT id, parent_id, name, kind, content, metadata, version "
+                    "FROM nodes WHERE namespace = :ns ORDER BY id"
+                ),
+                {"ns": ns},
+            )
+        ]
+
+
+def event_rows(coord: Coordinator) -> list[tuple[Any, ...]]:
+    """Every row of the event log, by position."""
+    with coord.engine.connect() as conn:
+        return [
+            tuple(r)
+            for r in conn.execute(
+                text("SELECT position, namespace, type, node_id, payload FROM events "
+                     "ORDER BY position")
+            )
+        ]
+
+
+def db_state(coord: Coordinator, ns: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    return node_rows(coord, ns), event_rows(coord)
+
+
+def check_tree(coord: Coordinator, ns: str) -> int:
+    """Assert the namespace is one tree: every row reachable from the single root exactly
+    once (so no cycle, no detached subtree), sibling names unique, and ``walk`` agrees.
+    Returns the number of nodes."""
+    with coord.engine.connect() as conn:
+        total = conn.execute(
+            text("SELECT count(*) FROM nodes WHERE namespace = :ns"), {"ns": ns}
+        ).scalar_one()
+        roots = conn.execute(
+            text("SELECT count(*) FROM nodes WHERE namespace = :ns AND parent_id IS NULL"),
+            {"ns": ns},
+        ).scalar_one()
+        reach = conn.execute(REACHABLE_SQL, {"ns": ns}).one()
+        dup_names = conn.execute(
+            text(
+                "SELECT parent_id, name FROM nodes WHERE namespace = :ns "
+                "GROUP BY parent_id, name HAVING count(*) > 1"
+            ),
+            {"ns": ns},
+        ).all()
+    assert roots == 1
+    # A cycle would be unreachable from the root (each node has one parent), so it
+    # shows up as reached < total; a node reached twice would mean a broken adjacency.
+    assert reach.reached == total, f"{total - reach.reached} nodes do not reach the root"
+    assert reach.distinct_ids == total
+    assert dup_names == []
+    walked = list(coord.walk(ns))
+    assert len(walked) == total
+    assert len({n.path for n in walked}) == total
+    return int(total)
+
+
+def at_barrier(barrier: threading.Barrier, fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
+    """A thread body that waits at ``barrier`` and then calls ``fn(*args)``."""
+
+    def go() -> Any:
+        barrier.wait()
+        return fn(*args)
+
+    return go
+
+
+def run_threads(targets: Sequence[Callable[[], Any]], timeout: float = 60.0) -> list[Any]:
+    """Run each target in its own thread; return their results in order, re-raising the
+    first exception (so a failure in a thread fails the test, with its traceback)."""
+    results: list[Any] = [None] * len(targets)
+    errors: list[BaseException | None] = [None] * len(targets)
+
+    def wrap(i: int, fn: Callable[[], Any]) -> None:
+        try:
+            results[i] = fn()
+        except BaseException as exc:  # handed to the main thread below
+            errors[i] = exc
+
+    threads = [
+        threading.Thread(target=wrap, args=(i, fn), daemon=True) for i, fn in enumerate(targets)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+        assert not t.is_alive(), "a thread did not finish in time (deadlock or lost wake-up?)"
+    for e in errors:
+        if e is not None:
+            raise e
+    return results
+
+
+def outcome(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """Wrap ``fn`` so that it returns its result or the CoordinatorError it raised
+    (anything else still propagates)."""
+    from coordinator.errors import CoordinatorError
+
+    def call() -> Any:
+        try:
+            return fn()
+        except CoordinatorError as exc:
+            return exc
+
+    return call
+
+
+def mover_process(
+    url: str, ns: str, ids: list[str], root: str, seed: int, moves: int,
+    barrier: Any, queue: Any,
+) -> None:
+    """Body of one client process of the opposing-moves storm (spawned, so it must live
+    in an importable module): random directory moves, outcome counts sent to ``queue``."""
+    import random
+    from collections import Counter
+
+    from coordinator.errors import AlreadyExists, InvalidMove, NotFound
+
+    rng = random.Random(1000 + seed)
+    counts: Counter[str] = Counter()
+    unexpected: list[str] = []
+    with Coordinator.connect(url, lock_timeout=5.0, pool_size=2) as coord:
+        barrier.wait()
+        for _ in range(moves):
+            src, dst = rng.choice(ids), rng.choice([*ids, root])
+            try:
+                name = coord.get(ns, src).name
+                where = coord.get(ns, dst).path.rstrip("/")
+                coord.move(ns, src, f"{where}/{name}")
+                counts["MutationResult"] += 1
+            except (InvalidMove, AlreadyExists, NotFound) as exc:
+                counts[type(exc).__name__] += 1
+            except Exception as exc:  # reported to the parent, which fails the test
+                unexpected.append(repr(exc))
+    report: dict[str, Any] = dict(counts)
+    if unexpected:
+        report["unexpected"] = unexpected
+    queue.put(report)
+
+
+def wait_for_lock_waiter(coord: Coordinator, deadline: float = 20.0) -> None:
+    """Block until some session of this database waits for a row lock (pg_stat_activity),
+    i.e. until the blocked call is really inside the database, waiting."""
+    end = time.monotonic() + deadline
+    with coord.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        while time.monotonic() < end:
+            waiting = conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock'"
+                )
+            ).scalar_one()
+            if waiting:
+                return
+            time.sleep(0.01)
+    raise AssertionError("no session started waiting for a lock")
