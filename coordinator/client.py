@@ -305,6 +305,13 @@ class Client:
         ]
         return events, int(data["cursor"])
 
+    def wait_indexed(self, seq: int, timeout: float = 10.0) -> bool:
+        """True once the indexer has applied every event up to ``seq``; False after
+        ``timeout`` (capped by the server)."""
+        data = self.request("GET", "/v1/indexed", params={"seq": seq, "timeout": timeout},
+                            timeout=(self.http.timeout.read or 0) + timeout)
+        return bool(data["indexed"])
+
     def search(
         self, ns: str, q: str | None = None, *, under: str | None = None,
         dir: str | None = None, kind: str | None = None, limit: int = 20,

@@ -41,6 +41,7 @@ from .schemas import (
     ErrorOut,
     EventsOut,
     HealthOut,
+    IndexedOut,
     ListOut,
     MkdirIn,
     MoveIn,
@@ -226,7 +227,7 @@ def create_app(
         idem_key: str | None,
         if_match: str | None,
         payload: Any,
-        work: Callable[[TreeTx], tuple[int, dict[str, Any]]],
+        work: Callable[[TreeTx], Callable[[], tuple[int, dict[str, Any]]]],
     ) -> JSONResponse:
         who.require(ns, "write")
         digest = request_hash(
@@ -240,11 +241,15 @@ def create_app(
 
     def single(
         fn: Callable[[TreeTx], MutationResult], created: bool = False
-    ) -> Callable[[TreeTx], tuple[int, dict[str, Any]]]:
-        def work(tx: TreeTx) -> tuple[int, dict[str, Any]]:
+    ) -> Callable[[TreeTx], Callable[[], tuple[int, dict[str, Any]]]]:
+        def work(tx: TreeTx) -> Callable[[], tuple[int, dict[str, Any]]]:
             result = fn(tx)
-            status = 201 if created and result.seq is not None else 200
-            return status, MutationOut.of(result).model_dump(mode="json")
+
+            def answer() -> tuple[int, dict[str, Any]]:  # seq is known from here on
+                status = 201 if created and result.seq is not None else 200
+                return status, MutationOut.of(result).model_dump(mode="json")
+
+            return answer
 
         return work
 
@@ -495,7 +500,7 @@ def create_app(
             raise ServiceError(413, "too_large",
                                f"at most {coord.settings.max_group_ops} operations per batch")
 
-        def work(tx: TreeTx) -> tuple[int, dict[str, Any]]:
+        def work(tx: TreeTx) -> Callable[[], tuple[int, dict[str, Any]]]:
             group = GroupTx(tx, coord.settings.max_group_ops)
             results = []
             for index, op in enumerate(ops):
@@ -507,8 +512,8 @@ def create_app(
                     if getattr(exc.orig, "sqlstate", None) in ("40001", "40P01"):
                         raise  # Coordinator.run re-runs the whole batch
                     raise BatchError(index, translate(exc)) from exc
-            out = BatchOut(results=[MutationOut.of(r) for r in results])
-            return 200, out.model_dump(mode="json")
+            return lambda: (200, BatchOut(
+                results=[MutationOut.of(r) for r in results]).model_dump(mode="json"))
 
         return mutate(request, ns, who, idempotency_key, None, body.model_dump(mode="json"),
                       work)
@@ -558,6 +563,18 @@ def create_app(
                                   consumer=consumer):
             raise ServiceError(503, "index_lagging",
                                f"the indexer has not reached seq {seq} yet; retry later")
+
+    @app.get("/v1/indexed", response_model=IndexedOut, tags=["search"])
+    def indexed(
+        who: Who,
+        seq: Annotated[int, Query(ge=0, le=2**62, description="a mutation's seq")],
+        timeout: Annotated[float, Query(ge=0, le=MAX_WAIT)] = 10.0,
+    ) -> IndexedOut:
+        """Wait (bounded) until the indexer has applied every event up to ``seq``:
+        ``Coordinator.wait_indexed`` over HTTP. Answers whether it has."""
+        who.require(None, "read")
+        wait = min(timeout, settings.max_index_wait_seconds)
+        return IndexedOut(indexed=coord.wait_indexed(seq, timeout=wait, consumer=consumer))
 
     # ----------------------------------------------------------------- events
 

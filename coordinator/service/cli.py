@@ -29,8 +29,6 @@ def is_loopback(host: str) -> bool:
 @click.option("--no-auth", is_flag=True,
               help="Disable API keys (local development; refused on a non-loopback host).")
 @click.option("--index-alias", default="pathkeeper-nodes", show_default=True)
-@click.option("--workers", default=1, show_default=True, type=int,
-              help="uvicorn worker processes.")
 @click.option("--max-inflight", default=64, show_default=True, type=int)
 @click.option("--statement-timeout", default=10.0, show_default=True, type=float)
 @click.option("--idempotency-ttl", default=24 * 3600.0, show_default=True, type=float,
@@ -38,7 +36,7 @@ def is_loopback(host: str) -> bool:
 @click.option("--log-level", default="info", show_default=True)
 def serve(
     database_url: str, es_url: str | None, host: str, port: int, no_auth: bool,
-    index_alias: str, workers: int, max_inflight: int, statement_timeout: float,
+    index_alias: str, max_inflight: int, statement_timeout: float,
     idempotency_ttl: float, log_level: str,
 ) -> None:
     """Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs)."""
@@ -62,8 +60,8 @@ def serve(
         click.secho("WARNING: authentication is disabled (--no-auth); local development only",
                     fg="red", bold=True, err=True)
     click.echo(f"serving on http://{host}:{port}  (docs: http://{host}:{port}/docs)")
-    if workers > 1:
-        click.echo("--workers > 1 is not supported by the app factory; using 1", err=True)
+    auth_header = "" if no_auth else "-H 'Authorization: Bearer <key>' "
+    click.echo(f"try: curl {auth_header}http://{host}:{port}/v1/namespaces")
     uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level,
                 access_log=False)
 

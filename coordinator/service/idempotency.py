@@ -81,10 +81,14 @@ def run_idempotent(
     owner: str,
     digest: str,
     ttl_seconds: float,
-    work: Callable[[TreeTx], tuple[int, dict[str, Any]]],
+    work: Callable[[TreeTx], Callable[[], tuple[int, dict[str, Any]]]],
 ) -> Outcome:
-    """Run ``work`` (returns status and JSON body) in one transaction on ``ns``; with a
-    key, record its answer in the same transaction or replay the recorded one."""
+    """Run ``work`` in one transaction on ``ns``; with a key, record its answer in the same
+    transaction or replay the recorded one.
+
+    ``work`` makes the change and returns a function giving the answer (status, JSON
+    body). That function runs after the transaction's events were written (the event
+    log takes positions as the change's last statement), so the answer carries ``seq``."""
     stored_key = f"{owner}:{check_key(key)}" if key is not None else None
 
     def body(tx: TreeTx) -> Outcome:
@@ -92,7 +96,12 @@ def run_idempotent(
             params = {"ns": ns, "key": stored_key, "hash": digest, "ttl": ttl_seconds}
             if tx.conn.execute(CLAIM_SQL, params).first() is None:
                 return _replay(tx, ns, stored_key, digest)
-        status, payload = work(tx)
+        answer = work(tx)
+        # Take the event positions now (a no-op at commit then): after every tree lock
+        # and read of the change, as the event log requires; only our own key row is
+        # written after it.
+        tx.events.flush()
+        status, payload = answer()
         if stored_key is not None:
             tx.conn.execute(
                 text(

@@ -186,6 +186,10 @@ class SearchHit(BaseModel):
     score: float | None
 
 
+class IndexedOut(BaseModel):
+    indexed: bool
+
+
 class SearchOut(BaseModel):
     hits: list[SearchHit]
     cursor: str | None

@@ -1,0 +1,206 @@
+"""HTTP layer overhead: stat and rename with N concurrent clients against one
+``pathkeeper serve`` process, side by side with the same operations through the
+in-process ``Coordinator``, in the same run and on the same database.
+
+    python bench/bench_http.py [--database-url URL] [--clients 16] [--seconds 5]
+
+Without ``--database-url`` a throwaway PostgreSQL cluster is started. Clients are
+threads of this process (each with its own HTTP connection or pooled database
+connection), so on a small machine the client side competes for the same cores:
+read the ratio, not the absolute numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+import httpx
+
+from coordinator import Coordinator
+from coordinator.local_postgres import LocalPostgres
+from coordinator.migrate import upgrade
+from coordinator.service.auth import create_key
+
+NS = "bench"
+
+
+@dataclass
+class Result:
+    label: str
+    count: int
+    errors: int
+    seconds: float
+    latencies: list[float]
+
+    @property
+    def rps(self) -> float:
+        return self.count / self.seconds
+
+    def pct(self, q: float) -> float:
+        if not self.latencies:
+            return float("nan")
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+def run_clients(label: str, clients: int, seconds: float,
+                make_op: Callable[[int], Callable[[int], None]]) -> Result:
+    """``clients`` threads call their op in a loop for ``seconds``; latencies of each call."""
+    latencies: list[list[float]] = [[] for _ in range(clients)]
+    errors = [0] * clients
+    barrier = threading.Barrier(clients + 1)
+    stop = threading.Event()
+
+    def worker(i: int) -> None:
+        op = make_op(i)
+        barrier.wait()
+        n = 0
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            try:
+                op(n)
+            except Exception:
+                errors[i] += 1
+            latencies[i].append(time.perf_counter() - t0)
+            n += 1
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    started = time.perf_counter()
+    time.sleep(seconds)  # the measurement window itself
+    stop.set()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - started
+    flat = [x for per in latencies for x in per]
+    return Result(label, len(flat), sum(errors), elapsed, flat)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def start_server(database_url: str, port: int) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PATHKEEPER_DATABASE_URL": database_url}
+    proc = subprocess.Popen(
+        [os.path.join(os.path.dirname(sys.executable), "pathkeeper"), "serve",
+         "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
+         "--max-inflight", "256"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("pathkeeper serve did not start")
+        time.sleep(0.05)  # polling a starting server: nothing to wait on
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--database-url")
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    args = parser.parse_args()
+    with ExitStack() as stack:
+        url = args.database_url
+        if url is None:
+            pg = stack.enter_context(LocalPostgres())
+            url = pg.create_database("bench_http")
+        upgrade(url)
+        coord = stack.enter_context(
+            Coordinator.connect(url, pool_size=args.clients + 2, max_overflow=4))
+        if NS in coord.namespaces():
+            coord.drop_namespace(NS, force=True)
+        coord.create_namespace(NS)
+        for i in range(args.clients):
+            coord.mkdir(NS, f"/c{i}/sub", parents=True)
+            coord.create_file(NS, f"/c{i}/sub/file.txt", "x" * 200)
+        _, secret = create_key(coord.engine, [NS], "write", label="bench")
+        port = free_port()
+        server = start_server(url, port)
+
+        def stop_server() -> None:
+            server.send_signal(signal.SIGTERM)
+            server.wait(10)
+
+        stack.callback(stop_server)
+        base = f"http://127.0.0.1:{port}/v1/namespaces/{NS}"
+        headers = {"Authorization": f"Bearer {secret}"}
+
+        def http_stat(i: int) -> Callable[[int], None]:
+            http = stack.enter_context(httpx.Client(headers=headers, timeout=30))
+
+            def op(_: int) -> None:
+                http.get(f"{base}/node", params={"path": f"/c{i}/sub/file.txt"}
+                         ).raise_for_status()
+            return op
+
+        def http_rename(i: int) -> Callable[[int], None]:
+            http = stack.enter_context(httpx.Client(headers=headers, timeout=30))
+
+            def op(n: int) -> None:  # /c{i}/sub <-> /c{i}/sub2, each client its own dir
+                src, dst = ("sub", "sub2") if n % 2 == 0 else ("sub2", "sub")
+                http.post(f"{base}/node/rename", params={"path": f"/c{i}/{src}"},
+                          json={"name": dst}).raise_for_status()
+            return op
+
+        def coord_stat(i: int) -> Callable[[int], None]:
+            return lambda _: (coord.stat(NS, f"/c{i}/sub/file.txt"), None)[1]
+
+        def coord_rename(i: int) -> Callable[[int], None]:
+            def op(n: int) -> None:
+                src, dst = ("sub", "sub2") if n % 2 == 0 else ("sub2", "sub")
+                coord.rename(NS, f"/c{i}/{src}", dst)
+            return op
+
+        # Warm up both paths (connections, caches), then measure.
+        run_clients("warmup", args.clients, 1.0, http_stat)
+        run_clients("warmup", args.clients, 1.0, coord_stat)
+        results = []
+        for name, via_http, in_process in (("stat", http_stat, coord_stat),
+                                          ("rename", http_rename, coord_rename)):
+            h = run_clients(f"{name} http", args.clients, args.seconds, via_http)
+            # A rename count may be odd: put every directory back before the next phase.
+            for i in range(args.clients):
+                if coord.listdir(NS, f"/c{i}")[0].name == "sub2":
+                    coord.rename(NS, f"/c{i}/sub2", "sub")
+            c = run_clients(f"{name} in-process", args.clients, args.seconds, in_process)
+            for i in range(args.clients):
+                if coord.listdir(NS, f"/c{i}")[0].name == "sub2":
+                    coord.rename(NS, f"/c{i}/sub2", "sub")
+            results.append((name, h, c))
+
+    print(f"{args.clients} concurrent clients, {args.seconds:.0f} s per measurement, "
+          f"{os.cpu_count()} CPUs (shared machine: numbers are noisy)")
+    print(f"{'operation':<22}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'errors':>8}")
+    for name, h, c in results:
+        for r in (h, c):
+            print(f"{r.label:<22}{r.rps:>10.0f}{r.pct(0.5):>10.2f}{r.pct(0.99):>10.2f}"
+                  f"{r.errors:>8}")
+        print(f"{name + ' http/in-process':<22}{h.rps / c.rps:>10.2f}x throughput, "
+              f"p50 {h.pct(0.5) / c.pct(0.5):.1f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""Fixtures of the HTTP tests: the real app on a fresh migrated database, API keys,
+a real uvicorn server on a free loopback port, and the search server (noida-db, or
+the cluster at ``ES_URL``)."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from http_support import Keys, LiveServer
+
+with warnings.catch_warnings():
+    # Starlette 1.x asks for its httpx fork (httpx2) in TestClient; httpx works the same
+    # and is what the project depends on.
+    warnings.filterwarnings("ignore", message=".*httpx2", category=UserWarning)
+    from fastapi.testclient import TestClient
+
+from coordinator import Coordinator
+from coordinator.service.app import create_app
+from coordinator.service.auth import create_key
+from coordinator.service.settings import ServiceSettings
+
+
+@pytest.fixture
+def settings(database_url: str) -> ServiceSettings:
+    return ServiceSettings(database_url=database_url, auth_cache_seconds=0.0)
+
+
+@pytest.fixture
+def make_client(
+    settings: ServiceSettings,
+) -> Iterator[Callable[..., TestClient]]:
+    """Build an app with setting overrides and return a TestClient (lifespan running)."""
+    opened: list[TestClient] = []
+
+    def make(**overrides: Any) -> TestClient:
+        client = TestClient(create_app(replace(settings, **overrides)),
+                            raise_server_exceptions=False)
+        client.__enter__()
+        opened.append(client)
+        return client
+
+    yield make
+    for client in opened:
+        client.__exit__(None, None, None)
+
+
+@pytest.fixture
+def keys(coord: Coordinator) -> Keys:
+    coord.create_namespace("a")
+    coord.create_namespace("b")
+    return Keys(
+        admin=create_key(coord.engine, ["*"], "admin")[1],
+        a_write=create_key(coord.engine, ["a"], "write")[1],
+        a_read=create_key(coord.engine, ["a"], "read")[1],
+        b_write=create_key(coord.engine, ["b"], "write")[1],
+    )
+
+
+@pytest.fixture
+def client(make_client: Callable[..., TestClient]) -> TestClient:
+    return make_client()
+
+
+@pytest.fixture
+def live_server(settings: ServiceSettings) -> Iterator[LiveServer]:
+    with LiveServer(create_app(settings)) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def es_url() -> Iterator[str]:
+    """A real Elasticsearch(-compatible) server: ``ES_URL`` if set, else a noida-db."""
+    if os.environ.get("ES_URL"):
+        yield os.environ["ES_URL"]
+        return
+    from indexer.local_search import LocalSearch
+
+    with LocalSearch() as search:
+        yield search.url

@@ -1,0 +1,140 @@
+"""coordinator.client.Client: the Coordinator's method names, results and error types over
+HTTP, and retries that reuse the Idempotency-Key."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+from http_support import Keys, LiveServer
+
+from coordinator import (
+    AlreadyExists,
+    Conflict,
+    Coordinator,
+    CoordinatorError,
+    DirectoryNotEmpty,
+    InvalidMove,
+    InvalidName,
+    InvalidPath,
+    IsADirectory,
+    NotADirectory,
+    NotFound,
+    Operation,
+)
+from coordinator.client import Client, Forbidden, Unauthorized
+
+
+def scenario(api: Any, ns: str) -> list[Any]:
+    """The same calls on a Coordinator or a Client; returns comparable outcomes."""
+    out: list[Any] = []
+
+    def attempt(fn: Callable[[], Any]) -> None:
+        try:
+            value = fn()
+        except CoordinatorError as exc:
+            out.append(type(exc))
+            return
+        if hasattr(value, "node"):
+            value = (value.node.path, value.node.kind, value.node.version, value.seq is None)
+        elif hasattr(value, "path"):
+            value = (value.path, value.kind, value.version, value.content, value.metadata)
+        elif isinstance(value, list):
+            value = [v if isinstance(v, str) else getattr(v, "path", None)
+                     or v.node.path for v in value]
+        out.append(value)
+
+    attempt(lambda: api.mkdir(ns, "/d"))
+    attempt(lambda: api.mkdir(ns, "/d"))  # AlreadyExists
+    attempt(lambda: api.mkdir(ns, "/d/x/y", parents=True))
+    attempt(lambda: api.create_file(ns, "/d/f", "hello", {"k": "v"}))
+    attempt(lambda: api.create_file(ns, "/d/f/g"))  # NotADirectory
+    attempt(lambda: api.write_file(ns, "/d", "x"))  # IsADirectory
+    attempt(lambda: api.write_file(ns, "/d/f", "v2", if_version=1))
+    attempt(lambda: api.write_file(ns, "/d/f", "v3", if_version=1))  # Conflict
+    attempt(lambda: api.stat(ns, "/d/f"))
+    attempt(lambda: api.stat(ns, "/missing"))  # NotFound
+    attempt(lambda: api.rename(ns, "/d", "e"))
+    attempt(lambda: api.move(ns, "/e", "/e/x/inside"))  # InvalidMove
+    attempt(lambda: api.move(ns, "/e/f", "/f"))
+    attempt(lambda: api.get(ns, api.stat(ns, "/f").id))
+    attempt(lambda: api.listdir(ns, "/e"))
+    attempt(lambda: api.listdir(ns, "/e", after="a", limit=1))
+    attempt(lambda: api.rename(ns, "/f", "bad/name"))  # InvalidName
+    attempt(lambda: api.mkdir(ns, "relative"))  # InvalidPath
+    attempt(lambda: api.delete(ns, "/e"))  # DirectoryNotEmpty
+    attempt(lambda: api.apply(ns, [Operation.of("mkdir", "/g"),
+                                   Operation.of("rename", "/g", "h"),
+                                   Operation.of("create_file", "/h/i", "c")]))
+    attempt(lambda: api.apply(ns, [Operation.of("mkdir", "/j"),
+                                   Operation.of("mkdir", "/j")]))  # AlreadyExists, rolled back
+    attempt(lambda: api.stat(ns, "/j"))  # NotFound
+    attempt(lambda: api.delete(ns, "/e", recursive=True))
+    attempt(lambda: [n.path for n in api.walk(ns)])
+    attempt(lambda: api.drop_namespace(ns))  # DirectoryNotEmpty
+    return out
+
+
+def test_client_matches_coordinator(live_server: LiveServer, keys: Keys,
+                                    coord: Coordinator) -> None:
+    expected = scenario(coord, "a")
+    with Client(live_server.url, api_key=keys.admin) as client:
+        got = scenario(client, "b")
+    assert got == expected
+    for cls in (AlreadyExists, NotADirectory, IsADirectory, Conflict, NotFound, InvalidMove,
+                InvalidName, InvalidPath, DirectoryNotEmpty):
+        assert cls in got, cls
+
+
+def test_client_auth_errors_and_batch_index(live_server: LiveServer, keys: Keys) -> None:
+    with Client(live_server.url, api_key="pk_wrong") as client, pytest.raises(Unauthorized):
+        client.stat("a", "/")
+    with Client(live_server.url, api_key=keys.a_read) as client:
+        with pytest.raises(Forbidden):
+            client.mkdir("a", "/x")
+        with pytest.raises(NotFound):
+            client.stat("b", "/")  # not this key's namespace: as if it did not exist
+    with Client(live_server.url, api_key=keys.a_write) as client:
+        with pytest.raises(AlreadyExists) as info:
+            client.apply("a", [Operation.of("mkdir", "/x"), Operation.of("mkdir", "/x")])
+        assert info.value.index == 1  # type: ignore[attr-defined]
+        events, _ = client.read_events(namespaces=["a"], wait=0)
+        assert [e.type for e in events] == ["namespace_created"]
+        assert client.wait_indexed(events[0].position, timeout=0.1) is False  # no indexer
+
+
+class DropFirstResponse(httpx.HTTPTransport):
+    """Delivers each mutation to the server, then loses the first answer (a timeout after
+    the server applied it), as a flaky network does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dropped = 0
+        self.keys: list[str | None] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = super().handle_request(request)
+        if request.method in ("POST", "PUT", "DELETE"):
+            self.keys.append(request.headers.get("Idempotency-Key"))
+            if self.dropped == len(self.keys) - 1 and self.dropped < 3:
+                response.read()
+                response.close()
+                self.dropped += 1
+                raise httpx.ReadTimeout("lost answer", request=request)
+        return response
+
+
+def test_client_retry_reuses_idempotency_key(live_server: LiveServer, keys: Keys,
+                                             coord: Coordinator) -> None:
+    coord.create_file("a", "/f", "v1")
+    transport = DropFirstResponse()
+    with Client(live_server.url, api_key=keys.a_write, transport=transport) as client:
+        written = client.write_file("a", "/f", "v2")
+    assert transport.dropped == 3 and len(transport.keys) == 4
+    assert len(set(transport.keys)) == 1 and transport.keys[0]
+    assert written.node.version == 2  # applied once although sent four times
+    assert coord.stat("a", "/f").version == 2
+    events, _ = coord.read_events(namespaces=["a"])
+    assert [e.type for e in events].count("written") == 1

@@ -1,0 +1,52 @@
+"""A slow or hung database answers 503 with Retry-After within a bounded time."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from fastapi.testclient import TestClient
+from http_support import Keys, err
+from sqlalchemy import create_engine, text
+
+from coordinator import Coordinator
+from coordinator.api import sqlalchemy_url
+
+
+def test_statement_timeout_gives_503(make_client: Callable[..., TestClient], keys: Keys,
+                                     coord: Coordinator, database_url: str) -> None:
+    f = coord.create_file("a", "/f", "x")
+    # Lock waits are normally cut by lock_timeout (409 conflict); make them longer than the
+    # statement timeout, so the statement timeout is what ends this one.
+    client = make_client(statement_timeout_seconds=0.5, lock_timeout_seconds=30.0)
+    blocker = create_engine(sqlalchemy_url(database_url))
+    try:
+        with blocker.connect() as conn, conn.begin():
+            conn.execute(text("SELECT 1 FROM nodes WHERE id = :id FOR UPDATE"),
+                         {"id": f.node.id})
+            started = time.monotonic()
+            r = client.put("/v1/namespaces/a/node/content", params={"path": "/f"},
+                           json={"content": "y"}, headers=Keys.h(keys.a_write))
+            elapsed = time.monotonic() - started
+        err(r, 503, "unavailable")
+        assert r.headers["Retry-After"] == "1"
+        assert elapsed < 10
+    finally:
+        blocker.dispose()
+    assert coord.stat("a", "/f").content == "x"
+
+
+def test_pool_exhaustion_gives_503(make_client: Callable[..., TestClient],
+                                   keys: Keys) -> None:
+    client = make_client(pool_size=1, max_overflow=0, pool_timeout_seconds=0.3)
+    engine = client.app.state.coordinator.engine  # type: ignore[attr-defined]
+    with engine.connect():  # the only pooled connection is taken
+        started = time.monotonic()
+        r = client.get("/v1/namespaces/a/node", params={"path": "/"},
+                       headers=Keys.h(keys.a_read))
+        elapsed = time.monotonic() - started
+    # Auth needs a connection too: either step may be the one that times out.
+    err(r, 503, "unavailable")
+    assert r.headers["Retry-After"] == "1" and elapsed < 5
+    ready = client.get("/readyz")
+    assert ready.status_code == 200
