@@ -5,7 +5,6 @@ Each component registers its own command group at the bottom of this file.
 
 from __future__ import annotations
 
-import os
 import sys
 
 import click
@@ -62,13 +61,20 @@ def db_downgrade(database_url: str, revision: str) -> None:
 @main.command()
 @click.option("--database-url", envvar=DATABASE_URL_ENV, default=None,
               help="Use this database instead of starting a throwaway local cluster.")
+@click.option("--es-url", envvar=ES_URL_ENV, default=None,
+              help="Use this Elasticsearch instead of starting a local noida-db server.")
 @click.option("--clients", default=8, show_default=True)
 @click.option("--seconds", default=3.0, show_default=True)
-def demo(database_url: str | None, clients: int, seconds: float) -> None:
-    """The main job on embedded defaults: concurrent renames, then the event log."""
+@click.option("--serve/--no-serve", default=None,
+              help="Keep serving the API afterwards (default: when run on a terminal).")
+def demo(
+    database_url: str | None, es_url: str | None, clients: int, seconds: float,
+    serve: bool | None,
+) -> None:
+    """The main job on embedded defaults: concurrent renames, indexed and searched."""
     from .demo import run_demo
 
-    sys.exit(run_demo(database_url, clients, seconds))
+    sys.exit(run_demo(database_url, es_url, clients, seconds, serve))
 
 
 def _register() -> None:
@@ -85,7 +91,3 @@ def _register() -> None:
 
 
 _register()
-
-if __name__ == "__main__":  # pragma: no cover
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    main()

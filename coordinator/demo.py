@@ -1,18 +1,23 @@
-"""The main job on embedded defaults: the seed's /clinton race, for real.
+"""The main job on embedded defaults: the seed's /clinton race, for real, end to end.
 
-Starts a throwaway PostgreSQL (unless a database URL is given), migrates it, builds
-the seed's tree, lets several clients rename and move concurrently (one of them
-renaming /clinton back and forth while others rename files inside it), then
-checks the tree and prints the event log.
+Starts a throwaway PostgreSQL and a local Elasticsearch-compatible server (unless
+URLs are given), migrates, starts the indexer worker and the HTTP API on loopback,
+builds the seed's tree, lets several clients rename concurrently (one renaming
+/clinton back and forth while the others rename files inside it), checks the tree,
+prints the event log, waits until the index has every change and searches it the
+way the seed does: everything under the directory's final name.
 """
 
 from __future__ import annotations
 
 import random
+import socket
+import sys
 import threading
 import time
 from collections import Counter
 from contextlib import ExitStack
+from typing import Any
 
 import click
 
@@ -66,15 +71,92 @@ def _exists(coord: Coordinator, path: str) -> bool:
         return False
 
 
-def run_demo(database_url: str | None, clients: int, seconds: float) -> int:
+def start_worker(stack: ExitStack, database_url: str, es_url: str) -> None:
+    from indexer.worker import Worker, WorkerConfig
+
+    worker = Worker(WorkerConfig(database_url, es_url, partitions=2, poll_interval=0.5))
+    thread = threading.Thread(target=worker.run, name="indexer", daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        worker.stop()
+        thread.join(30)
+
+    stack.callback(stop)
+
+
+def start_api(stack: ExitStack, database_url: str, es_url: str) -> tuple[str, str]:
+    """Serve the HTTP API on loopback; returns its URL and an admin key's secret."""
+    import uvicorn
+
+    from .service.app import create_app
+    from .service.auth import create_key
+    from .service.settings import ServiceSettings
+
+    with Coordinator.connect(database_url) as coord:
+        _, secret = create_key(coord.engine, [NS], "admin", "demo")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    app = create_app(ServiceSettings(database_url=database_url, es_url=es_url))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, name="api", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+    def stop() -> None:
+        server.should_exit = True
+        thread.join(30)
+
+    stack.callback(stop)
+    return f"http://127.0.0.1:{port}", secret
+
+
+def search_under(es_url: str, top: str) -> list[dict[str, Any]]:
+    """The seed's "everything under this directory": a term query on path.tree."""
+    from elasticsearch import Elasticsearch
+
+    from indexer.mapping import DEFAULT_ALIAS
+
+    with Elasticsearch(es_url) as es:
+        es.indices.refresh(index=DEFAULT_ALIAS)
+        hits = es.search(
+            index=DEFAULT_ALIAS,
+            routing=NS,
+            query={"bool": {"filter": [
+                {"term": {"namespace": NS}},
+                {"term": {"path.tree": top}},
+                {"term": {"kind": "file"}},
+            ]}},
+            sort=[{"path": "asc"}],
+            size=100,
+        )["hits"]["hits"]
+    return [h["_source"] for h in hits]
+
+
+def run_demo(
+    database_url: str | None, es_url: str | None, clients: int, seconds: float,
+    serve: bool | None = None,
+) -> int:
     with ExitStack() as stack:
         if database_url is None:
             click.echo("starting a throwaway PostgreSQL cluster ...")
             pg = stack.enter_context(LocalPostgres())
             database_url = pg.create_database("pathkeeper")
         upgrade(database_url)
+        if es_url is None:
+            from indexer.local_search import LocalSearch
+
+            click.echo("starting a local Elasticsearch-compatible server (noida-db) ...")
+            es_url = stack.enter_context(LocalSearch()).url
         coord = stack.enter_context(Coordinator.connect(database_url))
         build_tree(coord)
+        start_worker(stack, database_url, es_url)
+        api_url, secret = start_api(stack, database_url, es_url)
         click.echo(f"{clients} clients renaming concurrently for {seconds:.0f}s ...")
         stop = threading.Event()
         tally: Counter[str] = Counter()
@@ -102,8 +184,35 @@ def run_demo(database_url: str | None, clients: int, seconds: float) -> int:
                 detail = f"{e.payload['old_path']} -> {e.payload['path']}"
             click.echo(f"  {e.position:>12}  {e.type:<8} {detail}")
         expected_files = 3 * 6
-        files = sum(1 for n in nodes if not n.is_dir)
-        if files != expected_files:
-            click.echo(f"LOST FILES: {files} != {expected_files}", err=True)
+        files = sorted(n.path for n in nodes if not n.is_dir)
+        if len(files) != expected_files:
+            click.echo(f"LOST FILES: {len(files)} != {expected_files}", err=True)
             return 1
+        started = time.monotonic()
+        if not coord.wait_indexed(cursor, timeout=60):
+            click.echo("the indexer did not catch up within 60 s", err=True)
+            return 1
+        top = "/clinton" if any(p.startswith("/clinton/") for p in files) else "/bill"
+        found = search_under(es_url, top)
+        click.echo(
+            f"indexed up to {cursor} in {time.monotonic() - started:.2f}s after the last commit; "
+            f"search path.tree={top!r} finds {len(found)} files:"
+        )
+        for doc in found:
+            click.echo(f"  {doc['path']}")
+        if sorted(doc["path"] for doc in found) != files:
+            click.echo("SEARCH DOES NOT MATCH POSTGRESQL", err=True)
+            return 1
+        click.echo(f"\nHTTP API on {api_url} (docs: {api_url}/docs). Try:")
+        click.echo(
+            f"  curl -s -H 'Authorization: Bearer {secret}' "
+            f"'{api_url}/v1/namespaces/{NS}/search?q=elasticsearch&under={top}'"
+        )
+        if serve if serve is not None else sys.stdin.isatty():
+            click.echo("serving until Ctrl-C ...")
+            try:
+                while True:
+                    time.sleep(3600)
+            except KeyboardInterrupt:
+                pass
     return 0

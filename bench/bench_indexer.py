@@ -1,0 +1,285 @@
+"""Indexer benchmark: raw bulk rate vs the worker's rates, and commit-to-visible latency.
+
+Run: ``python bench/bench_indexer.py`` (starts its own PostgreSQL and noida-db;
+``ES_URL`` points it at a real cluster instead). ``--help`` for sizes.
+
+In one run, against the same search server:
+
+1. **raw create**: ``elasticsearch.helpers.streaming_bulk`` indexing N documents of
+   the indexer's exact shape (``indexer.documents.index_action``) into a fresh
+   index: the ceiling for (2). Median of ``--rounds`` rounds.
+2. **worker create**: the worker applying N ``created`` events (transactions of
+   1,000 nodes, like ``Coordinator.apply`` groups), from start to caught up
+   (``wait_indexed``), into a fresh alias each round. Median of rounds.
+3. **raw overwrite**: streaming_bulk rewriting R existing documents with a new
+   path and a higher external version: the ceiling for (4).
+4. **worker rename**: a directory with R descendants renamed; the worker's time
+   to rewrite every descendant's path (one run).
+5. **latency**: steady ``--rate`` changes/s (creates and content writes, by 4
+   client threads) for ``--seconds``; each change's commit-to-visible time by
+   realtime ``GET`` (polled every 2 ms) until the document carries its ``seq``.
+
+The machine is shared (2 vCPUs, other sessions running test suites): read the
+ratios, printed with the load average, rather than absolute numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from common import ROOT, load_average, median, migrated_cluster, now_utc, percentile, table
+
+sys.path.insert(0, str(ROOT / "tests" / "indexer"))
+
+from elasticsearch import Elasticsearch
+from elasticsearch.helpers import streaming_bulk
+from indexer_support import bulk_subtree
+
+from coordinator import Coordinator, Node
+from coordinator.indexing import consumer_for
+from indexer import mapping
+from indexer.documents import index_action
+from indexer.local_search import LocalSearch
+from indexer.worker import Worker, WorkerConfig
+
+
+@contextmanager
+def search_server() -> Iterator[str]:
+    if os.environ.get("ES_URL"):
+        yield os.environ["ES_URL"]
+        return
+    with LocalSearch() as server:
+        yield server.url
+
+
+@contextmanager
+def worker(database_url: str, es_url: str, alias: str) -> Iterator[Worker]:
+    w = Worker(WorkerConfig(database_url=database_url, es_url=es_url, alias=alias,
+                            partitions=2, poll_interval=1.0))
+    thread = threading.Thread(target=w.run, daemon=True)
+    thread.start()
+    w.ready.wait(60)
+    w.listener.listening.wait(60)
+    try:
+        yield w
+    finally:
+        w.stop()
+        thread.join(120)
+
+
+def last_position(coord: Coordinator) -> int:
+    from sqlalchemy import text
+
+    with coord.engine.connect() as conn:
+        return int(conn.execute(text("SELECT max(position) FROM events")).scalar_one())
+
+
+def fake_nodes(n: int, prefix: str, ids: list[str]) -> Iterator[Node]:
+    parent = str(uuid.uuid4())
+    for i in range(n):
+        yield Node(id=ids[i], namespace="bench", parent_id=parent, name=f"f{i}", kind="file",
+                   version=1, path=f"{prefix}/d{i // 1000}/f{i}", content=f"body {i}",
+                   metadata={})
+
+
+def raw_bulk(es: Elasticsearch, index: str, n: int, ids: list[str], prefix: str,
+             version: int) -> float:
+    """docs/s of streaming_bulk for ``n`` documents of the indexer's shape."""
+    actions = (index_action(index, node, version) for node in fake_nodes(n, prefix, ids))
+    start = time.perf_counter()
+    done = sum(1 for ok, _ in streaming_bulk(es, actions, chunk_size=1000,
+                                             raise_on_error=False, max_retries=0) if ok)
+    elapsed = time.perf_counter() - start
+    assert done == n, f"only {done} of {n} accepted"
+    return n / elapsed
+
+
+def create_events(coord: Coordinator, ns: str, n: int) -> int:
+    """``n`` files (plus their directories) created by ``created`` events, 1,000 per
+    transaction; returns the number of nodes."""
+    coord.create_namespace(ns)
+    total = 0
+    for k in range(max(1, n // 1000)):
+        _, count = bulk_subtree(coord, ns, "/", f"g{k}", dirs=1, files_per_dir=998)
+        total += count
+    return total
+
+
+def time_worker_to(coord: Coordinator, database_url: str, es_url: str, alias: str,
+                   before: Any = None) -> float:
+    """Seconds from starting a worker to it having applied the whole log."""
+    target = last_position(coord)
+    start = time.perf_counter()
+    with worker(database_url, es_url, alias):
+        if before is not None:
+            before()
+            target = last_position(coord)
+        assert coord.wait_indexed(target, 3600, consumer=consumer_for(alias))
+        return time.perf_counter() - start
+
+
+def latency(coord: Coordinator, es: Elasticsearch, database_url: str, es_url: str,
+            alias: str, rate: float, seconds: float) -> list[float]:
+    """Commit-to-visible seconds of each change made at a steady ``rate``."""
+    ns = f"lat{int(rate)}"
+    coord.create_namespace(ns)
+    files = [coord.create_file(ns, f"/w{i}", "0").node.id for i in range(50)]
+    samples: list[float] = []
+    pending: dict[tuple[str, int], float] = {}
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def poller() -> None:
+        # One realtime multi-get for every change not yet seen, every 2 ms: light enough
+        # not to disturb what it measures (one checker thread per change would).
+        while not (done.is_set() and not pending):
+            with lock:
+                wanted = list(pending.items())
+            if wanted:
+                got = es.mget(index=alias, docs=[{"_id": i, "routing": ns} for (i, _), _ in wanted],
+                              realtime=True)
+                now = time.perf_counter()
+                for ((node_id, seq), committed), doc in zip(wanted, got["docs"], strict=True):
+                    if doc.get("found") and int(doc["_source"]["seq"]) >= seq:
+                        with lock:
+                            pending.pop((node_id, seq), None)
+                        samples.append(now - committed)
+            time.sleep(0.002)
+
+    def client(k: int, per_thread: float, stop_at: float) -> None:
+        i = 0
+        next_at = time.perf_counter()
+        while next_at < stop_at:
+            if i % 2:
+                r = coord.write_file(ns, files[(k * 7 + i) % len(files)], f"v{k}-{i}")
+            else:
+                r = coord.create_file(ns, f"/c{k}-{i}", f"new {i}")
+            committed = time.perf_counter()
+            assert r.seq is not None
+            with lock:
+                pending[(r.node.id, r.seq)] = committed
+            i += 1
+            next_at += 1.0 / per_thread
+            time.sleep(max(0.0, next_at - time.perf_counter()))  # steady rate pacing
+
+    with worker(database_url, es_url, alias):
+        watcher = threading.Thread(target=poller, daemon=True)
+        watcher.start()
+        stop_at = time.perf_counter() + seconds
+        clients = min(4, max(1, int(rate // 50) or 1))
+        threads = [
+            threading.Thread(target=client, args=(k, rate / clients, stop_at))
+            for k in range(clients)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        done.set()
+        watcher.join(60)
+    return samples
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--n", type=int, default=20_000, help="documents for create rates")
+    parser.add_argument("--rename", type=int, default=100_000, help="descendants renamed")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rate", type=float, default=200.0)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    if os.environ.get("BENCH_LOG"):
+        from indexer.logs import configure
+
+        configure(logging.INFO)
+    print(f"bench_indexer {now_utc()}  load before: {load_average()}")
+    with migrated_cluster("bench_indexer") as (_, database_url), search_server() as es_url:
+        es = Elasticsearch(es_url, request_timeout=600)
+        coord = Coordinator.connect(database_url)
+        raw, work = [], []
+        nodes = create_events(coord, "creates", args.n)
+        for r in range(args.rounds):
+            index = f"bench-raw-{r}"
+            mapping.create_index(es, index)
+            ids = [str(uuid.uuid4()) for _ in range(nodes)]
+            raw.append(raw_bulk(es, index, nodes, ids, "/raw", 1))
+            es.indices.delete(index=index)
+            alias = f"bench-create-{r}"
+            # A fresh alias = a fresh consumer: the worker applies every create again.
+            work.append(nodes / time_worker_to(coord, database_url, es_url, alias))
+            mapping.drop_alias_and_indices(es, alias)
+        print(f"creates done, load: {load_average()}", flush=True)
+
+        # Rename of a directory with args.rename descendants.
+        coord.create_namespace("big")
+        coord.mkdir("big", "/top")
+        made = 0
+        part = 0
+        while made < args.rename:
+            files = min(19_999, args.rename - made - 1)
+            _, count = bulk_subtree(coord, "big", "/top", f"p{part}", dirs=1,
+                                    files_per_dir=files)
+            made += count
+            part += 1
+        alias = "bench-rename"
+        time_worker_to(coord, database_url, es_url, alias)  # index the subtree first
+        rename_s = time_worker_to(
+            coord, database_url, es_url, alias,
+            before=lambda: coord.rename("big", "/top", "renamed"),
+        )
+        mapping.drop_alias_and_indices(es, alias)
+        index = "bench-raw-overwrite"
+        mapping.create_index(es, index)
+        ids = [str(uuid.uuid4()) for _ in range(made)]
+        raw_bulk(es, index, made, ids, "/before", 1)
+        overwrite = raw_bulk(es, index, made, ids, "/after", 2)
+        es.indices.delete(index=index)
+        print(f"rename done, load: {load_average()}", flush=True)
+
+        lat = latency(coord, es, database_url, es_url, "bench-latency", args.rate, args.seconds)
+        light = latency(coord, es, database_url, es_url, "bench-latency", 5.0, args.seconds)
+        mapping.drop_alias_and_indices(es, "bench-latency")
+        es.close()
+        coord.close()
+
+    raw_m, work_m = median(raw), median(work)
+    rename_rate = made / rename_s
+    print()
+    print(table(
+        ["measure", "docs/s (median)", "rounds", "vs raw"],
+        [
+            ["raw streaming_bulk, create", f"{raw_m:,.0f}", len(raw), "1.00"],
+            ["worker, create events", f"{work_m:,.0f}", len(work), f"{work_m / raw_m:.2f}"],
+            ["raw streaming_bulk, overwrite", f"{overwrite:,.0f}", 1, "1.00"],
+            [f"worker, rename of {made:,} descendants", f"{rename_rate:,.0f}", 1,
+             f"{rename_rate / overwrite:.2f}"],
+        ],
+    ))
+    print(f"  raw create rounds: {', '.join(f'{x:,.0f}' for x in raw)}")
+    print(f"  worker create rounds: {', '.join(f'{x:,.0f}' for x in work)}")
+    print(f"  rename: {rename_s:.1f} s for {made:,} documents")
+    print()
+    print(table(
+        ["commit-to-visible (realtime GET)", "samples", "p50 ms", "p99 ms", "max ms"],
+        [
+            [f"{rate:.0f} changes/s for {args.seconds:.0f} s", len(xs),
+             f"{percentile(xs, 0.5) * 1000:.1f}", f"{percentile(xs, 0.99) * 1000:.1f}",
+             f"{max(xs) * 1000:.1f}"]
+            for rate, xs in ((args.rate, lat), (5.0, light))
+        ],
+    ))
+    print(f"load after: {load_average()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,330 @@
+"""Replay / reindex / verify: events folded per second, replay end to end against the raw
+bulk rate of the same documents to the same server in the same run, verify of a large
+namespace (seconds, peak memory), and the size of the event log per million renames.
+
+    python bench/bench_replay.py                       # 1,000,000 events, 200,000 nodes
+    python bench/bench_replay.py --events 200000 --verify-nodes 50000   # smaller
+
+The event log is generated directly in SQL (a valid history: a namespace, its
+directories, its files, then renames and content writes of those files, in blocks
+of 100 events per transaction, as the coordinator writes them), because creating a
+million events through the API would take most of the run on these machines; the
+fold and replay read it exactly as they read a real log. Elasticsearch is a
+throwaway noida-db (or ``ES_URL``); noida's search cost grows with index size,
+which weighs on verify (it pages through the whole index).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import resource
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from common import load_average, migrated_cluster, now_utc, table
+from elasticsearch import Elasticsearch, helpers
+from sqlalchemy import create_engine, text
+
+from coordinator import Coordinator
+from coordinator.api import sqlalchemy_url
+from coordinator.models import POSITION_BLOCK
+from indexer import mapping
+from indexer.documents import index_action, is_indexed
+from indexer.fold import Folder
+from indexer.local_search import LocalSearch
+from indexer.progress import Progress
+from indexer.replay import BULK_BYTES, BULK_CHUNK, current_bound, rebuild, scan_events
+from indexer.verify import verify_index
+
+PER_BLOCK = 100
+
+GENERATE_SQL = f"""
+WITH params AS (SELECT CAST(:ns AS text) AS ns, CAST(:dirs AS int) AS dirs,
+                       CAST(:files AS int) AS files, CAST(:changes AS int) AS changes,
+                       CAST(:first AS bigint) AS first),
+seq AS (
+    -- e = event number within this namespace's history (0 = namespace_created).
+    SELECT 0 AS e, 'namespace_created' AS type, NULL::int AS j, 0 AS r
+    UNION ALL SELECT i, 'created_dir', i - 1, 0 FROM params, generate_series(1, dirs) i
+    UNION ALL SELECT dirs + i, 'created_file', i - 1, 0
+              FROM params, generate_series(1, files) i
+    UNION ALL SELECT dirs + files + k, CASE WHEN k % 4 = 0 THEN 'written' ELSE 'moved' END,
+                     (k - 1) % files, (k - 1) / files + 1
+              FROM params, generate_series(1, changes) k
+)
+INSERT INTO events (namespace, position, node_id, type, payload)
+SELECT p.ns,
+       p.first + (s.e / {PER_BLOCK}) * {POSITION_BLOCK} + s.e % {PER_BLOCK},
+       CASE WHEN s.type = 'namespace_created' THEN md5(p.ns || 'root')::uuid
+            WHEN s.type = 'created_dir' THEN md5(p.ns || 'd' || s.j)::uuid
+            ELSE md5(p.ns || 'f' || s.j)::uuid END,
+       CASE WHEN s.type LIKE 'created%' THEN 'created' ELSE s.type END,
+       CASE s.type
+         WHEN 'namespace_created' THEN jsonb_build_object('root_id', md5(p.ns || 'root')::uuid)
+         WHEN 'created_dir' THEN jsonb_build_object(
+             'id', md5(p.ns || 'd' || s.j)::uuid, 'parent_id', md5(p.ns || 'root')::uuid,
+             'name', 'd' || s.j, 'kind', 'dir', 'path', '/d' || s.j, 'content', NULL,
+             'metadata', '{{}}'::jsonb, 'version', 1)
+         WHEN 'created_file' THEN jsonb_build_object(
+             'id', md5(p.ns || 'f' || s.j)::uuid,
+             'parent_id', md5(p.ns || 'd' || (s.j % p.dirs))::uuid,
+             'name', 'f' || s.j, 'kind', 'file',
+             'path', '/d' || (s.j % p.dirs) || '/f' || s.j,
+             'content', 'file ' || s.j || ' says hello', 'metadata',
+             jsonb_build_object('owner', 'u' || (s.j % 17)), 'version', 1)
+         WHEN 'written' THEN jsonb_build_object(
+             'id', md5(p.ns || 'f' || s.j)::uuid,
+             'path', '/d' || (s.j % p.dirs) || '/f' || s.j || '_' || (s.r - 1),
+             'content', 'revision ' || s.r, 'metadata',
+             jsonb_build_object('owner', 'u' || (s.j % 17)), 'version', s.r + 1)
+         ELSE jsonb_build_object(
+             'id', md5(p.ns || 'f' || s.j)::uuid, 'kind', 'file',
+             'old_parent_id', md5(p.ns || 'd' || (s.j % p.dirs))::uuid,
+             'old_name', 'f' || s.j || '_' || (s.r - 1),
+             'old_path', '/d' || (s.j % p.dirs) || '/f' || s.j || '_' || (s.r - 1),
+             'parent_id', md5(p.ns || 'd' || (s.j % p.dirs))::uuid,
+             'name', 'f' || s.j || '_' || s.r,
+             'path', '/d' || (s.j % p.dirs) || '/f' || s.j || '_' || s.r, 'version', s.r + 1)
+       END
+FROM seq s, params p
+"""
+
+
+def generate(url: str, ns: str, dirs: int, files: int, changes: int) -> int:
+    """Append a synthetic history for ``ns``; returns the number of events.
+
+    Not a faithful copy of the coordinator's naming after a write (the fold does not
+    read payload paths), but every event is valid for the fold: each ``moved`` and
+    ``written`` names an existing file.
+    """
+    engine = create_engine(sqlalchemy_url(url))
+    n = 1 + dirs + files + changes
+    with engine.begin() as conn:
+        last = int(conn.execute(text(
+            "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM event_position_seq"
+        )).scalar_one())
+        first = last + POSITION_BLOCK
+        blocks = (n + PER_BLOCK - 1) // PER_BLOCK
+        conn.execute(text(GENERATE_SQL), {"ns": ns, "dirs": dirs, "files": files,
+                                          "changes": changes, "first": first})
+        conn.execute(text("SELECT setval('event_position_seq', :v)"),
+                     {"v": first + (blocks - 1) * POSITION_BLOCK})
+    engine.dispose()
+    return n
+
+
+def fold_all(url: str, ns: str, spill_threshold: int = 10**12,
+             limit: int | None = None) -> tuple[Folder, float]:
+    """Fold ``ns``'s events (the first ``limit``); returns the folder (caller closes) and
+    the seconds it took."""
+    coord = Coordinator.connect(url)
+    folder = Folder(coord.engine, spill_threshold)
+    started = time.monotonic()
+    with coord.engine.connect() as conn:
+        for i, event in enumerate(scan_events(conn, until=current_bound(coord.engine),
+                                              namespaces=[ns])):
+            if limit is not None and i >= limit:
+                break
+            folder.apply(event)
+        conn.rollback()
+    return folder, time.monotonic() - started
+
+
+def materialize_nodes(url: str, folder: Folder, ns: str) -> int:
+    """Write ``nodes`` (and ``namespaces``) as the fold says, so that reindex and verify
+    have a table to read; returns the node count."""
+    tree = folder.trees[ns]
+    rows = [
+        {"ns": ns, "id": node.id, "parent": node.parent_id, "name": node.name,
+         "kind": node.kind, "content": node.content, "md": json.dumps(node.metadata),
+         "version": node.version}
+        for node in tree.nodes()
+    ]
+    engine = create_engine(sqlalchemy_url(url))
+    with engine.begin() as conn:
+        # The foreign-key checks' cached plans were made on an empty table (sequential
+        # scans), which makes a 100,000-row insert in one transaction quadratic. The rows
+        # come from a consistent fold, so skip the triggers (the bench runs as superuser).
+        conn.execute(text("SET LOCAL session_replication_role = replica"))
+        conn.execute(text("INSERT INTO namespaces (name, root_id) VALUES (:ns, :root)"),
+                     {"ns": ns, "root": rows[0]["id"]})
+        conn.execute(text(
+            "INSERT INTO nodes (namespace, id, parent_id, name, kind, content, metadata, "
+            "version) VALUES (:ns, :id, :parent, :name, :kind, :content, CAST(:md AS jsonb), "
+            ":version)"), rows)
+        conn.execute(text("ANALYZE nodes"))
+    engine.dispose()
+    return len(rows)
+
+
+def raw_bulk(es: Elasticsearch, folder: Folder, ns: str, index: str,
+             alias: str | None = None) -> tuple[int, float]:
+    """The documents of ``ns`` as replay writes them, bulk-loaded with the same client
+    settings into an index created the same way; only the bulk is timed."""
+    actions = [index_action(index, n, 1) for n in folder.trees[ns].nodes() if is_indexed(n)]
+    mapping.create_index(es, index)
+    es.indices.put_settings(index=index, settings={"index": {"refresh_interval": "-1"}})
+    started = time.monotonic()
+    for ok, info in helpers.streaming_bulk(es, actions, chunk_size=BULK_CHUNK,
+                                           max_chunk_bytes=BULK_BYTES, raise_on_error=True):
+        assert ok, info
+    es.indices.refresh(index=index)
+    seconds = time.monotonic() - started
+    if alias is not None:
+        es.indices.update_aliases(actions=[{"add": {"index": index, "alias": alias}}])
+    return len(actions), seconds
+
+
+def verify_child(url: str, es_url: str, alias: str, ns: str) -> None:
+    """Run in a child process so that the parent's memory is not counted. Linux keeps
+    ``ru_maxrss`` across fork and exec (the child starts with the parent's peak), so
+    the peak resident size is also sampled from /proc during the verify itself."""
+    coord = Coordinator.connect(url)
+    es = Elasticsearch(es_url, request_timeout=600)
+
+    def resident_mib() -> float:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+    before = resident_mib()
+    peak = [before]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.05):
+            peak[0] = max(peak[0], resident_mib())
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    report = verify_index(coord, es, alias=alias, namespaces=[ns])
+    done.set()
+    sampler.join()
+    maxrss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"compared": report.compared, "drift": len(report.drift),
+                      "seconds": report.seconds, "rss_before_mib": before,
+                      "rss_peak_mib": peak[0], "ru_maxrss_mib": maxrss_kib / 1024}))
+
+
+def run_child(*args: str) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, __file__, *args], check=True, capture_output=True,
+                         text=True).stdout
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def replay_part(
+    args: argparse.Namespace, url: str, es: Elasticsearch, report: Callable[..., None]
+) -> None:
+    """Generate the long history, then fold it, bulk its documents raw, replay, reindex."""
+    dirs = max(1, args.docs // 100)
+    files = args.docs - dirs
+    changes = args.events - 1 - dirs - files
+    t = time.monotonic()
+    n = generate(url, "r", dirs, files, changes)
+    gen_s = time.monotonic() - t
+    print(f"generated {n:,} events ({files:,} files, {dirs:,} dirs, {changes:,} renames "
+          f"and writes) in {gen_s:.1f}s")
+    engine = create_engine(sqlalchemy_url(url))
+    with engine.connect() as conn:
+        size = int(conn.execute(text(
+            "SELECT pg_total_relation_size('events')")).scalar_one())
+        moved = conn.execute(text(
+            "SELECT avg(pg_column_size(e.*)) FROM events e WHERE type = 'moved'"
+        )).scalar_one()
+    engine.dispose()
+    print(f"event log: {size / n:.0f} bytes/event on disk with indexes "
+          f"({size / 2**20:.0f} MiB); a rename row is {float(moved):.0f} bytes "
+          f"-> ~{size / n * 1e6 / 2**30:.2f} GiB per million renames")
+
+    folder, secs = fold_all(url, "r")
+    report("fold, in memory", f"{folder.events:,} events", f"{secs:.1f}",
+           f"{folder.events / secs:,.0f} events/s")
+    spilled, secs = fold_all(url, "r", 1000, args.spill_sample)
+    report("fold, spilled to PostgreSQL", f"{spilled.events:,} events", f"{secs:.1f}",
+           f"{spilled.events / secs:,.0f} events/s")
+    spilled.close()
+
+    docs, secs = raw_bulk(es, folder, "r", "bench-raw")
+    report("raw streaming_bulk, same docs", f"{docs:,} docs", f"{secs:.1f}",
+           f"{docs / secs:,.0f} docs/s")
+    es.indices.delete(index="bench-raw")
+
+    alias = "bench-nodes"
+    coord = Coordinator.connect(url)
+    with Progress(enabled=True, tty=False, interval=30) as progress:
+        result = rebuild(coord, es, source="events", alias=alias, progress=progress)
+    report("replay end to end (fold+load+swap)",
+           f"{n:,} ev -> {result.documents:,} docs", f"{result.seconds:.1f}",
+           f"{n / result.seconds:,.0f} events/s, "
+           f"{result.documents / result.seconds:,.0f} docs/s")
+
+    materialize_nodes(url, folder, "r")
+    folder.close()
+    with Progress(enabled=True, tty=False, interval=30) as progress:
+        result = rebuild(coord, es, source="snapshot", alias=alias, progress=progress)
+    report("reindex end to end (snapshot+load+swap)", f"{result.documents:,} docs",
+           f"{result.seconds:.1f}", f"{result.documents / result.seconds:,.0f} docs/s")
+    coord.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--docs", type=int, default=100_000,
+                        help="live documents the replay history ends with")
+    parser.add_argument("--verify-nodes", type=int, default=200_000)
+    parser.add_argument("--spill-sample", type=int, default=100_000,
+                        help="events folded with the PostgreSQL backend (it is slower)")
+    parser.add_argument("--verify-only", action="store_true",
+                        help="skip the fold/replay/reindex parts")
+    parser.add_argument("--verify-child", nargs=4, metavar=("URL", "ES", "ALIAS", "NS"),
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.verify_child:
+        verify_child(*args.verify_child)
+        return
+
+    logging.basicConfig(level=logging.INFO, format="  %(asctime)s %(message)s")
+    logging.getLogger("elastic_transport").setLevel(logging.WARNING)
+    print(f"bench_replay {now_utc()}, load average {load_average()}")
+    if args.events - 1 - args.docs < 0:
+        parser.error("--events must exceed --docs")
+    rows: list[list[object]] = []
+    with migrated_cluster("bench_replay") as (_pg, url), LocalSearch() as search:
+        es_url = os.environ.get("ES_URL") or search.url
+        es = Elasticsearch(es_url, request_timeout=600)
+
+        def report(*row: object) -> None:
+            rows.append(list(row))
+            print("  ".join(str(c) for c in row), flush=True)
+
+        if not args.verify_only:
+            replay_part(args, url, es, report)
+
+
+        vdirs = max(1, args.verify_nodes // 100)
+        generate(url, "v", vdirs, args.verify_nodes - vdirs - 1, 0)
+        vfolder, _ = fold_all(url, "v")
+        materialize_nodes(url, vfolder, "v")
+        docs, secs = raw_bulk(es, vfolder, "v", "bench-verify-v1", alias="bench-verify")
+        vfolder.close()
+        report("(load for verify)", f"{docs:,} docs", f"{secs:.1f}", f"{docs / secs:,.0f} docs/s")
+        es.close()
+        v = run_child("--verify-child", url, es_url, "bench-verify", "v")
+        report("verify one namespace", f"{v['compared']:,} docs, drift {v['drift']}",
+               f"{v['seconds']:.1f}",
+               f"RSS {v['rss_before_mib']:.0f} -> peak {v['rss_peak_mib']:.0f} MiB "
+               f"(ru_maxrss {v['ru_maxrss_mib']:.0f}, inherited)")
+    print(table(["what", "size", "seconds", "rate"], rows))
+    print(f"load average at the end {load_average()}")
+
+
+if __name__ == "__main__":
+    main()

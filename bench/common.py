@@ -1,0 +1,77 @@
+"""Shared helpers for the benchmarks in bench/: a throwaway migrated cluster, stats, tables.
+
+Benchmarks are scripts (``python bench/<name>.py``), not tests: they print numbers
+and never assert speed.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script from anywhere, without installing
+    sys.path.insert(0, str(ROOT))
+
+from coordinator.local_postgres import LocalPostgres  # noqa: E402
+from coordinator.migrate import upgrade  # noqa: E402
+
+
+@contextmanager
+def migrated_cluster(
+    dbname: str = "bench", settings: dict[str, str] | None = None
+) -> Iterator[tuple[LocalPostgres, str]]:
+    """Start a throwaway PostgreSQL, create ``dbname``, migrate it to head; yield (cluster, url).
+
+    The cluster is stopped and its directory removed on exit, also on error.
+    """
+    pg = LocalPostgres(extra_settings=dict(settings or {}))
+    pg.start()
+    try:
+        url = pg.create_database(dbname)
+        upgrade(url)
+        yield pg, url
+    finally:
+        pg.stop()
+
+
+def load_average() -> str:
+    """The 1/5/15-minute load averages, as ``uptime`` prints them."""
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+def now_utc() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-quantile (0..1) by nearest rank; NaN for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A plain fixed-width table (first column left-aligned, the others right-aligned)."""
+    cells = [[str(h) for h in headers], *[[str(c) for c in r] for r in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def line(r: list[str]) -> str:
+        pairs = enumerate(zip(r, widths, strict=True))
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in pairs)
+
+    out = [line(cells[0]), "  ".join("-" * w for w in widths)]
+    out += [line(r) for r in cells[1:]]
+    return "\n".join(out)

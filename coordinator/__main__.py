@@ -1,0 +1,5 @@
+"""``python -m coordinator`` is the ``pathkeeper`` command."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,127 @@
+"""``pathkeeper indexer ...``: run the worker, show its lag, list and retry dead letters."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from coordinator.cli import ES_URL_ENV, database_url_option, es_url_option
+from coordinator.indexing import consumer_for
+
+from .mapping import DEFAULT_ALIAS
+
+alias_option = click.option(
+    "--alias", default=DEFAULT_ALIAS, show_default=True, help="Index alias the worker writes to."
+)
+consumer_option = click.option(
+    "--consumer", default="", help="Checkpoint/lease name (default: indexer:<alias>)."
+)
+
+
+@click.group()
+def indexer() -> None:
+    """The indexer: replicates the event log into Elasticsearch."""
+
+
+@indexer.command("run")
+@database_url_option
+@es_url_option
+@alias_option
+@consumer_option
+@click.option("--partitions", default=4, show_default=True,
+              help="Partitions of the namespaces (every worker of a consumer must agree).")
+@click.option("--once", is_flag=True, help="Catch up with the log as of now, then exit.")
+@click.option("--batch-events", default=1000, show_default=True)
+@click.option("--chunk-size", default=1000, show_default=True, help="Bulk actions per request.")
+@click.option("--poll-interval", default=1.0, show_default=True,
+              help="Seconds between polls (the fallback to LISTEN/NOTIFY).")
+@click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics here.")
+@click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
+def run(
+    database_url: str, es_url: str, alias: str, consumer: str, partitions: int, once: bool,
+    batch_events: int, chunk_size: int, poll_interval: float, metrics_port: int | None,
+    verbose: bool,
+) -> None:
+    """Run the worker until SIGTERM (or, with --once, until caught up)."""
+    from .logs import configure
+    from .worker import Worker, WorkerConfig
+
+    configure(logging.DEBUG if verbose else logging.INFO)
+    config = WorkerConfig(
+        database_url=database_url, es_url=es_url, alias=alias, consumer=consumer,
+        partitions=partitions, once=once, batch_events=batch_events, chunk_size=chunk_size,
+        poll_interval=poll_interval, metrics_port=metrics_port,
+    )
+    sys.exit(Worker(config).run())
+
+
+@indexer.command("status")
+@database_url_option
+@alias_option
+@consumer_option
+def status_cmd(database_url: str, alias: str, consumer: str) -> None:
+    """Per partition and namespace: lag (events, seconds), checkpoint, holder; dead letters."""
+    from coordinator import Coordinator
+
+    from . import deadletters, status
+
+    name = consumer or consumer_for(alias)
+    with Coordinator.connect(database_url) as coord:
+        with coord.engine.connect() as conn:
+            parts = status.partitions(conn, name)
+        pending = deadletters.count_pending(coord.engine, name)
+    if not parts:
+        click.echo(f"consumer {name}: never ran")
+    else:
+        click.echo(f"consumer {name}: {len(parts)} partitions")
+        header = f"{'partition':>9} {'checkpoint':>16} {'lag_events':>10} {'lag_s':>8}"
+        click.echo(header + "  holder_pid")
+        for p in parts:
+            holder = str(p.holder_pid) if p.holder_pid else "-"
+            click.echo(f"{p.partition:>9} {p.checkpoint:>16} {p.lag_events:>10} "
+                       f"{p.lag_seconds:>8.2f}  {holder}")
+            for ns in p.namespaces:
+                click.echo(f"{'':>9} namespace {ns.namespace}: {ns.events} events, "
+                           f"{ns.seconds:.2f} s behind")
+    click.echo(f"dead letters pending: {pending}")
+
+
+@indexer.command("dead-letters")
+@database_url_option
+@alias_option
+@consumer_option
+@click.option("--retry", is_flag=True, help="Write each node again as it is now.")
+@click.option("--es-url", envvar=ES_URL_ENV, default=None, help="Needed with --retry.")
+def dead_letters_cmd(
+    database_url: str, alias: str, consumer: str, retry: bool, es_url: str | None
+) -> None:
+    """List documents Elasticsearch rejected for good; --retry writes them again."""
+    from elasticsearch import Elasticsearch
+
+    from coordinator import Coordinator
+
+    from . import deadletters
+
+    name = consumer or consumer_for(alias)
+    with Coordinator.connect(database_url) as coord:
+        letters = deadletters.pending(coord.engine, name)
+        for d in letters:
+            click.echo(f"#{d.id} {d.created_at:%Y-%m-%d %H:%M:%S} ns={d.namespace} "
+                       f"node={d.node_id} position={d.position} error={d.error}")
+        click.echo(f"{len(letters)} pending")
+        if retry and letters:
+            if not es_url:
+                raise click.UsageError("--retry needs --es-url")
+            es = Elasticsearch(es_url)
+            try:
+                fixed, failed = deadletters.retry(coord.engine, es, alias, name)
+            finally:
+                es.close()
+            click.echo(f"retried: {fixed} fixed, {failed} still failing")
+            if failed:
+                sys.exit(1)
+
+
+__all__ = ["indexer"]

@@ -1,0 +1,149 @@
+"""Documents Elasticsearch rejected for good: recorded, listed, retried.
+
+A rejected document does not stop the worker (the rest of the batch and the
+checkpoint go on); it is written to ``dead_letters`` with the error, logged at
+ERROR and counted in ``pathkeeper_indexer_dead_letters_total``. A retry reads the
+node's state now and writes it at the current safe position of the log (so it
+can only be newer than anything indexed before), or deletes its document if the
+node is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from elasticsearch import Elasticsearch
+from sqlalchemy import Engine, text
+
+from coordinator.eventlog import safe_bound
+
+from .bulk import Rejected, send
+from .documents import delete_action, index_action, is_indexed
+from .snapshot import fetch_nodes
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    id: int
+    namespace: str
+    consumer: str
+    position: int
+    node_id: str | None
+    error: str
+    document: dict[str, Any] | None
+    created_at: datetime
+    retried_at: datetime | None
+
+
+def record(engine: Engine, consumer: str, rejected: Rejected) -> None:
+    """Store one rejected document."""
+    try:
+        node_id: uuid.UUID | None = uuid.UUID(rejected.node_id)
+    except ValueError:
+        node_id = None
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO dead_letters "
+                "(namespace, consumer, position, node_id, error, document) "
+                "VALUES (:ns, :c, :pos, :node, :err, CAST(:doc AS jsonb))"
+            ),
+            {
+                "ns": rejected.namespace,
+                "c": consumer,
+                "pos": rejected.version,
+                "node": node_id,
+                "err": f"{rejected.status} {rejected.error}",
+                "doc": json.dumps(rejected.document) if rejected.document is not None else None,
+            },
+        )
+
+
+def pending(engine: Engine, consumer: str | None = None, limit: int = 1000) -> list[DeadLetter]:
+    """Dead letters not successfully retried yet, oldest first."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT id, namespace, consumer, position, node_id, error, document, created_at, "
+                "retried_at FROM dead_letters WHERE retried_at IS NULL "
+                "AND (CAST(:c AS text) IS NULL OR consumer = :c) ORDER BY id LIMIT :limit"
+            ),
+            {"c": consumer, "limit": limit},
+        ).all()
+    return [
+        DeadLetter(
+            id=int(r.id), namespace=r.namespace, consumer=r.consumer, position=int(r.position),
+            node_id=str(r.node_id) if r.node_id is not None else None, error=r.error,
+            document=r.document, created_at=r.created_at, retried_at=r.retried_at,
+        )
+        for r in rows
+    ]
+
+
+def count_pending(engine: Engine, consumer: str | None = None) -> int:
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                text(
+                    "SELECT count(*) FROM dead_letters WHERE retried_at IS NULL "
+                    "AND (CAST(:c AS text) IS NULL OR consumer = :c)"
+                ),
+                {"c": consumer},
+            ).scalar_one()
+        )
+
+
+def retry(
+    engine: Engine, es: Elasticsearch, alias: str, consumer: str | None = None
+) -> tuple[int, int]:
+    """Write every pending dead letter's node again as it is now.
+
+    Returns (fixed, still failing). A letter that fails again stays pending, with
+    its error updated.
+    """
+    letters = pending(engine, consumer)
+    if not letters:
+        return 0, 0
+    # Every event <= bound has committed, and the snapshot below is taken after,
+    # so the state read is at least as new as any event <= bound.
+    bound = safe_bound(engine, wait=30.0)
+    if bound is None:
+        raise RuntimeError("timed out waiting for in-flight transactions")
+    fixed = failed = 0
+    with engine.connect() as conn:
+        conn = conn.execution_options(isolation_level="REPEATABLE READ")
+        with conn.begin():
+            for letter in letters:
+                if letter.node_id is None:
+                    continue
+                node = fetch_nodes(conn, letter.namespace, [letter.node_id]).get(letter.node_id)
+                if node is not None and is_indexed(node):
+                    action = index_action(alias, node, bound)
+                else:
+                    action = delete_action(alias, letter.namespace, letter.node_id, bound)
+                errors: list[Rejected] = []
+                send(es, [action], errors.append)
+                if errors:
+                    failed += 1
+                    conn.execute(
+                        text(
+                            "UPDATE dead_letters SET error = :e "
+                            "WHERE namespace = :ns AND id = :id"
+                        ),
+                        {"e": f"{errors[0].status} {errors[0].error}", "ns": letter.namespace,
+                         "id": letter.id},
+                    )
+                else:
+                    fixed += 1
+                    conn.execute(
+                        text(
+                            "UPDATE dead_letters SET retried_at = now() "
+                            "WHERE namespace = :ns AND id = :id"
+                        ),
+                        {"ns": letter.namespace, "id": letter.id},
+                    )
+    return fixed, failed

@@ -1,0 +1,151 @@
+"""The Elasticsearch index: settings, explicit mappings, and the alias in front of it.
+
+Services search the alias (default ``pathkeeper-nodes``); the data lives in a
+versioned concrete index behind it (``pathkeeper-nodes-v1``, ``-v2``...), so a
+full rebuild can load a new concrete index and switch the alias with one atomic
+``_aliases`` request.
+
+The search contract (one document per live node, namespace roots excluded,
+``_id`` = node id, routed by namespace):
+
+* ``namespace``, ``node_id``, ``parent_id``, ``name``, ``kind``: keyword;
+* ``path``: keyword (the full path) with ``path.tree``, analysed by the
+  ``path_hierarchy`` tokenizer: ``term path.tree: "/a"`` finds ``/a`` and
+  everything under it;
+* ``content``: text (files only); ``metadata``: stored, not indexed;
+* ``seq``: the event-log position the document reflects (also its external
+  version, see ``indexer.worker``).
+
+``dynamic: strict`` makes a document with an unexpected field fail loudly (it
+ends up in the dead-letter table) instead of silently growing the mapping.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from elasticsearch import Elasticsearch, NotFoundError
+
+DEFAULT_ALIAS = "pathkeeper-nodes"
+
+#: Deleted documents keep their version (the tombstone that stops a late, older
+#: write from resurrecting them) this long. Elasticsearch's default is 60 s; the
+#: worker aborts any batch older than ``MAX_BATCH_AGE`` seconds, which must stay
+#: well below this (see indexer.worker).
+GC_DELETES = "1h"
+MAX_BATCH_AGE = 1800.0
+
+PATH_ANALYZER = "pathkeeper_path_tree"
+
+MAPPINGS: dict[str, Any] = {
+    "dynamic": "strict",
+    "properties": {
+        "namespace": {"type": "keyword"},
+        "node_id": {"type": "keyword"},
+        "parent_id": {"type": "keyword"},
+        "name": {"type": "keyword"},
+        "kind": {"type": "keyword"},
+        "path": {
+            "type": "keyword",
+            "fields": {
+                "tree": {
+                    "type": "text",
+                    "analyzer": PATH_ANALYZER,
+                    # The query side is taken whole: match path.tree "/a/b" means
+                    # "under /a/b", not "under /a or under /a/b".
+                    "search_analyzer": "keyword",
+                }
+            },
+        },
+        "content": {"type": "text"},
+        "metadata": {"type": "object", "enabled": False},
+        "seq": {"type": "long"},
+    },
+}
+
+
+def index_settings(shards: int = 1, replicas: int = 0) -> dict[str, Any]:
+    """Settings of a concrete index (``replicas=0`` suits a single-node cluster)."""
+    return {
+        "number_of_shards": shards,
+        "number_of_replicas": replicas,
+        "gc_deletes": GC_DELETES,
+        "analysis": {
+            "tokenizer": {
+                "pathkeeper_path_hierarchy": {"type": "path_hierarchy", "delimiter": "/"}
+            },
+            "analyzer": {
+                PATH_ANALYZER: {"type": "custom", "tokenizer": "pathkeeper_path_hierarchy"}
+            },
+        },
+    }
+
+
+def concrete_name(alias: str = DEFAULT_ALIAS, version: int = 1) -> str:
+    """The concrete index name for ``alias`` at ``version``, e.g. ``pathkeeper-nodes-v1``."""
+    return f"{alias}-v{version}"
+
+
+def create_index(
+    es: Elasticsearch, name: str, *, shards: int = 1, replicas: int = 0
+) -> bool:
+    """Create concrete index ``name`` with our settings and mappings.
+
+    Returns False (and changes nothing) when it already exists.
+    """
+    if es.indices.exists(index=name):
+        return False
+    try:
+        es.indices.create(
+            index=name, settings=index_settings(shards, replicas), mappings=MAPPINGS
+        )
+    except Exception as exc:  # a concurrent creator won the race
+        if getattr(exc, "error", "") == "resource_already_exists_exception":
+            return False
+        raise
+    return True
+
+
+def alias_targets(es: Elasticsearch, alias: str = DEFAULT_ALIAS) -> list[str]:
+    """The concrete indices ``alias`` points to (empty if the alias does not exist)."""
+    try:
+        found = es.indices.get_alias(name=alias)
+    except NotFoundError:
+        return []
+    return sorted(found.body.keys())
+
+
+def ensure_alias(es: Elasticsearch, alias: str = DEFAULT_ALIAS) -> str:
+    """Make sure ``alias`` exists, creating ``<alias>-v1`` behind it if needed.
+
+    Returns the concrete index the alias writes to. Safe to call from several
+    processes at once.
+    """
+    targets = alias_targets(es, alias)
+    if targets:
+        return targets[-1]
+    name = concrete_name(alias, 1)
+    create_index(es, name)
+    es.indices.update_aliases(
+        actions=[{"add": {"index": name, "alias": alias, "is_write_index": True}}]
+    )
+    return alias_targets(es, alias)[-1]
+
+
+def switch_alias(es: Elasticsearch, alias: str, new_index: str) -> list[str]:
+    """Point ``alias`` at ``new_index`` only, in one atomic ``_aliases`` request.
+
+    Returns the indices it pointed to before (the caller decides whether to
+    delete them).
+    """
+    old = [i for i in alias_targets(es, alias) if i != new_index]
+    actions: list[dict[str, Any]] = [{"remove": {"index": i, "alias": alias}} for i in old]
+    actions.append({"add": {"index": new_index, "alias": alias, "is_write_index": True}})
+    es.indices.update_aliases(actions=actions)
+    return old
+
+
+def drop_alias_and_indices(es: Elasticsearch, alias: str) -> None:
+    """Delete every concrete index behind ``alias`` (tests and tear-down)."""
+    for index in alias_targets(es, alias):
+        es.indices.delete(index=index)

@@ -1,0 +1,63 @@
+"""Prometheus metrics of the indexer worker (served on ``--metrics-port``).
+
+Labelled by consumer and partition; lag gauges are refreshed by the worker's
+periodic job from the same query as ``pathkeeper indexer status``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+EVENTS_APPLIED = Counter(
+    "pathkeeper_indexer_events_applied_total", "Events applied to Elasticsearch",
+    ["consumer", "partition"],
+)
+DOCUMENTS = Counter(
+    "pathkeeper_indexer_documents_total",
+    "Bulk actions by outcome (indexed, deleted, already_newer, rejected)",
+    ["consumer", "outcome"],
+)
+DEAD_LETTERS = Counter(
+    "pathkeeper_indexer_dead_letters_total", "Documents rejected for good", ["consumer"]
+)
+DEAD_LETTERS_PENDING = Gauge(
+    "pathkeeper_indexer_dead_letters_pending", "Dead letters not yet retried", ["consumer"]
+)
+BATCH_RETRIES = Counter(
+    "pathkeeper_indexer_batch_retries_total", "Batches retried after an error",
+    ["consumer", "partition"],
+)
+BATCH_SECONDS = Histogram(
+    "pathkeeper_indexer_batch_seconds", "Time to apply one batch", ["consumer"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+)
+CHECKPOINT = Gauge(
+    "pathkeeper_indexer_checkpoint", "Last checkpointed event position",
+    ["consumer", "partition"],
+)
+LAG_EVENTS = Gauge(
+    "pathkeeper_indexer_lag_events", "Committed events not yet applied",
+    ["consumer", "partition"],
+)
+LAG_SECONDS = Gauge(
+    "pathkeeper_indexer_lag_seconds", "Age of the oldest committed event not yet applied",
+    ["consumer", "partition"],
+)
+PARTITIONS_HELD = Gauge(
+    "pathkeeper_indexer_partitions_held", "Partitions this process holds", ["consumer"]
+)
+
+
+def serve(port: int) -> Callable[[], None]:
+    """Expose the metrics over HTTP on ``port`` (a daemon thread); returns a function
+    that stops serving."""
+    server, thread = start_http_server(port)
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+    return stop

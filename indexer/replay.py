@@ -1,0 +1,633 @@
+"""Rebuild the search index with no downtime: ``replay`` (from the event log) and
+``reindex`` (from a snapshot of ``nodes``), both then catching up on the event tail.
+
+The procedure (``rebuild``), for alias A (e.g. ``pathkeeper-nodes``):
+
+1. take the replay lease for A (a session advisory lock in PostgreSQL; a second
+   replay/reindex of A is refused), and delete the half-built indices an earlier,
+   killed run left behind (they carry the marker alias ``A-building``; since we
+   hold the lease, no living process is building them);
+2. pick a bound V0: a safe position of the log (every event <= V0 is committed,
+   see ``coordinator.eventlog``), or ``--until``;
+3. compute the state as of V0: fold the events <= V0 (replay, ``indexer.fold``,
+   never reading ``nodes``) or read ``nodes`` in one REPEATABLE READ snapshot
+   opened *after* V0 was taken (reindex: every event <= V0 is in the snapshot;
+   events after V0 that are also in it are re-applied by the tail, harmlessly);
+4. bulk-load every document into a NEW concrete index ``A-vN`` (created by
+   ``indexer.mapping``, marked ``A-building``, ``refresh_interval: -1`` and no
+   replicas while loading, restored afterwards) with external version V0, the
+   same versioning the live worker uses (version = the read cursor of the batch);
+5. catch up on the events after V0 with the live worker's own batch apply,
+   aimed at the new index, until it is close to the head of the log;
+6. swap in ONE ``_aliases`` request: remove A from the old index, add A to the
+   new one, remove the ``A-building`` marker;
+7. catch up once more, to a safe position read after the swap: the live worker
+   may have applied events past our cursor to the OLD index just before the
+   swap; after the swap it continues on the new index from its own checkpoint,
+   so those events are ours to apply (both sides write with external versions
+   from the same cursor sequence, so double writes are harmless);
+8. delete the old index unless ``keep_old``.
+
+A replay killed before step 6 leaves A untouched (the half-built index is
+deleted by the next run); killed between 6 and 7, the new index may miss the
+events of that short window: ``verify`` reports them and ``verify --repair`` or
+a rerun fixes them. ``until`` builds a past state into an index that is never
+swapped in (for audits). ``namespaces`` rebuilds only those namespaces, in place
+in the live index (a partial index cannot replace one serving every namespace):
+see ``rebuild_namespaces``.
+
+Retention: the log is kept whole. It costs about 420 bytes per event on disk
+with its indexes (a rename row is ~390 bytes; ~0.4 GiB per million renames,
+measured by ``bench/bench_replay.py``). There is no ``events compact``: deleting
+events below a position P keeps replay correct only if replay can start from a
+stored snapshot of the state at P, ``--until`` below P becomes impossible, and
+``verify``'s log check needs the same snapshot; none of that exists yet, so
+compaction is left out rather than offered unsafe.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+from elasticsearch import BadRequestError, Elasticsearch, NotFoundError, helpers
+from sqlalchemy import Connection, Engine, text
+
+from coordinator import Coordinator, Event, Node
+from coordinator.eventlog import safe_bound
+
+from . import mapping
+from .applier import Applier
+from .bulk import Rejected
+from .documents import delete_action, document_for, index_action, is_indexed
+from .fold import DEFAULT_SPILL_THRESHOLD, Folder
+from .progress import Progress
+
+log = logging.getLogger("pathkeeper.replay")
+
+#: Classid of the replay lease: ``pg_try_advisory_lock(LEASE_CLASS, hashtext(alias))``.
+LEASE_CLASS = 0x5245504C  # "REPL"
+BULK_CHUNK = 2000
+BULK_BYTES = 10 * 1024 * 1024  # Elastic's advice: a few MB to tens of MB per request
+TAIL_BATCH = 5000
+#: The tail is "caught up" when a read returns fewer events than this.
+CAUGHT_UP_EVENTS = 500
+
+
+class ReplayError(Exception):
+    """A replay, reindex or verify could not be done (the message says why)."""
+
+
+class ReplayBusy(ReplayError):
+    """Another replay or reindex of the same alias holds the lease."""
+
+
+def building_marker(alias: str) -> str:
+    """The alias that marks concrete indices still being built for ``alias``."""
+    return f"{alias}-building"
+
+
+# --------------------------------------------------------------------- the lease
+
+
+class ReplayLease:
+    """A session-level advisory lock on a hash of the alias, on a dedicated connection.
+
+    Held for the whole rebuild; released on exit, or by the server when the
+    process dies (the session ends), so a killed replay never blocks the next.
+    """
+
+    def __init__(self, engine: Engine, alias: str) -> None:
+        self.engine = engine
+        self.alias = alias
+        self._conn: Connection | None = None
+
+    def __enter__(self) -> ReplayLease:
+        conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        got = conn.execute(
+            text("SELECT pg_try_advisory_lock(:cls, hashtext(:alias))"),
+            {"cls": LEASE_CLASS, "alias": self.alias},
+        ).scalar_one()
+        if not got:
+            pid = conn.execute(
+                text(
+                    "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                    "AND classid = CAST(:cls AS oid) "
+                    "AND objid = CAST(CAST(hashtext(:alias) AS bigint) & 4294967295 AS oid) "
+                    "LIMIT 1"
+                ),
+                {"cls": LEASE_CLASS, "alias": self.alias},
+            ).scalar()
+            conn.close()
+            raise ReplayBusy(
+                f"another replay or reindex of alias {self.alias!r} is running "
+                f"(PostgreSQL backend pid {pid}); wait for it to finish or stop it"
+            )
+        self._conn = conn
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            conn.execute(
+                text("SELECT pg_advisory_unlock(:cls, hashtext(:alias))"),
+                {"cls": LEASE_CLASS, "alias": self.alias},
+            )
+        finally:
+            # Never hand a session that might still hold the lock back to the pool.
+            conn.invalidate()
+            conn.close()
+
+
+# ------------------------------------------------------------ the event log
+
+
+def scan_events(
+    conn: Connection,
+    *,
+    after: int = 0,
+    until: int,
+    namespaces: Sequence[str] | None = None,
+    batch: int = 5000,
+) -> Iterator[Event]:
+    """Events with ``after < position <= until`` in position order, streamed by a
+    server-side cursor. ``until`` must be a safe position (or the caller's snapshot
+    must be the one that defines what exists)."""
+    where = "position > :after AND position <= :until"
+    params: dict[str, Any] = {"after": after, "until": until}
+    if namespaces is not None:
+        where += " AND namespace = ANY(:nss)"
+        params["nss"] = list(namespaces)
+    rows = conn.execute(
+        text(
+            "SELECT position, namespace, type, node_id, payload, committed_at FROM events "
+            f"WHERE {where} ORDER BY position"
+        ),
+        params,
+        # Per statement: Connection.execution_options() would change the connection.
+        execution_options={"stream_results": True, "yield_per": batch},
+    )
+    for r in rows:
+        yield Event(
+            position=int(r.position), namespace=r.namespace, type=r.type,
+            node_id=None if r.node_id is None else str(r.node_id), payload=r.payload,
+            committed_at=r.committed_at,
+        )
+
+
+def current_bound(engine: Engine, wait: float = 30.0) -> int:
+    """A safe position: every event at or below it is committed and visible."""
+    bound = safe_bound(engine, wait)
+    if bound is None:
+        raise ReplayError(f"transactions in flight did not finish within {wait}s")
+    return bound
+
+
+# ------------------------------------------------------------ state sources
+
+
+def fold_log(
+    engine: Engine,
+    until: int,
+    namespaces: Sequence[str] | None,
+    progress: Progress,
+    spill_threshold: int = DEFAULT_SPILL_THRESHOLD,
+) -> Folder:
+    """Fold the events <= ``until`` (replay's source); the caller closes the Folder."""
+    folder = Folder(engine, spill_threshold)
+    try:
+        folder.on_spill = lambda ns: progress.note(f"namespace {ns} spilled to PostgreSQL")
+        progress.phase("fold events", unit="events")
+        with engine.connect() as conn:
+            # Idle between fetches while a spilled namespace works: not a hung client.
+            conn.execute(text("SET LOCAL idle_in_transaction_session_timeout = 0"))
+            step = 0
+            for event in scan_events(conn, until=until, namespaces=namespaces):
+                folder.apply(event)
+                step += 1
+                if step == 1000:
+                    progress.advance(step)
+                    step = 0
+            progress.advance(step)
+            conn.rollback()
+    except BaseException:
+        folder.close()
+        raise
+    if folder.anomalies.count:
+        progress.note(
+            f"the log has {folder.anomalies.count} inconsistencies, first: "
+            f"{folder.anomalies.first[:3]} (run `pathkeeper verify` for the full story)"
+        )
+    return folder
+
+
+def folded_nodes(folder: Folder) -> Iterator[Node]:
+    """Every indexed node of a folded log."""
+    for ns in folder.namespaces():
+        for node in folder.trees[ns].nodes():
+            if is_indexed(node):
+                yield node
+
+
+def state_nodes(
+    stack: ExitStack,
+    source: str,
+    engine: Engine,
+    until: int,
+    namespaces: Sequence[str] | None,
+    progress: Progress,
+    spill_threshold: int,
+) -> Iterator[Node]:
+    """The nodes as of ``until``: from the log (folded now, before anything is written)
+    or from a snapshot (opened lazily, when the caller starts reading)."""
+    if source == "events":
+        folder = stack.enter_context(fold_log(engine, until, namespaces, progress,
+                                              spill_threshold))
+        return folded_nodes(folder)
+    return snapshot_nodes(engine, namespaces)
+
+
+SNAPSHOT_WALK = """
+WITH RECURSIVE sub AS (
+    SELECT id, parent_id, name, kind, version, content, metadata, CAST('/' AS text) AS path
+    FROM nodes WHERE namespace = :ns AND parent_id IS NULL
+  UNION ALL
+    SELECT n.id, n.parent_id, n.name, n.kind, n.version, n.content, n.metadata,
+           CASE WHEN s.path = '/' THEN '/' || n.name ELSE s.path || '/' || n.name END
+    FROM sub s JOIN nodes n ON n.namespace = :ns AND n.parent_id = s.id
+)
+"""
+
+
+def walk_nodes(conn: Connection, namespace: str, order_by_id: bool = False) -> Iterator[Node]:
+    """Every node of ``namespace`` (root included) with its path, streamed from the
+    connection's current transaction; sorted by id when asked."""
+    sql = SNAPSHOT_WALK + "SELECT * FROM sub" + (" ORDER BY id" if order_by_id else "")
+    rows = conn.execute(
+        text(sql), {"ns": namespace}, execution_options={"stream_results": True, "yield_per": 2000}
+    )
+    for r in rows:
+        yield Node(
+            id=str(r.id), namespace=namespace,
+            parent_id=None if r.parent_id is None else str(r.parent_id), name=r.name,
+            kind=r.kind, version=int(r.version), path=r.path, content=r.content,
+            metadata=dict(r.metadata or {}),
+        )
+
+
+def snapshot_nodes(engine: Engine, namespaces: Sequence[str] | None) -> Iterator[Node]:
+    """Every indexed node in one REPEATABLE READ snapshot of ``nodes`` (reindex's
+    source). The caller takes its bound BEFORE iterating (the snapshot opens here)."""
+    with engine.connect() as conn, conn.begin():
+        conn.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"))
+        # Idle between fetches while Elasticsearch loads a chunk: not a hung client.
+        conn.execute(text("SET LOCAL idle_in_transaction_session_timeout = 0"))
+        names = list(conn.execute(text("SELECT name FROM namespaces ORDER BY name")).scalars())
+        for ns in names:
+            if namespaces is not None and ns not in namespaces:
+                continue
+            for node in walk_nodes(conn, ns):
+                if is_indexed(node):
+                    yield node
+
+
+# ------------------------------------------------------- Elasticsearch side
+
+
+def next_index_name(es: Elasticsearch, alias: str) -> str:
+    """``alias-vN`` with N one above every existing ``alias-v*`` index."""
+    pattern = re.compile(re.escape(alias) + r"-v(\d+)$")
+    try:
+        existing = es.indices.get(index=f"{alias}-v*", expand_wildcards="all").body
+    except NotFoundError:
+        existing = {}
+    versions = [int(m.group(1)) for name in existing if (m := pattern.match(name))]
+    return mapping.concrete_name(alias, max(versions, default=0) + 1)
+
+
+def cleanup_abandoned(es: Elasticsearch, alias: str) -> list[str]:
+    """Delete the indices a killed rebuild of ``alias`` left (marked ``alias-building``).
+
+    Only call while holding the lease: then no living process is building them.
+    """
+    try:
+        found = es.indices.get_alias(name=building_marker(alias)).body
+    except NotFoundError:
+        return []
+    live = set(mapping.alias_targets(es, alias))
+    doomed = sorted(i for i in found if i not in live)
+    for index in doomed:
+        log.warning("deleting %s, left half-built by an earlier rebuild of %s", index, alias)
+        es.indices.delete(index=index)
+    return doomed
+
+
+def create_building_index(es: Elasticsearch, alias: str, name: str, shards: int = 1) -> str:
+    """Create ``name``, a new concrete index for ``alias`` (``indexer.mapping``'s settings
+    and mappings), tuned for loading and marked as building in the same request, so
+    that no crash can leave an unmarked half-built index behind."""
+    settings = {**mapping.index_settings(shards, replicas=0), "refresh_interval": "-1"}
+    try:
+        es.indices.create(index=name, settings=settings, mappings=mapping.MAPPINGS,
+                          aliases={building_marker(alias): {}})
+    except BadRequestError as exc:
+        if exc.error == "resource_already_exists_exception":
+            raise ReplayError(f"index {name} appeared while we created it") from exc
+        raise
+    return name
+
+
+def finish_loading(es: Elasticsearch, index: str, replicas: int) -> None:
+    """Restore the settings ``create_building_index`` changed, and make docs visible."""
+    es.indices.put_settings(
+        index=index,
+        settings={"index": {"refresh_interval": None, "number_of_replicas": replicas}},
+    )
+    es.indices.refresh(index=index)
+
+
+def live_shape(es: Elasticsearch, alias: str) -> tuple[int, int]:
+    """(shards, replicas) of the index behind ``alias``, to build its successor alike;
+    (1, 0) when there is none."""
+    targets = mapping.alias_targets(es, alias)
+    if not targets:
+        return 1, 0
+    got = es.indices.get_settings(index=targets[-1]).body[targets[-1]]["settings"]["index"]
+    return int(got.get("number_of_shards", 1)), int(got.get("number_of_replicas", 0))
+
+
+def bulk_index(
+    es: Elasticsearch,
+    actions: Iterable[dict[str, Any]],
+    progress: Progress,
+    *,
+    ignore_conflicts: bool = False,
+) -> tuple[int, int]:
+    """Stream ``actions`` through the bulk helper; returns (written, version conflicts).
+
+    Any other failure raises ``ReplayError`` (a rebuild must not be swapped in
+    with holes)."""
+    ok = conflicts = 0
+    for success, info in helpers.streaming_bulk(
+        es, actions, chunk_size=BULK_CHUNK, max_chunk_bytes=BULK_BYTES,
+        raise_on_error=False, raise_on_exception=True, max_retries=5,
+        initial_backoff=0.5, max_backoff=10,
+    ):
+        if success:
+            ok += 1
+        else:
+            item = next(iter(info.values()))
+            if item.get("status") == 409 and ignore_conflicts:
+                conflicts += 1
+            elif item.get("status") == 404 and next(iter(info)) == "delete":
+                ok += 1  # deleting what is not there: the goal is reached
+            else:
+                raise ReplayError(f"bulk write failed: {info}")
+        progress.advance(1)
+    return ok, conflicts
+
+
+# ----------------------------------------------------------------- the tail
+
+#: ``apply(events, cursor)``: apply one ``read_events`` batch at version ``cursor``.
+BatchApply = Callable[[list[Event], int], object]
+
+
+def worker_batch_apply(
+    engine: Engine, es: Elasticsearch, target: str, rejected: list[Rejected]
+) -> BatchApply:
+    """The live worker's batch apply (``indexer.applier.Applier``), writing through the
+    alias ``target``: the tail is applied exactly as the worker would, so the two
+    agree. (The worker writes with ``require_alias``, so the target must be an
+    alias: before the swap it is the ``building`` marker, which names exactly the
+    new index; after it, the live alias itself.)"""
+    applier = Applier(engine, es, target, rejected.append)
+    return applier.apply
+
+
+def catch_up(
+    coord: Coordinator,
+    after: int,
+    apply: BatchApply,
+    progress: Progress,
+    *,
+    until: int | None = None,
+    namespaces: Sequence[str] | None = None,
+) -> tuple[int, int]:
+    """Apply events after ``after`` with ``apply``, in worker-sized batches, up to
+    ``until`` (or until a read comes back nearly empty); returns (cursor, events)."""
+    cursor, total, stuck = after, 0, 0
+    while True:
+        events, nxt = coord.read_events(
+            cursor, TAIL_BATCH, namespaces=namespaces, until=until, wait=30.0
+        )
+        if events:
+            apply(events, nxt)
+            total += len(events)
+            progress.advance(len(events))
+        moved = nxt > cursor
+        cursor = nxt
+        if until is None:
+            if len(events) < CAUGHT_UP_EVENTS:
+                return cursor, total
+        elif cursor >= until:
+            return cursor, total
+        elif not moved:
+            # read_events gave up waiting for transactions in flight: try again, since
+            # stopping short of ``until`` would leave a gap.
+            stuck += 1
+            if stuck > 10:
+                raise ReplayError(f"could not read the log up to position {until}")
+
+
+# ------------------------------------------------------------------ rebuild
+
+
+@dataclass
+class RebuildResult:
+    """What a replay or reindex did."""
+
+    source: str
+    alias: str
+    index: str | None
+    position: int
+    final_position: int
+    documents: int = 0
+    tail_events: int = 0
+    swapped: bool = False
+    old_indices: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    cleaned_up: list[str] = field(default_factory=list)
+    dry_run: bool = False
+    rejected: int = 0
+    seconds: float = 0.0
+
+
+def rebuild(
+    coord: Coordinator,
+    es: Elasticsearch,
+    *,
+    source: str = "events",
+    alias: str = mapping.DEFAULT_ALIAS,
+    until: int | None = None,
+    namespaces: Sequence[str] | None = None,
+    dry_run: bool = False,
+    keep_old: bool = False,
+    progress: Progress | None = None,
+    spill_threshold: int = DEFAULT_SPILL_THRESHOLD,
+    after_load: Callable[[str], None] | None = None,
+) -> RebuildResult:
+    """Build a new concrete index for ``alias`` from the log (``source="events"``) or
+    a snapshot of ``nodes`` (``source="snapshot"``), catch up and swap it in.
+
+    With ``until``, the state as of that position goes into an index that is not
+    swapped in (and there is no tail); only then may ``namespaces`` narrow it (an
+    index swapped in must hold every namespace: see ``rebuild_namespaces``).
+    With ``dry_run``, only counts.
+    ``after_load`` is a test hook, called with the index name once loading ends.
+    """
+    if source not in ("events", "snapshot"):
+        raise ValueError(f"unknown source {source!r}")
+    if source == "snapshot" and until is not None:
+        raise ReplayError("--until needs the event log: use replay, not reindex")
+    if namespaces is not None and until is None and not dry_run:
+        raise ReplayError("a partial index cannot be swapped in: use rebuild_namespaces")
+    progress = progress or Progress(enabled=False)
+    started = time.monotonic()
+    engine = coord.engine
+    with ReplayLease(engine, alias), ExitStack() as stack:
+        bound = current_bound(engine)
+        v0 = bound if until is None else min(until, bound)
+        if until is not None and until > bound:
+            progress.note(f"--until {until} is past the safe end of the log; using {bound}")
+        result = RebuildResult(source, alias, None, v0, v0, dry_run=dry_run)
+        rejected: list[Rejected] = []
+        nodes = state_nodes(stack, source, engine, v0, namespaces, progress, spill_threshold)
+        if dry_run:
+            result.documents = sum(1 for _ in nodes)
+            result.seconds = time.monotonic() - started
+            progress.count("documents", result.documents)
+            return result
+        # Named before the cleanup, so a new index never reuses a deleted one's name.
+        name = next_index_name(es, alias)
+        result.cleaned_up = cleanup_abandoned(es, alias)
+        shards, replicas = live_shape(es, alias)
+        index = create_building_index(es, alias, name, shards)
+        result.index = index
+        progress.note(f"building {index} as of position {v0} (from {source})")
+        progress.phase("load documents", unit="documents")
+        result.documents, _ = bulk_index(es, (index_action(index, n, v0) for n in nodes), progress)
+        finish_loading(es, index, replicas)
+        if after_load is not None:
+            after_load(index)
+        if until is not None:
+            # An audit index: complete, never swapped in, not cleaned up.
+            es.indices.update_aliases(
+                actions=[{"remove": {"index": index, "alias": building_marker(alias)}}]
+            )
+            result.seconds = time.monotonic() - started
+            return result
+        progress.phase("catch up", unit="events")
+        building = worker_batch_apply(engine, es, building_marker(alias), rejected)
+        cursor, n = catch_up(coord, v0, building, progress)
+        result.tail_events += n
+        es.indices.refresh(index=index)
+        old = [i for i in mapping.alias_targets(es, alias) if i != index]
+        actions: list[dict[str, Any]] = [{"remove": {"index": i, "alias": alias}} for i in old]
+        actions.append({"add": {"index": index, "alias": alias, "is_write_index": True}})
+        actions.append({"remove": {"index": index, "alias": building_marker(alias)}})
+        es.indices.update_aliases(actions=actions)  # the atomic swap
+        result.swapped, result.old_indices = True, old
+        progress.note(f"alias {alias} now points to {index} (was {old or 'nothing'})")
+        # Events the live worker applied to the old index just before the swap.
+        live = worker_batch_apply(engine, es, alias, rejected)
+        cursor, n = catch_up(coord, cursor, live, progress, until=current_bound(engine))
+        result.tail_events += n
+        result.rejected = len(rejected)
+        for r in rejected:
+            log.error("document rejected during the tail: %s", r)
+        result.final_position = cursor
+        if not keep_old:
+            for i in old:
+                es.indices.delete(index=i)
+                result.deleted.append(i)
+        result.seconds = time.monotonic() - started
+        return result
+
+
+def rebuild_namespaces(
+    coord: Coordinator,
+    es: Elasticsearch,
+    namespaces: Sequence[str],
+    *,
+    source: str = "events",
+    alias: str = mapping.DEFAULT_ALIAS,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+    spill_threshold: int = DEFAULT_SPILL_THRESHOLD,
+) -> RebuildResult:
+    """Rebuild only ``namespaces``, in place in the index behind ``alias``.
+
+    Every document is written at external version V0 (a safe position), so a
+    document the live worker already wrote from a later event is kept; then
+    every document of those namespaces that the state at V0 does not have is
+    deleted at version V0 (again keeping anything written after V0). No new
+    index, no swap: the live worker keeps going meanwhile.
+    """
+    progress = progress or Progress(enabled=False)
+    started = time.monotonic()
+    engine = coord.engine
+    wanted = sorted(set(namespaces))
+    with ReplayLease(engine, alias), ExitStack() as stack:
+        v0 = current_bound(engine)
+        result = RebuildResult(source, alias, None, v0, v0, dry_run=dry_run)
+        nodes = state_nodes(stack, source, engine, v0, wanted, progress, spill_threshold)
+        if dry_run:
+            result.documents = sum(1 for _ in nodes)
+            result.seconds = time.monotonic() - started
+            return result
+        targets = mapping.alias_targets(es, alias)
+        if not targets:
+            raise ReplayError(f"alias {alias!r} does not exist: run a full replay")
+        index = targets[-1]
+        result.index = index
+        progress.phase("rewrite documents", unit="documents")
+        # The ids that exist at V0, to find the extras afterwards: the one structure
+        # that grows with the namespace (an id and a set slot, ~100 bytes each).
+        kept: dict[str, set[str]] = {ns: set() for ns in wanted}
+
+        def actions() -> Iterator[dict[str, Any]]:
+            for node in nodes:
+                kept[node.namespace].add(node.id)
+                yield index_action(index, node, v0)
+
+        result.documents, _ = bulk_index(es, actions(), progress, ignore_conflicts=True)
+        es.indices.refresh(index=index)
+        from .verify import stream_index_docs
+
+        progress.phase("delete extras", unit="documents")
+        deletions: list[dict[str, Any]] = []
+        for ns in wanted:
+            for doc in stream_index_docs(es, alias, ns):
+                if doc["node_id"] not in kept[ns]:
+                    deletions.append(delete_action(index, ns, doc["node_id"], v0))
+        bulk_index(es, deletions, progress, ignore_conflicts=True)
+        es.indices.refresh(index=index)
+        result.seconds = time.monotonic() - started
+        return result
+
+
+def expected_document(node: Node) -> dict[str, Any]:
+    """The document for ``node`` without its ``seq`` (what verify compares)."""
+    doc = document_for(node, 0)
+    doc.pop("seq")
+    return doc
+
+

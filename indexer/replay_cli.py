@@ -1,0 +1,206 @@
+"""``pathkeeper replay``, ``pathkeeper reindex``, ``pathkeeper verify``: thin wrappers
+over ``indexer.replay`` and ``indexer.verify``."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from coordinator.cli import database_url_option, es_url_option
+
+from .mapping import DEFAULT_ALIAS
+
+alias_option = click.option(
+    "--alias", default=DEFAULT_ALIAS, show_default=True, help="The alias services search."
+)
+namespace_option = click.option(
+    "--namespace", "namespaces", multiple=True,
+    help="Only this namespace (repeatable). Without --until: rebuilt in place in the live "
+         "index (no new index, no swap).",
+)
+quiet_option = click.option("-q", "--quiet", is_flag=True, help="No progress output.")
+
+EXIT_DRIFT = 1
+EXIT_ERROR = 2
+
+
+def _setup(quiet: bool) -> Any:
+    from .progress import Progress
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s",
+                        stream=sys.stderr)
+    return Progress(enabled=not quiet)
+
+
+def _run(fn: Callable[[], int]) -> None:
+    """Run a command body; a ReplayError or CoordinatorError is a clean exit 2."""
+    from coordinator import CoordinatorError
+
+    from .replay import ReplayError
+
+    try:
+        code = fn()
+    except (ReplayError, CoordinatorError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_ERROR)
+    sys.exit(code)
+
+
+def _rebuild(
+    source: str, database_url: str, es_url: str, alias: str, namespaces: tuple[str, ...],
+    until: int | None, dry_run: bool, keep_old: bool, quiet: bool,
+) -> None:
+    from elasticsearch import Elasticsearch
+
+    from coordinator import Coordinator
+
+    from .replay import rebuild, rebuild_namespaces
+
+    progress = _setup(quiet)
+
+    def body() -> int:
+        with Coordinator.connect(database_url) as coord, progress:
+            es = Elasticsearch(es_url, request_timeout=120)
+            try:
+                if namespaces and until is None:
+                    result = rebuild_namespaces(
+                        coord, es, namespaces, source=source, alias=alias, dry_run=dry_run,
+                        progress=progress,
+                    )
+                else:
+                    result = rebuild(
+                        coord, es, source=source, alias=alias, until=until,
+                        namespaces=namespaces or None, dry_run=dry_run, keep_old=keep_old,
+                        progress=progress,
+                    )
+            finally:
+                es.close()
+        progress.summary.seconds = result.seconds
+        what = "would write" if dry_run else "wrote"
+        click.echo(
+            f"{source}: {what} {result.documents} documents as of position {result.position}"
+            + (f" into {result.index}" if result.index else "")
+            + (f", swapped {alias} (was {', '.join(result.old_indices) or 'nothing'})"
+               if result.swapped else "")
+            + (f", deleted {', '.join(result.deleted)}" if result.deleted else "")
+            + (f", cleaned up {', '.join(result.cleaned_up)}" if result.cleaned_up else "")
+        )
+        click.echo(f"summary: {progress.summary.line()}")
+        return 0
+
+    _run(body)
+
+
+@click.command("replay")
+@database_url_option
+@es_url_option
+@alias_option
+@namespace_option
+@click.option("--until", type=int, default=None,
+              help="Build the state as of this log position into an index that is NOT "
+                   "swapped in (for audits).")
+@click.option("--dry-run", is_flag=True, help="Only count the documents.")
+@click.option("--keep-old", is_flag=True, help="Keep the previous index after the swap.")
+@quiet_option
+def replay(
+    database_url: str, es_url: str, alias: str, namespaces: tuple[str, ...],
+    until: int | None, dry_run: bool, keep_old: bool, quiet: bool,
+) -> None:
+    """Rebuild the index from the event log alone, then swap the alias to it."""
+    _rebuild("events", database_url, es_url, alias, namespaces, until, dry_run, keep_old, quiet)
+
+
+@click.command("reindex")
+@database_url_option
+@es_url_option
+@alias_option
+@namespace_option
+@click.option("--dry-run", is_flag=True, help="Only count the documents.")
+@click.option("--keep-old", is_flag=True, help="Keep the previous index after the swap.")
+@quiet_option
+def reindex(
+    database_url: str, es_url: str, alias: str, namespaces: tuple[str, ...], dry_run: bool,
+    keep_old: bool, quiet: bool,
+) -> None:
+    """Rebuild the index from a snapshot of the nodes table plus the event tail."""
+    _rebuild("snapshot", database_url, es_url, alias, namespaces, None, dry_run, keep_old,
+             quiet)
+
+
+@click.command("verify")
+@database_url_option
+@es_url_option
+@alias_option
+@namespace_option
+@click.option("--repair", is_flag=True, help="Rewrite exactly the drifted documents.")
+@click.option("--log/--no-log", "check_log", default=True, show_default=True,
+              help="Also check that folding the event log reproduces the nodes table.")
+@click.option("--settle-timeout", default=30.0, show_default=True,
+              help="Seconds to wait for the live worker before calling a difference drift.")
+@quiet_option
+def verify(
+    database_url: str, es_url: str, alias: str, namespaces: tuple[str, ...], repair: bool,
+    check_log: bool, settle_timeout: float, quiet: bool,
+) -> None:
+    """Compare PostgreSQL with the index (and the log with nodes); exit 1 on drift."""
+    from elasticsearch import Elasticsearch
+
+    from coordinator import Coordinator
+    from coordinator.indexing import consumer_for, indexed_through, wait_indexed
+
+    from .verify import verify_index, verify_log
+
+    progress = _setup(quiet)
+
+    def body() -> int:
+        drift = False
+        with Coordinator.connect(database_url) as coord, progress:
+            es = Elasticsearch(es_url, request_timeout=120)
+            try:
+                consumer = consumer_for(alias)
+                with coord.engine.connect() as conn:
+                    worker_ran = indexed_through(conn, consumer) is not None
+
+                def settle(position: int) -> bool:
+                    return wait_indexed(coord.engine, position, settle_timeout, consumer)
+
+                report = verify_index(
+                    coord, es, alias=alias, namespaces=namespaces or None, repair_drift=repair,
+                    settle=settle if worker_ran else None, progress=progress,
+                )
+            finally:
+                es.close()
+            click.echo(
+                f"index {alias}: {report.compared} documents compared, "
+                f"{len(report.drift)} drifted {report.by_kind()}"
+            )
+            for d in report.drift[:50]:
+                extra = f" fields={','.join(d.fields)}" if d.fields else ""
+                click.echo(f"  {d.kind} {d.namespace} {d.node_id}{extra}")
+            if repair and report.drift:
+                click.echo(f"repaired {report.repaired}; not repaired (a newer version is "
+                           f"indexed): {len(report.not_repaired)}")
+            drift = bool(report.drift) and not (repair and not report.not_repaired)
+            if check_log:
+                log_report = verify_log(coord, namespaces=namespaces or None, progress=progress)
+                click.echo(
+                    f"event log: {log_report.events} events folded, {log_report.nodes} nodes "
+                    f"compared, {len(log_report.drift)} differ, "
+                    f"{log_report.anomaly_count} inconsistencies"
+                )
+                for d in log_report.drift[:50]:
+                    extra = f" fields={','.join(d.fields)}" if d.fields else ""
+                    label = {"missing": "in nodes, not in the log",
+                             "extra": "in the log, not in nodes"}.get(d.kind, d.kind)
+                    click.echo(f"  {label} {d.namespace} {d.node_id}{extra}")
+                for a in log_report.anomalies[:20]:
+                    click.echo(f"  {a}")
+                drift = drift or not log_report.ok
+        click.echo(f"summary: {progress.summary.line('documents')}")
+        return EXIT_DRIFT if drift else 0
+
+    _run(body)

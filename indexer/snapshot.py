@@ -1,0 +1,92 @@
+"""Reading nodes as they are now, with their paths, inside the caller's transaction.
+
+The worker calls these in one REPEATABLE READ transaction per batch, so every
+document of a batch comes from one consistent state of the tree.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Row, text
+
+from coordinator import Node
+
+# Each start node walks up to the root; the path is its names joined root first.
+# The root's name is '' so the join yields '/a/b' (and '' for the root itself).
+_NODES_WITH_PATHS = text(
+    """
+    WITH RECURSIVE up(start, id, parent_id, name, depth) AS (
+        SELECT n.id, n.id, n.parent_id, n.name, 0 FROM nodes n
+         WHERE n.namespace = :ns AND n.id = ANY(CAST(:ids AS uuid[]))
+      UNION ALL
+        SELECT u.start, p.id, p.parent_id, p.name, u.depth + 1
+          FROM up u JOIN nodes p ON p.namespace = :ns AND p.id = u.parent_id
+         WHERE u.depth < 100000
+    ), paths AS (
+        SELECT start, string_agg(name, '/' ORDER BY depth DESC) AS path FROM up GROUP BY start
+    )
+    SELECT n.id, n.parent_id, n.name, n.kind, n.version, n.content, n.metadata, paths.path
+      FROM paths JOIN nodes n ON n.namespace = :ns AND n.id = paths.start
+    """
+)
+
+_SUBTREE = text(
+    """
+    WITH RECURSIVE sub AS (
+        SELECT id, parent_id, name, kind, version, content, metadata, CAST(:path AS text) AS path
+          FROM nodes WHERE namespace = :ns AND id = :id
+      UNION ALL
+        SELECT n.id, n.parent_id, n.name, n.kind, n.version, n.content, n.metadata,
+               CASE WHEN s.path = '/' THEN '/' || n.name ELSE s.path || '/' || n.name END
+          FROM sub s JOIN nodes n ON n.namespace = :ns AND n.parent_id = s.id
+    )
+    SELECT * FROM sub
+    """
+)
+
+
+def _node(ns: str, row: Row[Any]) -> Node:
+    return Node(
+        id=str(row.id),
+        namespace=ns,
+        parent_id=str(row.parent_id) if row.parent_id is not None else None,
+        name=row.name,
+        kind=row.kind,
+        version=int(row.version),
+        path=row.path or "/",
+        content=row.content,
+        metadata=dict(row.metadata or {}),
+    )
+
+
+def _uuid_or_none(value: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        return None
+
+
+def fetch_nodes(conn: Connection, ns: str, ids: Sequence[str]) -> dict[str, Node]:
+    """The nodes among ``ids`` that exist now, by id, with their current paths."""
+    wanted = [u for u in (_uuid_or_none(i) for i in ids) if u is not None]
+    if not wanted:
+        return {}
+    rows = conn.execute(_NODES_WITH_PATHS, {"ns": ns, "ids": wanted})
+    return {str(r.id): _node(ns, r) for r in rows}
+
+
+def stream_subtree(conn: Connection, top: Node, chunk: int = 1000) -> Iterator[Node]:
+    """Every node under ``top`` (``top`` included), in no particular order, streamed
+    from a server-side cursor ``chunk`` rows at a time: memory stays bounded whatever
+    the size of the subtree."""
+    rows = conn.execution_options(stream_results=True, yield_per=chunk).execute(
+        _SUBTREE, {"ns": top.namespace, "id": uuid.UUID(top.id), "path": top.path}
+    )
+    try:
+        for r in rows:
+            yield _node(top.namespace, r)
+    finally:
+        rows.close()

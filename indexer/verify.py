@@ -1,0 +1,425 @@
+"""Compare PostgreSQL with Elasticsearch, and the event log with ``nodes``.
+
+* ``verify_index``: for each namespace, streams the expected documents (a
+  recursive walk of ``nodes`` sorted by id, from a REPEATABLE READ snapshot, by a
+  server-side cursor) and the indexed ones (a point-in-time + ``search_after``
+  sorted by ``node_id``) and merges them: memory stays bounded whatever the size.
+  Documents that differ are then re-checked: the live worker may simply not have
+  applied the latest events yet. Each re-check round takes a safe position B,
+  lets ``settle(B)`` wait until the live index has applied everything <= B (the
+  worker's read-your-writes wait), and compares fresh PostgreSQL state with a
+  realtime ``mget``; only what still differs after every round is drift.
+  ``repair`` rewrites exactly those documents from PostgreSQL at external version
+  B (a safe position read after the drift was confirmed: any later event the
+  live worker applies carries a higher version and still wins).
+* ``verify_log``: folds the whole log and compares it with ``nodes``, both read
+  in ONE REPEATABLE READ snapshot (each change writes nodes and events in one
+  transaction, so the snapshot is a consistent cut without any position bound).
+
+Ordering note: PostgreSQL sorts uuids by their bytes, which is the order of
+their lowercase hex text, i.e. of the ``node_id`` keyword in Elasticsearch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from elasticsearch import Elasticsearch, helpers
+from prometheus_client import Gauge
+from sqlalchemy import Connection, text
+
+from coordinator import Coordinator, Node, NotFound
+
+from . import mapping
+from .documents import delete_action, index_action, is_indexed, namespace_filter
+from .fold import DEFAULT_SPILL_THRESHOLD, Folder
+from .progress import Progress
+from .replay import ReplayError, current_bound, expected_document, scan_events, walk_nodes
+
+log = logging.getLogger("pathkeeper.verify")
+
+VERIFY_DRIFT = Gauge(
+    "pathkeeper_verify_drift",
+    "Documents that differ between PostgreSQL and Elasticsearch at the last scheduled verify "
+    "(-1: the last run failed)",
+)
+
+PAGE = 1000
+#: Documents per search_after page: large pages, because every page costs a search
+#: (noida-db's grows with the index size) and 5,000 documents are a few MB at most.
+SCAN_PAGE = 5000
+PIT_KEEP_ALIVE = "2m"
+#: Compare every field but ``seq`` (it records when, not what).
+IGNORED_FIELDS = ("seq",)
+
+#: ``settle(position)``: wait until the live index reflects every event <= position;
+#: False if it did not happen in time (the worker is down or far behind).
+Settle = Callable[[int], bool]
+
+
+@dataclass(frozen=True)
+class Drift:
+    """One document that is wrong: ``missing`` from the index, ``extra`` in it, or
+    ``differs`` in ``fields``."""
+
+    kind: str
+    namespace: str
+    node_id: str
+    fields: tuple[str, ...] = ()
+
+
+@dataclass
+class VerifyReport:
+    """The outcome of ``verify_index``."""
+
+    alias: str
+    namespaces: int = 0
+    compared: int = 0
+    drift: list[Drift] = field(default_factory=list)
+    candidates: int = 0
+    repaired: int = 0
+    not_repaired: list[Drift] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.drift
+
+    def by_kind(self) -> dict[str, int]:
+        counts = {"missing": 0, "extra": 0, "differs": 0}
+        for d in self.drift:
+            counts[d.kind] += 1
+        return counts
+
+
+@dataclass
+class LogReport:
+    """The outcome of ``verify_log``: nodes the fold of the log gets wrong."""
+
+    events: int = 0
+    nodes: int = 0
+    drift: list[Drift] = field(default_factory=list)
+    anomalies: list[str] = field(default_factory=list)
+    anomaly_count: int = 0
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.drift and not self.anomaly_count
+
+
+def comparable(doc: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if k not in IGNORED_FIELDS}
+
+
+def differing_fields(expected: dict[str, Any], actual: dict[str, Any]) -> tuple[str, ...]:
+    a, b = comparable(expected), comparable(actual)
+    return tuple(sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k)))
+
+
+# ------------------------------------------------------------------ streams
+
+
+def stream_index_docs(
+    es: Elasticsearch,
+    index: str,
+    namespace: str | None = None,
+    *,
+    exclude_namespaces: Sequence[str] = (),
+    page: int = SCAN_PAGE,
+) -> Iterator[dict[str, Any]]:
+    """Every document's ``_source`` in ``index`` (an alias is fine) for ``namespace``
+    (or every namespace but ``exclude_namespaces``), sorted by ``node_id``, from one
+    point in time."""
+    filters: list[dict[str, Any]] = []
+    if namespace is not None:
+        filters.append(namespace_filter(namespace))
+    query: dict[str, Any] = {"bool": {"filter": filters}}
+    if exclude_namespaces:
+        query["bool"]["must_not"] = [{"terms": {"namespace": list(exclude_namespaces)}}]
+    pit_id = es.open_point_in_time(index=index, keep_alive=PIT_KEEP_ALIVE)["id"]
+    after: list[Any] | None = None
+    try:
+        while True:
+            kwargs: dict[str, Any] = {}
+            if after is not None:
+                kwargs["search_after"] = after
+            res = es.search(
+                pit={"id": pit_id, "keep_alive": PIT_KEEP_ALIVE}, size=page, query=query,
+                sort=[{"node_id": "asc"}], track_total_hits=False, **kwargs,
+            )
+            pit_id = res.get("pit_id", pit_id)
+            hits = res["hits"]["hits"]
+            for hit in hits:
+                yield hit["_source"]
+            if len(hits) < page:
+                return
+            after = hits[-1]["sort"]
+    finally:
+        es.close_point_in_time(id=pit_id)
+
+
+def expected_docs(conn: Connection, namespace: str) -> Iterator[dict[str, Any]]:
+    """The documents ``nodes`` says ``namespace`` should have, sorted by node id."""
+    for node in walk_nodes(conn, namespace, order_by_id=True):
+        if is_indexed(node):
+            yield expected_document(node)
+
+
+def merge(
+    namespace: str,
+    expected: Iterator[dict[str, Any]],
+    actual: Iterator[dict[str, Any]],
+    key: str = "node_id",
+) -> Iterator[Drift | None]:
+    """Merge two streams sorted by ``key``: a ``Drift`` per difference, ``None`` per
+    document found equal."""
+    sentinel: dict[str, Any] = {}
+    e, a = next(expected, sentinel), next(actual, sentinel)
+    while e is not sentinel or a is not sentinel:
+        if a is sentinel or (e is not sentinel and e[key] < a[key]):
+            yield Drift("missing", namespace, e[key])
+            e = next(expected, sentinel)
+        elif e is sentinel or a[key] < e[key]:
+            yield Drift("extra", namespace, a[key])
+            a = next(actual, sentinel)
+        else:
+            diff = differing_fields(e, a)
+            yield Drift("differs", namespace, e[key], diff) if diff else None
+            e, a = next(expected, sentinel), next(actual, sentinel)
+
+
+# ------------------------------------------------------------- the index
+
+
+def _scan(
+    coord: Coordinator,
+    es: Elasticsearch,
+    alias: str,
+    namespaces: Sequence[str] | None,
+    report: VerifyReport,
+    progress: Progress,
+) -> list[Drift]:
+    candidates: list[Drift] = []
+    with coord.engine.connect() as conn, conn.begin():
+        conn.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"))
+        # Idle between fetches while Elasticsearch pages: not a hung client.
+        conn.execute(text("SET LOCAL idle_in_transaction_session_timeout = 0"))
+        existing = list(conn.execute(text("SELECT name FROM namespaces ORDER BY name")).scalars())
+        wanted = existing if namespaces is None else [n for n in namespaces if n in existing]
+        report.namespaces = len(wanted)
+        progress.phase("compare", unit="documents")
+        for ns in wanted:
+            for d in merge(ns, expected_docs(conn, ns), stream_index_docs(es, alias, ns)):
+                report.compared += 1
+                progress.advance(1)
+                if d is not None:
+                    candidates.append(d)
+        # Documents of namespaces PostgreSQL does not have (dropped, or never there).
+        gone = [n for n in (namespaces or []) if n not in existing]
+        streams = [stream_index_docs(es, alias, n) for n in gone]
+        if namespaces is None:
+            streams.append(stream_index_docs(es, alias, exclude_namespaces=existing))
+        for stream in streams:
+            for doc in stream:
+                report.compared += 1
+                progress.advance(1)
+                candidates.append(Drift("extra", doc["namespace"], doc["node_id"]))
+    return candidates
+
+
+def _fresh_node(coord: Coordinator, namespace: str, node_id: str) -> Node | None:
+    try:
+        node = coord.get(namespace, node_id)
+    except NotFound:
+        return None
+    return node if is_indexed(node) else None
+
+
+def _recheck(
+    coord: Coordinator, es: Elasticsearch, alias: str, candidates: list[Drift]
+) -> list[Drift]:
+    """The candidates that still differ between fresh PostgreSQL state and a realtime
+    read of the index."""
+    still: list[Drift] = []
+    for start in range(0, len(candidates), PAGE):
+        chunk = candidates[start:start + PAGE]
+        got = es.mget(
+            index=alias, docs=[{"_id": d.node_id, "routing": d.namespace} for d in chunk]
+        )["docs"]
+        for d, hit in zip(chunk, got, strict=True):
+            node = _fresh_node(coord, d.namespace, d.node_id)
+            found = hit.get("found", False)
+            if node is None and found:
+                still.append(Drift("extra", d.namespace, d.node_id))
+            elif node is not None and not found:
+                still.append(Drift("missing", d.namespace, d.node_id))
+            elif node is not None:
+                diff = differing_fields(expected_document(node), hit["_source"])
+                if diff:
+                    still.append(Drift("differs", d.namespace, d.node_id, diff))
+    return still
+
+
+def repair(
+    coord: Coordinator, es: Elasticsearch, alias: str, drift: Sequence[Drift]
+) -> tuple[int, list[Drift]]:
+    """Rewrite exactly the drifted documents from PostgreSQL at version = a safe
+    position read now; returns (repaired, not repaired: a newer version is there)."""
+    targets = mapping.alias_targets(es, alias)
+    if not targets:
+        raise NotFound(f"alias {alias!r} does not exist")
+    index = targets[-1]
+    bound = current_bound(coord.engine)
+    actions: list[dict[str, Any]] = []
+    for d in drift:
+        node = _fresh_node(coord, d.namespace, d.node_id)
+        if node is None:
+            actions.append(delete_action(index, d.namespace, d.node_id, bound))
+        else:
+            actions.append(index_action(index, node, bound))
+    done = 0
+    refused: list[Drift] = []
+    # streaming_bulk answers in the order of the actions: pair each answer with its drift.
+    answers = helpers.streaming_bulk(es, actions, chunk_size=PAGE, raise_on_error=False,
+                                     max_retries=5)
+    for d, (ok, info) in zip(drift, answers, strict=True):
+        item = next(iter(info.values()))
+        if ok or (item.get("status") == 404 and "delete" in info):
+            done += 1
+        elif item.get("status") == 409:
+            refused.append(d)  # something newer than our bound is there
+        else:
+            raise ReplayError(f"repair of {d} failed: {info}")
+    es.indices.refresh(index=index)
+    return done, refused
+
+
+def verify_index(
+    coord: Coordinator,
+    es: Elasticsearch,
+    *,
+    alias: str = mapping.DEFAULT_ALIAS,
+    namespaces: Sequence[str] | None = None,
+    repair_drift: bool = False,
+    settle: Settle | None = None,
+    rounds: int = 3,
+    progress: Progress | None = None,
+) -> VerifyReport:
+    """Find (and with ``repair_drift``, fix) documents that differ between PostgreSQL
+    and the index behind ``alias``. See the module docstring for how lag is told
+    apart from drift."""
+    progress = progress or Progress(enabled=False)
+    started = time.monotonic()
+    report = VerifyReport(alias)
+    es.indices.refresh(index=alias)
+    candidates = _scan(coord, es, alias, namespaces, report, progress)
+    report.candidates = len(candidates)
+    for _ in range(rounds if candidates else 0):
+        settled = settle is not None and settle(current_bound(coord.engine))
+        candidates = _recheck(coord, es, alias, candidates)
+        if not candidates or not settled:
+            # Without a live worker to wait for, what differs now is drift.
+            break
+    report.drift = candidates
+    if repair_drift and candidates:
+        report.repaired, report.not_repaired = repair(coord, es, alias, candidates)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+# ------------------------------------------------------------------ the log
+
+
+def _node_row(node: Node) -> dict[str, Any]:
+    return {
+        "node_id": node.id, "parent_id": node.parent_id, "name": node.name, "kind": node.kind,
+        "content": node.content, "metadata": node.metadata, "version": node.version,
+        "path": node.path,
+    }
+
+
+def verify_log(
+    coord: Coordinator,
+    *,
+    namespaces: Sequence[str] | None = None,
+    spill_threshold: int = DEFAULT_SPILL_THRESHOLD,
+    progress: Progress | None = None,
+) -> LogReport:
+    """Fold the log and compare it with ``nodes`` (ids, parents, names, kinds, content,
+    metadata, versions, paths), both from one snapshot."""
+    progress = progress or Progress(enabled=False)
+    started = time.monotonic()
+    report = LogReport()
+    engine = coord.engine
+    with Folder(engine, spill_threshold) as folder, engine.connect() as conn, conn.begin():
+        conn.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"))
+        conn.execute(text("SET LOCAL idle_in_transaction_session_timeout = 0"))
+        progress.phase("fold events", unit="events")
+        for event in scan_events(conn, until=2**62, namespaces=namespaces):
+            folder.apply(event)
+            report.events += 1
+            if report.events % 1000 == 0:
+                progress.advance(1000)
+        progress.advance(report.events % 1000)
+        existing = list(conn.execute(text("SELECT name FROM namespaces ORDER BY name")).scalars())
+        if namespaces is not None:
+            existing = [n for n in existing if n in namespaces]
+        progress.phase("compare with nodes", unit="nodes")
+        for ns in sorted(set(existing) | set(folder.namespaces())):
+            tree = folder.trees.get(ns)
+            folded = (_node_row(n) for n in tree.nodes_by_id()) if tree else iter(())
+            stored = (
+                (_node_row(n) for n in walk_nodes(conn, ns, order_by_id=True))
+                if ns in existing else iter(())
+            )
+            for d in merge(ns, stored, folded):
+                report.nodes += 1
+                progress.advance(1)
+                if d is not None:
+                    # From the log's point of view: "missing" = in nodes, not in the fold.
+                    report.drift.append(d)
+        report.anomaly_count = folder.anomalies.count
+        report.anomalies = list(folder.anomalies.first)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+# ------------------------------------------------------------- scheduling
+
+
+def scheduled_verify(
+    coord: Coordinator,
+    es: Elasticsearch,
+    alias: str = mapping.DEFAULT_ALIAS,
+    settle: Settle | None = None,
+) -> int:
+    """Run ``verify_index`` and publish the drift count as ``pathkeeper_verify_drift``
+    (-1 if it failed). For an APScheduler cron job in the worker; never raises."""
+    try:
+        report = verify_index(coord, es, alias=alias, settle=settle)
+    except Exception:
+        log.exception("scheduled verify failed")
+        VERIFY_DRIFT.set(-1)
+        return -1
+    VERIFY_DRIFT.set(len(report.drift))
+    if report.drift:
+        log.warning("verify: %d drifted documents %s", len(report.drift), report.by_kind())
+    else:
+        log.info("verify: no drift in %d documents", report.compared)
+    return len(report.drift)
+
+
+def add_verify_job(scheduler: Any, job: Callable[[], object], cron: str) -> Any:
+    """Add ``job`` (e.g. ``functools.partial(scheduled_verify, coord, es)``) to an
+    APScheduler scheduler on a crontab expression such as ``"17 3 * * *"``."""
+    from apscheduler.triggers.cron import CronTrigger
+
+    return scheduler.add_job(
+        job, CronTrigger.from_crontab(cron), id="pathkeeper-verify",
+        max_instances=1, coalesce=True, replace_existing=True,
+    )

@@ -1,0 +1,416 @@
+"""The indexer worker process: leases partitions, reads the event log, applies batches.
+
+How a change reaches Elasticsearch (``indexer.applier`` has the batch rules and
+why they are safe):
+
+1. Namespaces are split into ``N`` partitions by a hash of their name
+   (``coordinator.eventlog.Partition``). A worker holds a partition with a
+   session advisory lock on a dedicated connection (``indexer.leases``): it dies
+   with the process, so a ``kill -9``'d worker's partitions are free at once.
+   Workers count each other and each takes its fair share; an idle worker keeps
+   trying to grab free partitions.
+2. Each held partition has its own thread (``PartitionRunner``), so a huge batch
+   (a 100,000-descendant rename) holds up only the namespaces of its partition.
+   A runner reads a batch with ``read_events(after=checkpoint, partition=...)``,
+   which returns whole transactions in a gap-safe order and a cursor, ends the
+   batch after its first transaction that moves a directory
+   (``plan.cut_after_subtree_move``), applies it, and only then moves the checkpoint
+   to the cursor. Any error: capped exponential backoff, the same batch again,
+   checkpoint unchanged.
+3. Latency: ``LISTEN pathkeeper_events`` (``indexer.wakeup``) wakes every runner
+   at each commit; an APScheduler interval job (``max_instances=1``,
+   ``coalesce=True``) wakes them too, as the polling fallback, and rebalances.
+4. SIGTERM/SIGINT: runners abandon their batch at the next chunk boundary (it is
+   re-applied by whoever runs next: idempotent), leases are released, exit 0.
+
+Deleted-then-recreated and ``index.gc_deletes``: see ``indexer.applier``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+from elasticsearch import Elasticsearch
+
+from coordinator import Coordinator
+from coordinator.eventlog import Partition, safe_bound
+from coordinator.indexing import consumer_for
+
+from . import checkpoints, deadletters, metrics, status
+from .applier import Abandoned, Applier
+from .bulk import Rejected
+from .leases import Leases
+from .logs import log
+from .mapping import DEFAULT_ALIAS, MAX_BATCH_AGE, ensure_alias
+from .plan import cut_after_subtree_move
+from .wakeup import Listener
+
+logger = logging.getLogger("pathkeeper.indexer")
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    database_url: str
+    es_url: str
+    alias: str = DEFAULT_ALIAS
+    partitions: int = 4
+    #: Checkpoint and lease name; defaults to ``indexer:<alias>``.
+    consumer: str = ""
+    #: Events per read (whole transactions: a batch may be larger).
+    batch_events: int = 1000
+    #: Bulk actions per request.
+    chunk_size: int = 1000
+    poll_interval: float = 1.0
+    #: Process until caught up with the log as of start, then exit.
+    once: bool = False
+    backoff_base: float = 0.05
+    backoff_cap: float = 10.0
+    metrics_port: int | None = None
+    es_request_timeout: float = 60.0
+    #: How long ``read_events`` waits for in-flight transactions before giving up a round.
+    read_wait: float = 5.0
+    es_options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def consumer_name(self) -> str:
+        return self.consumer or consumer_for(self.alias)
+
+
+class PartitionRunner:
+    """Applies one partition's events, in order, in its own thread."""
+
+    def __init__(self, worker: Worker, partition: int) -> None:
+        self.worker = worker
+        self.partition = partition
+        self.label = str(partition)
+        self.wake = threading.Event()
+        self.stop = threading.Event()
+        self.crashed: BaseException | None = None
+        self.checkpoint = 0
+        self._thread = threading.Thread(
+            target=self._run, name=f"indexer-p{partition}", daemon=True
+        )
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    @property
+    def stopping(self) -> bool:
+        return self.stop.is_set()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def request_stop(self) -> None:
+        self.stop.set()
+        self.wake.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        w = self.worker
+        try:
+            self.checkpoint = self._retrying(self._load_checkpoint, default=-1)
+            if self.checkpoint < 0:
+                return
+            metrics.CHECKPOINT.labels(w.consumer, self.label).set(self.checkpoint)
+            while not self.stop.is_set():
+                self.wake.clear()
+                progressed = self._retrying(self._step, default=False)
+                if w.config.once and w.target is not None and self.checkpoint >= w.target:
+                    return
+                if not progressed:
+                    self.wake.wait()
+        except BaseException as exc:  # a bug: the dispatcher logs it and restarts us
+            self.crashed = exc
+            log(logger, logging.ERROR, "partition_runner_crashed", exc_info=True,
+                partition=self.partition)
+        finally:
+            w.wake_main()
+
+    def _load_checkpoint(self) -> int:
+        with self.worker.engine.connect() as conn:
+            return checkpoints.load(conn, self.worker.consumer, self.partition)
+
+    def _retrying(self, fn: Callable[[], Any], default: Any) -> Any:
+        """Run ``fn`` until it succeeds, backing off after errors; ``default`` on stop."""
+        w = self.worker
+        attempt = 0
+        while not self.stop.is_set():
+            try:
+                return fn()
+            except Abandoned as exc:
+                log(logger, logging.INFO, "batch_abandoned", partition=self.partition,
+                    reason=str(exc))
+                continue
+            except Exception as exc:
+                attempt += 1
+                delay = min(w.config.backoff_cap, w.config.backoff_base * 2**attempt)
+                delay *= 0.5 + random.random() / 2
+                metrics.BATCH_RETRIES.labels(w.consumer, self.label).inc()
+                log(logger, logging.WARNING, "batch_failed", partition=self.partition,
+                    checkpoint=self.checkpoint, attempt=attempt, retry_in=round(delay, 3),
+                    error=f"{type(exc).__name__}: {exc}")
+                self.stop.wait(delay)
+                w.ensure_index_quietly()
+        return default
+
+    def _step(self) -> bool:
+        """Apply the next batch, if any; True if it had events."""
+        w = self.worker
+        events, cursor = w.coord.read_events(
+            after=self.checkpoint, limit=w.config.batch_events,
+            partition=Partition(self.partition, w.config.partitions), wait=w.config.read_wait,
+        )
+        if cursor <= self.checkpoint:
+            return False
+        events, cursor = cut_after_subtree_move(events, cursor)
+        if events:
+            result = w.applier.apply(events, events[-1].position, self.stop)
+            metrics.EVENTS_APPLIED.labels(w.consumer, self.label).inc(len(events))
+            metrics.BATCH_SECONDS.labels(w.consumer).observe(result.seconds)
+            for outcome in ("indexed", "deleted", "already_newer", "rejected"):
+                n = getattr(result.stats, outcome)
+                if n:
+                    metrics.DOCUMENTS.labels(w.consumer, outcome).inc(n)
+            log(logger, logging.INFO, "batch_applied", partition=self.partition,
+                events=len(events), version=events[-1].position, cursor=cursor,
+                indexed=result.stats.indexed,
+                deleted=result.stats.deleted, already_newer=result.stats.already_newer,
+                rejected=result.stats.rejected, swept=result.swept,
+                seconds=round(result.seconds, 4))
+        checkpoints.save(w.engine, w.consumer, self.partition, cursor)
+        self.checkpoint = cursor
+        metrics.CHECKPOINT.labels(w.consumer, self.label).set(cursor)
+        return bool(events)
+
+
+class Worker:
+    """One indexer process. ``run()`` blocks until ``stop()`` (or SIGTERM), or, with
+    ``once``, until every partition it could lease has caught up."""
+
+    def __init__(self, config: WorkerConfig) -> None:
+        self.config = config
+        self.consumer = config.consumer_name
+        n = config.partitions
+        self.coord = Coordinator.connect(
+            config.database_url,
+            notify=False,
+            # A batch holds its snapshot transaction while Elasticsearch works.
+            idle_in_transaction_timeout=MAX_BATCH_AGE + 60,
+            pool_size=n + 2, max_overflow=n + 4,
+        )
+        self.engine = self.coord.engine
+        self.es = Elasticsearch(
+            config.es_url, request_timeout=config.es_request_timeout, max_retries=0,
+            retry_on_timeout=False, connections_per_node=max(10, 2 * n),
+            **config.es_options,
+        )
+        self.applier = Applier(
+            self.engine, self.es, config.alias, self._reject, chunk_size=config.chunk_size
+        )
+        self.leases = Leases(config.database_url, self.consumer)
+        self.runners: dict[int, PartitionRunner] = {}
+        self.target: int | None = None
+        self._stop = threading.Event()
+        self._main_wake = threading.Event()
+        self._once_acquired = False
+        self.crashes = 0
+        self._last_lag = 0.0
+        self.listener = Listener(config.database_url, self.wake_all)
+        self.ready = threading.Event()
+
+    # ------------------------------------------------------------ controls
+
+    def stop(self) -> None:
+        """Ask the worker to finish: it abandons batches in flight and returns."""
+        self._stop.set()
+        self._main_wake.set()
+
+    def wake_main(self) -> None:
+        self._main_wake.set()
+
+    def wake_all(self) -> None:
+        for r in list(self.runners.values()):
+            r.wake.set()
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        log(logger, logging.INFO, "shutdown_requested", signal=signal.Signals(signum).name)
+        self.stop()
+
+    # ------------------------------------------------------------ helpers
+
+    def _reject(self, rejected: Rejected) -> None:
+        metrics.DEAD_LETTERS.labels(self.consumer).inc()
+        log(logger, logging.ERROR, "document_rejected", namespace=rejected.namespace,
+            node_id=rejected.node_id, version=rejected.version, status=rejected.status,
+            error=rejected.error)
+        deadletters.record(self.engine, self.consumer, rejected)
+
+    def ensure_index_quietly(self) -> None:
+        try:
+            ensure_alias(self.es, self.config.alias)
+        except Exception as exc:
+            log(logger, logging.DEBUG, "ensure_index_failed", error=str(exc))
+
+    def _setup(self) -> bool:
+        """Index, checkpoint layout and membership, retried until they work or stop."""
+        delay = self.config.backoff_base
+        while not self._stop.is_set():
+            try:
+                ensure_alias(self.es, self.config.alias)
+                checkpoints.ensure_layout(self.engine, self.consumer, self.config.partitions)
+                if self.config.once:
+                    self.target = safe_bound(self.engine, wait=60.0)
+                    if self.target is None:
+                        raise RuntimeError("in-flight transactions did not end")
+                self.leases.join()
+                return True
+            except checkpoints.LayoutMismatch:
+                raise
+            except Exception as exc:
+                log(logger, logging.WARNING, "startup_failed", error=f"{type(exc).__name__}: {exc}",
+                    retry_in=round(delay, 3))
+                self._stop.wait(delay)
+                delay = min(delay * 2, self.config.backoff_cap)
+        return False
+
+    def _tick(self) -> None:
+        """The polling fallback (APScheduler job): wake everyone, refresh lag metrics."""
+        self.wake_all()
+        self._main_wake.set()
+        if self.config.metrics_port is None or time.monotonic() - self._last_lag < 5.0:
+            return
+        self._last_lag = time.monotonic()
+        try:
+            with self.engine.connect() as conn:
+                for st in status.partitions(conn, self.consumer):
+                    label = str(st.partition)
+                    metrics.LAG_EVENTS.labels(self.consumer, label).set(st.lag_events)
+                    metrics.LAG_SECONDS.labels(self.consumer, label).set(st.lag_seconds)
+            metrics.DEAD_LETTERS_PENDING.labels(self.consumer).set(
+                deadletters.count_pending(self.engine, self.consumer)
+            )
+        except Exception as exc:
+            log(logger, logging.WARNING, "lag_metrics_failed", error=str(exc))
+
+    def _start_runner(self, p: int) -> None:
+        runner = PartitionRunner(self, p)
+        self.runners[p] = runner
+        runner.start()
+        log(logger, logging.INFO, "partition_acquired", partition=p, consumer=self.consumer)
+
+    def _stop_all_runners(self) -> None:
+        for r in self.runners.values():
+            r.request_stop()
+        for r in self.runners.values():
+            r.join()
+        for p in list(self.runners):
+            self.leases.release(p)
+            log(logger, logging.INFO, "partition_released", partition=p)
+        self.runners.clear()
+
+    def _rebalance(self) -> None:
+        """Keep our fair share of partitions; replace lost leases and crashed runners."""
+        n = self.config.partitions
+        if not self.leases.alive():
+            if self.runners:
+                log(logger, logging.WARNING, "leases_lost")
+                self._stop_all_runners()
+            try:
+                self.leases.close()
+                self.leases.join()
+            except Exception as exc:
+                log(logger, logging.WARNING, "lease_connection_failed", error=str(exc))
+                return
+        for p, r in list(self.runners.items()):
+            if not r.alive:
+                del self.runners[p]
+                self.leases.release(p)
+                if r.crashed is not None:
+                    self.crashes += 1
+                log(logger, logging.INFO, "partition_released", partition=p)
+        if self.config.once:
+            if not self._once_acquired:
+                self._once_acquired = True
+                for p in range(n):
+                    if self.leases.try_acquire(p):
+                        self._start_runner(p)
+                    else:
+                        log(logger, logging.WARNING, "partition_busy_skipped", partition=p)
+            return
+        share = math.ceil(n / self.leases.members())
+        active = sorted(p for p, r in self.runners.items() if not r.stopping)
+        for p in active[share:]:
+            self.runners[p].request_stop()  # released once its batch is done
+        active = active[:share]
+        slot = self.leases.slot or 0
+        for k in range(n):
+            if len(active) >= share:
+                break
+            p = (slot * share + k) % n
+            if p in self.runners:
+                continue
+            if self.leases.try_acquire(p):
+                self._start_runner(p)
+                active.append(p)
+        metrics.PARTITIONS_HELD.labels(self.consumer).set(len(self.runners))
+
+    # ------------------------------------------------------------ main loop
+
+    def run(self) -> int:
+        """Run until stopped; returns the process exit code."""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        scheduler = BackgroundScheduler()
+        code = 0
+        stop_metrics: Callable[[], None] | None = None
+        try:
+            if self.config.metrics_port is not None:
+                stop_metrics = metrics.serve(self.config.metrics_port)
+            if not self._setup():
+                return 0
+            log(logger, logging.INFO, "worker_started", consumer=self.consumer,
+                alias=self.config.alias, partitions=self.config.partitions,
+                slot=self.leases.slot, once=self.config.once, target=self.target)
+            self.listener.start()
+            scheduler.add_job(
+                self._tick, "interval", seconds=self.config.poll_interval,
+                max_instances=1, coalesce=True, id="poll",
+            )
+            scheduler.start()
+            while not self._stop.is_set():
+                self._rebalance()
+                self.ready.set()
+                if self.config.once and not self.runners:
+                    break
+                self._main_wake.wait(self.config.poll_interval)
+                self._main_wake.clear()
+            if self.config.once and self.crashes:
+                code = 1
+        finally:
+            if scheduler.running:
+                scheduler.shutdown(wait=False)
+            self._stop_all_runners()
+            self.listener.stop()
+            self.leases.close()
+            self.es.close()
+            self.coord.close()
+            if stop_metrics is not None:
+                stop_metrics()
+            log(logger, logging.INFO, "worker_stopped", consumer=self.consumer)
+        return code

@@ -1,0 +1,386 @@
+"""Helpers for the indexer tests: workers (in a thread or as a real process), the
+index-equals-PostgreSQL check, random concurrent clients, fast bulk test data."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from elasticsearch import Elasticsearch
+from sqlalchemy import text
+
+from coordinator import Coordinator, CoordinatorError
+from coordinator.eventlog import safe_bound
+from coordinator.indexing import consumer_for
+from indexer.documents import document_for, is_indexed
+from indexer.worker import Worker, WorkerConfig
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@contextmanager
+def running_worker(
+    database_url: str, es_url: str, alias: str, **options: Any
+) -> Iterator[Worker]:
+    """A worker running in a thread of this process (stopped on exit)."""
+    options.setdefault("poll_interval", 0.5)
+    options.setdefault("partitions", 2)
+    worker = Worker(WorkerConfig(database_url=database_url, es_url=es_url, alias=alias, **options))
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            worker.run()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, name="test-worker", daemon=True)
+    thread.start()
+    if not worker.ready.wait(30):
+        raise AssertionError(f"worker did not start: {errors}")
+    if not worker.listener.listening.wait(30):
+        raise AssertionError("worker is not listening")
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        thread.join(60)
+        assert not thread.is_alive(), "worker did not stop"
+        assert not errors, errors
+
+
+def run_once(database_url: str, es_url: str, alias: str, partitions: int = 2) -> None:
+    """Catch up with the log, then return (the worker's --once mode, in this process)."""
+    config = WorkerConfig(database_url=database_url, es_url=es_url, alias=alias,
+                          partitions=partitions, once=True)
+    assert Worker(config).run() == 0
+
+
+class WorkerProcess:
+    """``python -m indexer run ...`` as a real child process (so it can be ``kill -9``'d)."""
+
+    def __init__(
+        self, database_url: str, es_url: str, alias: str, log_path: Path, *args: str
+    ) -> None:
+        self.cmd = [
+            sys.executable, "-m", "indexer", "run", "--database-url", database_url,
+            "--es-url", es_url, "--alias", alias, "--poll-interval", "0.2", *args,
+        ]
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> WorkerProcess:
+        with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(
+                self.cmd, stdout=log, stderr=log, cwd=REPO,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        return self
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def terminate(self, timeout: float = 30) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def wait(self, timeout: float) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout)
+
+    def log_lines(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        if not self.log_path.exists():
+            return out
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass
+        return out
+
+    def started_lines(self) -> list[dict[str, Any]]:
+        return [line for line in self.log_lines() if line.get("event") == "worker_started"]
+
+    def ensure_dead(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+
+
+class TcpProxy:
+    """A TCP relay in front of a search server that can be cut off and restored (on the
+    same port): the outage test's stand-in for stopping a cluster we may not stop."""
+
+    def __init__(self, target_url: str) -> None:
+        hostport = target_url.split("://", 1)[1].rstrip("/")
+        host, port = hostport.rsplit(":", 1)
+        self.target = (host, int(port))
+        self.port = 0
+        self._listener: socket.socket | None = None
+        self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+
+    def start(self) -> str:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self.port = listener.getsockname()[1]
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+        return f"http://127.0.0.1:{self.port}"
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def stop(self) -> None:
+        """Refuse new connections and cut every open one."""
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        with self._lock:
+            for c in self._conns:
+                try:
+                    c.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                c.close()
+            self._conns.clear()
+
+
+def last_position(coord: Coordinator) -> int:
+    with coord.engine.connect() as conn:
+        return int(conn.execute(text("SELECT coalesce(max(position), 0) FROM events")).scalar_one())
+
+
+def wait_caught_up(coord: Coordinator, alias: str, timeout: float = 60.0) -> None:
+    pos = last_position(coord)
+    assert coord.wait_indexed(pos, timeout, consumer=consumer_for(alias)), (
+        f"indexer did not reach position {pos} within {timeout} s"
+    )
+
+
+def index_docs(es: Elasticsearch, alias: str, ns: str | None = None) -> dict[str, dict[str, Any]]:
+    """Every document in the index (of ``ns``, routed and filtered, if given), by id."""
+    es.indices.refresh(index=alias)
+    query: dict[str, Any] = {"term": {"namespace": ns}} if ns else {"match_all": {}}
+    docs: dict[str, dict[str, Any]] = {}
+    after: list[Any] | None = None
+    while True:
+        resp = es.search(
+            index=alias, query=query, sort=[{"node_id": "asc"}], size=5000, search_after=after,
+            routing=ns, track_total_hits=False,
+        )
+        hits = resp["hits"]["hits"]
+        if not hits:
+            return docs
+        for h in hits:
+            docs[h["_id"]] = h["_source"]
+        after = hits[-1]["sort"]
+
+
+def expected_docs(coord: Coordinator, ns: str) -> dict[str, dict[str, Any]]:
+    """What the index must hold for ``ns``, from PostgreSQL (``seq`` left out)."""
+    out = {}
+    for node in coord.walk(ns):
+        if is_indexed(node):
+            doc = document_for(node, 0)
+            del doc["seq"]
+            out[node.id] = doc
+    return out
+
+
+def assert_index_matches(
+    coord: Coordinator, es: Elasticsearch, alias: str, timeout: float = 60.0
+) -> int:
+    """Wait until the worker caught up, then: exactly one document per live non-root
+    node, every field equal to PostgreSQL, and no document of any other namespace.
+    Returns the number of documents checked."""
+    wait_caught_up(coord, alias, timeout)
+    bound = safe_bound(coord.engine) or 0
+    live = coord.namespaces()
+    total = 0
+    for ns in live:
+        want = expected_docs(coord, ns)
+        got = index_docs(es, alias, ns)
+        for doc in got.values():
+            assert 0 < doc["seq"] <= bound, doc
+        stripped = {k: {f: v for f, v in d.items() if f != "seq"} for k, d in got.items()}
+        missing = sorted(set(want) - set(stripped))
+        extra = sorted(set(stripped) - set(want))
+        assert not missing, f"{ns}: {len(missing)} nodes not indexed, e.g. {want[missing[0]]}"
+        assert not extra, f"{ns}: {len(extra)} stale documents, e.g. {stripped[extra[0]]}"
+        wrong = [k for k in want if want[k] != stripped[k]]
+        assert not wrong, (
+            f"{ns}: {len(wrong)} differ, e.g. {want[wrong[0]]} != {stripped[wrong[0]]}"
+        )
+        total += len(want)
+    everything = index_docs(es, alias)
+    strays = [d for d in everything.values() if d["namespace"] not in live]
+    assert not strays, f"{len(strays)} documents of dropped namespaces, e.g. {strays[0]}"
+    assert len(everything) == total
+    return total
+
+
+# ---------------------------------------------------------------- workloads
+
+
+def random_client(
+    coord: Coordinator, namespaces: list[str], stop: threading.Event, seed: int
+) -> int:
+    """One client doing random creates, renames, moves, writes and deletes until ``stop``.
+    Returns how many calls succeeded. Expected refusals (races) are ignored."""
+    rng = random.Random(seed)
+    done = 0
+    while not stop.is_set():
+        ns = rng.choice(namespaces)
+        try:
+            nodes = coord.listdir(ns, "/") + [
+                n for d in coord.listdir(ns, "/") if d.is_dir for n in coord.listdir(ns, d.path)
+            ]
+            dirs = ["/"] + [n.path for n in nodes if n.is_dir]
+            files = [n.path for n in nodes if not n.is_dir]
+            r = rng.random()
+            name = f"n{rng.randrange(40)}"
+            parent = rng.choice(dirs).rstrip("/")
+            if r < 0.25:
+                coord.create_file(ns, f"{parent}/{name}", f"text {rng.random()}",
+                                  {"k": rng.randrange(5)})
+            elif r < 0.40:
+                coord.mkdir(ns, f"{parent}/{name}")
+            elif r < 0.55 and files:
+                coord.write_file(ns, rng.choice(files), f"new {rng.random()}", {"w": 1})
+            elif r < 0.70 and nodes:
+                coord.rename(ns, rng.choice(nodes).path, name)
+            elif r < 0.90 and nodes:
+                coord.move(ns, rng.choice(nodes).path, f"{parent}/{name}")
+            elif nodes:
+                coord.delete(ns, rng.choice(nodes).path, recursive=True)
+            done += 1
+        except CoordinatorError:
+            pass
+    return done
+
+
+def run_clients(
+    coord: Coordinator, namespaces: list[str], clients: int, seconds: float
+) -> int:
+    """Run ``clients`` concurrent random clients for ``seconds``; re-raise their errors."""
+    stop = threading.Event()
+    results: list[int] = []
+    errors: list[BaseException] = []
+
+    def body(seed: int) -> None:
+        try:
+            results.append(random_client(coord, namespaces, stop, seed))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    time.sleep(seconds)  # the workload's duration, not a synchronisation
+    stop.set()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    return sum(results)
+
+
+def bulk_subtree(
+    coord: Coordinator, ns: str, parent_path: str, name: str, dirs: int, files_per_dir: int
+) -> tuple[str, int]:
+    """Create ``parent_path/name`` with ``dirs`` directories of ``files_per_dir`` files,
+    in ONE transaction, writing the same rows and the same ``created`` events as the
+    coordinator would (one block of positions, a NOTIFY). The coordinator creates
+    nodes one statement at a time (~5 ms each here), far too slow for 20,000 nodes
+    in a test; the indexer only sees rows and events, which are identical.
+    Returns (id of the new directory, number of nodes created)."""
+    parent = coord.stat(ns, parent_path)
+    top = str(uuid.uuid4())
+    top_path = f"{parent.path.rstrip('/')}/{name}"
+    rows: list[tuple[str, str, str, str, str | None, str]] = [
+        (top, parent.id, name, "dir", None, top_path)
+    ]
+    for d in range(dirs):
+        did = str(uuid.uuid4())
+        dpath = f"{top_path}/d{d}"
+        rows.append((did, top, f"d{d}", "dir", None, dpath))
+        for f in range(files_per_dir):
+            rows.append((str(uuid.uuid4()), did, f"f{f}", "file", f"body {d}/{f}", f"{dpath}/f{f}"))
+    payloads = [
+        json.dumps({"id": i, "parent_id": p, "name": n, "kind": k, "path": path,
+                    "content": c, "metadata": {}, "version": 1})
+        for i, p, n, k, c, path in rows
+    ]
+    with coord.engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO nodes (namespace, id, parent_id, name, kind, content) "
+                "SELECT :ns, i, p, n, k, c FROM unnest(CAST(:ids AS uuid[]), "
+                "CAST(:parents AS uuid[]), CAST(:names AS text[]), CAST(:kinds AS text[]), "
+                "CAST(:contents AS text[])) AS t(i, p, n, k, c)"
+            ),
+            {"ns": ns, "ids": [r[0] for r in rows], "parents": [r[1] for r in rows],
+             "names": [r[2] for r in rows], "kinds": [r[3] for r in rows],
+             "contents": [r[4] for r in rows]},
+        )
+        # As coordinator.eventlog.EventAppender.flush does: the block is taken by the
+        # last statement, after the transaction has its id (readers wait on it).
+        conn.execute(text("SELECT pg_current_xact_id()"))
+        base = int(conn.execute(text("SELECT nextval('event_position_seq')")).scalar_one())
+        conn.execute(
+            text(
+                "INSERT INTO events (namespace, position, node_id, type, payload) "
+                "SELECT :ns, :base + o - 1, i, 'created', CAST(p AS jsonb) "
+                "FROM unnest(CAST(:ids AS uuid[]), CAST(:payloads AS text[])) "
+                "WITH ORDINALITY AS t(i, p, o)"
+            ),
+            {"ns": ns, "base": base, "ids": [r[0] for r in rows], "payloads": payloads},
+        )
+        conn.execute(text("SELECT pg_notify('pathkeeper_events', '')"))
+    return top, len(rows)

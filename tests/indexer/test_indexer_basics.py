@@ -1,0 +1,86 @@
+"""The index contract and the worker's basic behaviour, on a real search server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from elasticsearch import Elasticsearch
+from indexer_support import assert_index_matches, index_docs, running_worker
+
+from coordinator import Coordinator
+from coordinator.indexing import consumer_for
+from indexer import mapping
+
+
+def search_ids(es: Elasticsearch, alias: str, ns: str, query: dict[str, Any]) -> set[str]:
+    es.indices.refresh(index=alias)
+    resp = es.search(
+        index=alias, routing=ns, size=1000,
+        query={"bool": {"filter": [{"term": {"namespace": ns}}, query]}},
+    )
+    return {h["_source"]["path"] for h in resp["hits"]["hits"]}
+
+
+def test_index_is_created_behind_the_alias_with_a_strict_mapping(
+    es: Elasticsearch, alias: str
+) -> None:
+    concrete = mapping.ensure_alias(es, alias)
+    assert concrete == f"{alias}-v1"
+    assert mapping.ensure_alias(es, alias) == concrete  # idempotent
+    got = es.indices.get(index=concrete)[concrete]
+    assert got["mappings"]["dynamic"] == "strict"
+    assert got["mappings"]["properties"]["path"]["fields"]["tree"]["type"] == "text"
+    assert got["settings"]["index"]["gc_deletes"] == mapping.GC_DELETES
+    v2 = mapping.concrete_name(alias, 2)
+    assert mapping.create_index(es, v2)
+    assert not mapping.create_index(es, v2)
+    assert mapping.switch_alias(es, alias, v2) == [concrete]
+    assert mapping.alias_targets(es, alias) == [v2]
+
+
+def test_renamed_files_are_found_under_their_new_paths(
+    coord: Coordinator, es: Elasticsearch, alias: str, database_url: str, es_url: str
+) -> None:
+    coord.create_namespace("seed")
+    coord.create_namespace("other")
+    coord.mkdir("seed", "/clinton/projects/elasticsearch", parents=True)
+    coord.create_file("seed", "/clinton/projects/elasticsearch/README.txt", "hello")
+    coord.create_file("seed", "/clinton/notes.txt", "n")
+    coord.mkdir("other", "/clinton")  # same path, other namespace: must never show up
+    with running_worker(database_url, es_url, alias):
+        result = coord.rename("seed", "/clinton", "obama")
+        assert result.seq is not None
+        assert coord.wait_indexed(result.seq, 30, consumer=consumer_for(alias))
+        under_obama = search_ids(es, alias, "seed", {"term": {"path.tree": "/obama"}})
+        assert under_obama == {
+            "/obama", "/obama/notes.txt", "/obama/projects", "/obama/projects/elasticsearch",
+            "/obama/projects/elasticsearch/README.txt",
+        }
+        assert search_ids(es, alias, "seed", {"term": {"path.tree": "/clinton"}}) == set()
+        assert search_ids(es, alias, "other", {"term": {"path.tree": "/clinton"}}) == {"/clinton"}
+        # Content is searchable; directories carry no content field.
+        assert search_ids(es, alias, "seed", {"match": {"content": "hello"}}) == {
+            "/obama/projects/elasticsearch/README.txt"
+        }
+        docs = index_docs(es, alias, "seed")
+        assert all(("content" in d) == (d["kind"] == "file") for d in docs.values())
+        assert len(docs) == 5  # the root is not indexed
+        assert_index_matches(coord, es, alias)
+
+
+def test_wait_indexed(coord: Coordinator, es: Elasticsearch, alias: str, database_url: str,
+                      es_url: str) -> None:
+    coord.create_namespace("w")
+    seq = coord.create_file("w", "/f", "x").seq
+    assert seq is not None
+    consumer = consumer_for(alias)
+    assert not coord.wait_indexed(seq, 0.3, consumer=consumer)  # no worker ran yet
+    with running_worker(database_url, es_url, alias):
+        assert coord.wait_indexed(seq, 30, consumer=consumer)
+        moved = coord.move("w", "/f", "/g").seq
+        assert moved is not None
+        assert coord.wait_indexed(moved, 30, consumer=consumer)
+        # Read-your-writes by realtime GET, no refresh needed.
+        node = coord.stat("w", "/g")
+        doc = es.get(index=alias, id=node.id, routing="w")["_source"]
+        assert doc["path"] == "/g" and doc["seq"] >= moved

@@ -1,0 +1,122 @@
+"""Checks on what PostgreSQL holds, by SQL: tree validity, table rows, the folded log."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine, text
+
+from coordinator import Coordinator, Event
+from indexer.fold import fold as indexer_fold
+
+from .fold_check import Fold
+
+Row = tuple[str | None, str, str, int, str | None, dict[str, Any]]
+
+
+def table_rows(engine: Engine, ns: str) -> dict[str, Row]:
+    """The ``nodes`` rows of a namespace, as the fold's ``FNode.row()`` gives them."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT id, parent_id, name, kind, version, content, metadata FROM nodes "
+                "WHERE namespace = :ns"
+            ),
+            {"ns": ns},
+        ).all()
+    return {
+        str(r.id): (
+            str(r.parent_id) if r.parent_id is not None else None,
+            r.name, r.kind, int(r.version), r.content, dict(r.metadata or {}),
+        )
+        for r in rows
+    }
+
+
+def counts(engine: Engine, ns: str) -> tuple[int, int]:
+    """(nodes in the namespace, events in the namespace): a failed call changes neither."""
+    with engine.connect() as conn:
+        row = conn.execute(
+            text(
+                "SELECT (SELECT count(*) FROM nodes WHERE namespace = :ns), "
+                "(SELECT count(*) FROM events WHERE namespace = :ns)"
+            ),
+            {"ns": ns},
+        ).one()
+    return int(row[0]), int(row[1])
+
+
+def tree_violations(engine: Engine, ns: str) -> list[str]:
+    """Everything wrong with the shape of the stored tree (empty when it is valid):
+    nodes the root does not reach (orphans or cycles), duplicate sibling names,
+    children of files, more or fewer than one root."""
+    problems: list[str] = []
+    with engine.connect() as conn:
+        roots = conn.execute(
+            text("SELECT count(*) FROM nodes WHERE namespace = :ns AND parent_id IS NULL"),
+            {"ns": ns},
+        ).scalar_one()
+        if roots != 1:
+            problems.append(f"{roots} roots")
+        total, reached = conn.execute(
+            text(
+                """
+                WITH RECURSIVE down(id) AS (
+                    SELECT id FROM nodes WHERE namespace = :ns AND parent_id IS NULL
+                  UNION
+                    SELECT n.id FROM down d JOIN nodes n
+                      ON n.namespace = :ns AND n.parent_id = d.id
+                )
+                SELECT (SELECT count(*) FROM nodes WHERE namespace = :ns),
+                       (SELECT count(*) FROM down)
+                """
+            ),
+            {"ns": ns},
+        ).one()
+        if total != reached:
+            problems.append(f"{total - reached} nodes do not reach the root (cycle or orphan)")
+        dups = conn.execute(
+            text(
+                "SELECT parent_id, name, count(*) FROM nodes WHERE namespace = :ns "
+                "GROUP BY parent_id, name HAVING count(*) > 1"
+            ),
+            {"ns": ns},
+        ).all()
+        problems += [f"duplicate name {d.name!r} under {d.parent_id}" for d in dups]
+        under_files = conn.execute(
+            text(
+                "SELECT count(*) FROM nodes c JOIN nodes p "
+                "ON p.namespace = c.namespace AND p.id = c.parent_id "
+                "WHERE c.namespace = :ns AND p.kind <> 'dir'"
+            ),
+            {"ns": ns},
+        ).scalar_one()
+        if under_files:
+            problems.append(f"{under_files} nodes under files")
+    return problems
+
+
+def fold_log(
+    coord: Coordinator, namespaces: list[str] | None = None, strict_paths: bool = True
+) -> tuple[Fold, list[Event]]:
+    """Fold every event readable now, read through ``read_events`` as a consumer would;
+    returns the fold and the events."""
+    fold = Fold(strict_paths)
+    seen: list[Event] = []
+    cursor: int | None = None
+    while True:
+        events, nxt = coord.read_events(cursor, limit=5000, namespaces=namespaces, wait=30.0)
+        fold.apply_all(events)
+        seen += events
+        if not events and nxt == cursor:
+            return fold, seen
+        cursor = nxt
+
+
+def indexer_fold_rows(events: list[Event], ns: str) -> dict[str, Row]:
+    """The table as ``indexer.fold`` (the replay's fold, strict) rebuilds it from ``events``."""
+    with indexer_fold(events, strict=True) as folder:
+        return {
+            n.id: (n.parent_id, n.name, n.kind, n.version, n.content, dict(n.metadata))
+            for n in folder.trees[ns].nodes_by_id()
+        }

@@ -1,0 +1,103 @@
+"""Fixtures for replay / reindex / verify: a search server per session, an alias per test.
+
+The search server is the noida-db binary started by ``indexer.local_search`` (the
+indexer's own helper), or the cluster at ``ES_URL`` when that is set. Each test
+gets its own alias (and so its own concrete indices), deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from elasticsearch import Elasticsearch
+
+from coordinator import Coordinator
+from coordinator.indexing import consumer_for, wait_indexed
+from indexer.documents import is_indexed
+from indexer.local_search import LocalSearch
+from indexer.replay import current_bound, expected_document
+from indexer.verify import comparable, stream_index_docs
+
+_aliases = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def es_url() -> Iterator[str]:
+    if os.environ.get("ES_URL"):
+        yield os.environ["ES_URL"]
+        return
+    with LocalSearch() as server:
+        yield server.url
+
+
+@pytest.fixture
+def es(es_url: str) -> Iterator[Elasticsearch]:
+    client = Elasticsearch(es_url, request_timeout=60)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def alias(es: Elasticsearch) -> Iterator[str]:
+    name = f"pk-replay-{os.getpid()}-{next(_aliases)}"
+    yield name
+    # Elasticsearch 8 refuses wildcard deletes (action.destructive_requires_name).
+    for index in es.indices.get(index=f"{name}-*", expand_wildcards="all").body:
+        es.indices.delete(index=index)
+
+
+class RunningWorker:
+    """The live indexer worker (``indexer.worker.Worker``) in a thread of this process."""
+
+    def __init__(self, database_url: str, es_url: str, alias: str) -> None:
+        from indexer.worker import Worker, WorkerConfig
+
+        self.alias = alias
+        self.worker = Worker(WorkerConfig(
+            database_url=database_url, es_url=es_url, alias=alias, partitions=2,
+            poll_interval=0.2,
+        ))
+        self.thread = threading.Thread(target=self.worker.run, name="live-worker", daemon=True)
+
+    def __enter__(self) -> RunningWorker:
+        self.thread.start()
+        assert self.worker.ready.wait(30), "the worker did not start"
+        return self
+
+    def caught_up(self, coord: Coordinator, timeout: float = 60.0) -> int:
+        """Wait until the worker has applied every committed event; returns that position."""
+        bound = current_bound(coord.engine)
+        assert wait_indexed(coord.engine, bound, timeout, consumer_for(self.alias))
+        return bound
+
+    def __exit__(self, *exc: object) -> None:
+        self.worker.stop()
+        self.thread.join(60)
+        assert not self.thread.is_alive()
+
+
+@pytest.fixture
+def live_worker(database_url: str, es_url: str, alias: str) -> Iterator[RunningWorker]:
+    with RunningWorker(database_url, es_url, alias) as worker:
+        yield worker
+
+
+def index_docs(es: Elasticsearch, index: str) -> dict[str, dict[str, Any]]:
+    """Every document of ``index`` (an alias is fine) by id, without ``seq``."""
+    es.indices.refresh(index=index)
+    return {d["node_id"]: comparable(d) for d in stream_index_docs(es, index)}
+
+
+def expected_index(coord: Coordinator) -> dict[str, dict[str, Any]]:
+    """What the index should hold according to PostgreSQL, by id, without ``seq``."""
+    docs: dict[str, dict[str, Any]] = {}
+    for ns in coord.namespaces():
+        for node in coord.walk(ns):
+            if is_indexed(node):
+                docs[node.id] = expected_document(node)
+    return docs

@@ -1,0 +1,158 @@
+"""A replay killed with kill -9 leaves the live alias alone and is cleaned up by the
+next run; verify finds each kind of planted drift and --repair fixes exactly those."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+from elasticsearch import Elasticsearch
+from prometheus_client import REGISTRY
+
+from coordinator import Coordinator
+from coordinator.cli import main
+from coordinator.indexing import consumer_for, wait_indexed
+from indexer import mapping
+from indexer.replay import ReplayBusy, building_marker, rebuild, rebuild_namespaces
+from indexer.verify import Drift, scheduled_verify, stream_index_docs, verify_index
+
+from .conftest import RunningWorker, expected_index, index_docs
+from .replay_workload import random_ops
+
+HERE = Path(__file__).parent
+
+
+def test_kill_9_midway_leaves_the_alias_alone_and_a_rerun_succeeds(
+    coord: Coordinator, database_url: str, es_url: str, es: Elasticsearch, alias: str,
+    live_worker: RunningWorker,
+) -> None:
+    coord.create_namespace("k")
+    random_ops(coord, "k", 50, seed=21)
+    live_worker.caught_up(coord)
+    live_index = mapping.alias_targets(es, alias)
+    live = index_docs(es, alias)
+    with subprocess.Popen(
+        [sys.executable, str(HERE / "paused_replay.py"), database_url, es_url, alias],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            assert line.startswith("LOADED "), line
+            half_built = line.split()[1]
+            # While it runs, it holds the lease: a second rebuild is refused.
+            try:
+                rebuild(coord, es, alias=alias)
+                raise AssertionError("a concurrent rebuild was not refused")
+            except ReplayBusy:
+                pass
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+    assert proc.returncode == -signal.SIGKILL
+    assert mapping.alias_targets(es, alias) == live_index
+    assert index_docs(es, alias) == live
+    assert half_built in es.indices.get_alias(name=building_marker(alias)).body
+
+    coord.create_file("k", "/after-the-crash", "x")
+    result = rebuild(coord, es, alias=alias)
+    assert result.cleaned_up == [half_built] and not es.indices.exists(index=half_built)
+    assert result.swapped and result.index != half_built
+    live_worker.caught_up(coord)
+    assert index_docs(es, alias) == expected_index(coord)
+
+
+def _plant(es: Elasticsearch, alias: str, doc: dict[str, Any], **changes: Any) -> None:
+    body = {**doc, **changes}
+    es.index(index=alias, id=doc["node_id"], routing=doc["namespace"], document=body,
+             version=int(doc["seq"]) + 1, version_type="external", refresh=True)
+
+
+def test_verify_finds_planted_drift_and_repair_fixes_exactly_it(
+    coord: Coordinator, database_url: str, es_url: str, es: Elasticsearch, alias: str,
+    live_worker: RunningWorker,
+) -> None:
+    coord.create_namespace("v")
+    coord.create_namespace("other")
+    random_ops(coord, "v", 40, seed=31)
+    files = [coord.create_file("v", f"/plant{i}", f"content {i}").node for i in range(3)]
+    live_worker.caught_up(coord)
+    es.indices.refresh(index=alias)
+    docs = {d["node_id"]: d for d in stream_index_docs(es, alias)}
+    settle = lambda pos: wait_indexed(  # noqa: E731
+        coord.engine, pos, 30, consumer_for(alias)
+    )
+    assert verify_index(coord, es, alias=alias, settle=settle).ok
+
+    missing, wrong_path, stale = files
+    extra = str(uuid.uuid4())
+    es.delete(index=alias, id=missing.id, routing="v", refresh=True)
+    es.index(index=alias, id=extra, routing="v", version=1, version_type="external",
+             refresh=True, document={**docs[stale.id], "node_id": extra, "path": "/ghost",
+                                     "name": "ghost"})
+    _plant(es, alias, docs[wrong_path.id], path="/somewhere/else")
+    _plant(es, alias, docs[stale.id], content="an old version")
+    coord.mkdir("other", "/tick")  # the log moves on (so a repair's version is newer)
+    live_worker.caught_up(coord)
+
+    env = {"PATHKEEPER_DATABASE_URL": database_url, "PATHKEEPER_ES_URL": es_url}
+    found = CliRunner().invoke(main, ["verify", "--alias", alias, "-q"], env=env)
+    assert found.exit_code == 1, found.output
+    for kind, node_id in (("missing", missing.id), ("extra", extra),
+                          ("differs", wrong_path.id), ("differs", stale.id)):
+        assert f"{kind} v {node_id}" in found.output, found.output
+
+    report = verify_index(coord, es, alias=alias, settle=settle)
+    assert set(report.drift) == {
+        Drift("missing", "v", missing.id), Drift("extra", "v", extra),
+        Drift("differs", "v", wrong_path.id, ("path",)),
+        Drift("differs", "v", stale.id, ("content",)),
+    }
+    # The worker's scheduled job publishes the same count.
+    assert scheduled_verify(coord, es, alias, settle) == 4
+    assert REGISTRY.get_sample_value("pathkeeper_verify_drift") == 4
+    es.indices.refresh(index=alias)
+    before = {d["node_id"]: d for d in stream_index_docs(es, alias)}
+    fixed = CliRunner().invoke(main, ["verify", "--alias", alias, "--repair", "-q"], env=env)
+    assert fixed.exit_code == 0, fixed.output
+    assert "repaired 4" in fixed.output
+    es.indices.refresh(index=alias)
+    after = {d["node_id"]: d for d in stream_index_docs(es, alias)}
+    drifted = {missing.id, extra, wrong_path.id, stale.id}
+    # Exactly those were rewritten: every other document is byte for byte the same.
+    assert {k: v for k, v in before.items() if k not in drifted} == {
+        k: v for k, v in after.items() if k not in drifted
+    }
+    assert index_docs(es, alias) == expected_index(coord)
+    clean = CliRunner().invoke(main, ["verify", "--alias", alias, "-q"], env=env)
+    assert clean.exit_code == 0, clean.output
+    assert scheduled_verify(coord, es, alias, settle) == 0
+    assert REGISTRY.get_sample_value("pathkeeper_verify_drift") == 0
+
+
+def test_namespace_replay_rewrites_only_that_namespace_in_place(
+    coord: Coordinator, es: Elasticsearch, alias: str, live_worker: RunningWorker
+) -> None:
+    for ns in ("n1", "n2"):
+        coord.create_namespace(ns)
+        random_ops(coord, ns, 30, seed=len(ns) * 7 + int(ns[1]))
+        coord.create_file(ns, "/known", "k")
+    live_worker.caught_up(coord)
+    es.indices.refresh(index=alias)
+    docs = {d["path"] + d["namespace"]: d for d in stream_index_docs(es, alias)}
+    for ns in ("n1", "n2"):
+        _plant(es, alias, docs["/known" + ns], content="wrong")
+    coord.mkdir("n1", "/tick")
+    live_worker.caught_up(coord)
+    index_before = mapping.alias_targets(es, alias)
+
+    result = rebuild_namespaces(coord, es, ["n1"], alias=alias)
+    assert not result.swapped and mapping.alias_targets(es, alias) == index_before
+    report = verify_index(coord, es, alias=alias)
+    assert [(d.namespace, d.fields) for d in report.drift] == [("n2", ("content",))]

@@ -1,0 +1,149 @@
+"""Replay and reindex build an index equal to the live one, swap it in with no gap and
+no empty search, and ``--until`` reproduces a past state."""
+
+from __future__ import annotations
+
+import threading
+
+from click.testing import CliRunner
+from elasticsearch import Elasticsearch
+
+from coordinator import Coordinator
+from coordinator.cli import main
+from indexer import mapping
+from indexer.replay import ReplayBusy, ReplayLease, current_bound, rebuild
+from indexer.verify import verify_index, verify_log
+
+from .conftest import RunningWorker, expected_index, index_docs
+from .replay_workload import concurrent_ops, random_ops
+
+
+def test_replay_and_reindex_equal_the_live_index(
+    coord: Coordinator, database_url: str, es_url: str, es: Elasticsearch, alias: str,
+    live_worker: RunningWorker,
+) -> None:
+    for ns in ("a", "b"):
+        coord.create_namespace(ns)
+    assert concurrent_ops(coord, ["a", "b"], clients=4, ops_each=40, seed=11) > 80
+    live_worker.caught_up(coord)
+    live_index = mapping.alias_targets(es, alias)
+    live = index_docs(es, alias)
+    assert live == expected_index(coord)
+    assert len(live) > 30
+
+    result = rebuild(coord, es, source="events", alias=alias, keep_old=True)
+    assert result.swapped and result.old_indices == live_index
+    assert mapping.alias_targets(es, alias) == [result.index]
+    assert result.documents == len(live)
+    assert index_docs(es, result.index) == live  # doc for doc, every field but seq
+    assert index_docs(es, live_index[0]) == live  # the old one is kept (--keep-old)
+
+    again = rebuild(coord, es, source="snapshot", alias=alias)
+    assert again.swapped and again.deleted == [result.index]
+    assert not es.indices.exists(index=result.index)
+    assert index_docs(es, alias) == live
+
+    report = verify_index(coord, es, alias=alias)
+    assert report.ok and report.compared == len(live), report.drift
+    assert verify_log(coord).ok
+
+    env = {"PATHKEEPER_DATABASE_URL": database_url, "PATHKEEPER_ES_URL": es_url}
+    for command in ("replay", "reindex"):
+        out = CliRunner().invoke(main, [command, "--alias", alias, "--dry-run", "-q"], env=env)
+        assert out.exit_code == 0, out.output
+        assert f"would write {len(live)} documents" in out.output
+    assert mapping.alias_targets(es, alias) == [again.index]  # a dry run changes nothing
+
+
+def test_swap_under_load_loses_nothing_and_search_never_comes_back_empty(
+    coord: Coordinator, es: Elasticsearch, alias: str, live_worker: RunningWorker
+) -> None:
+    coord.create_namespace("stable")
+    coord.mkdir("stable", "/keep")
+    needle = coord.create_file("stable", "/keep/needle.txt", "find me")
+    for ns in ("w1", "w2"):
+        coord.create_namespace(ns)
+        random_ops(coord, ns, 40, seed=len(ns) + int(ns[-1]))
+    live_worker.caught_up(coord)
+
+    stop = threading.Event()
+    searches: list[int] = []
+    empties: list[int] = []
+
+    def hammer() -> None:
+        query = {"bool": {"filter": [{"term": {"namespace": "stable"}},
+                                     {"term": {"path": "/keep/needle.txt"}}]}}
+        client = Elasticsearch(es.transport.node_pool.get().base_url)
+        while not stop.is_set():
+            hits = client.search(index=alias, query=query)["hits"]["hits"]
+            searches.append(1)
+            if [h["_id"] for h in hits] != [needle.node.id]:
+                empties.append(1)
+        client.close()
+
+    writers_done = threading.Event()
+
+    def writers() -> None:
+        concurrent_ops(coord, ["w1", "w2"], clients=2, ops_each=30, seed=5)
+        writers_done.set()
+
+    threads = [threading.Thread(target=hammer), threading.Thread(target=writers)]
+    for t in threads:
+        t.start()
+    try:
+        before = len(searches)
+        result = rebuild(coord, es, source="events", alias=alias)
+        assert result.swapped
+        # The searcher ran across the swap: it searched after the swap too.
+        after_swap = len(searches)
+        while len(searches) < after_swap + 20 and threads[0].is_alive():
+            threading.Event().wait(0.01)
+        assert after_swap > before
+    finally:
+        writers_done.wait(120)
+        stop.set()
+        for t in threads:
+            t.join(60)
+    assert not empties, f"{len(empties)} of {len(searches)} searches missed the file"
+    live_worker.caught_up(coord)
+    assert index_docs(es, alias) == expected_index(coord)
+
+
+def test_until_rebuilds_a_past_state_beside_the_live_index(
+    coord: Coordinator, es: Elasticsearch, alias: str, live_worker: RunningWorker
+) -> None:
+    coord.create_namespace("p")
+    random_ops(coord, "p", 60, seed=3)
+    past = live_worker.caught_up(coord)
+    captured = index_docs(es, alias)
+    random_ops(coord, "p", 40, seed=4)
+    coord.create_namespace("later")
+    coord.create_file("later", "/x", "new")
+    live_worker.caught_up(coord)
+    live_index = mapping.alias_targets(es, alias)
+    assert index_docs(es, alias) != captured
+
+    result = rebuild(coord, es, source="events", alias=alias, until=past)
+    assert not result.swapped and result.position == past
+    assert mapping.alias_targets(es, alias) == live_index  # not swapped in
+    assert index_docs(es, result.index) == captured
+    # Not mistaken for an abandoned build by the next rebuild.
+    nxt = rebuild(coord, es, source="events", alias=alias)
+    assert result.index not in nxt.cleaned_up and es.indices.exists(index=result.index)
+    assert current_bound(coord.engine) >= past
+
+
+def test_a_second_rebuild_of_the_same_alias_is_refused(
+    coord: Coordinator, es: Elasticsearch, alias: str
+) -> None:
+    with ReplayLease(coord.engine, alias):
+        try:
+            rebuild(coord, es, alias=alias)
+        except ReplayBusy as exc:
+            assert alias in str(exc) and "another replay or reindex" in str(exc)
+        else:
+            raise AssertionError("the second rebuild was not refused")
+        with ReplayLease(coord.engine, alias + "-other"):
+            pass  # another alias is independent
+    with ReplayLease(coord.engine, alias):
+        pass  # released
