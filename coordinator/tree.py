@@ -255,7 +255,7 @@ class TreeTx:
     def walk(self, ref: object = "/", batch: int = 1000) -> Iterator[Node]:
         """Every node of the subtree with its path, depth first, streamed from one snapshot."""
         top = self.stat(ref)
-        rows = self.conn.execution_options(stream_results=True, yield_per=batch).execute(
+        rows = self.conn.execute(
             text(
                 f"""
                 WITH RECURSIVE sub AS (
@@ -272,6 +272,8 @@ class TreeTx:
                 """
             ),
             {"ns": self.ns, "id": uuid.UUID(top.id), "path": top.path},
+            # Per statement: Connection.execution_options() would change the connection.
+            execution_options={"stream_results": True, "yield_per": batch},
         )
         try:
             for r in rows:

@@ -101,3 +101,15 @@ def expected_index(coord: Coordinator) -> dict[str, dict[str, Any]]:
             if is_indexed(node):
                 docs[node.id] = expected_document(node)
     return docs
+
+
+def diff_summary(actual: dict[str, dict[str, Any]], expected: dict[str, dict[str, Any]]) -> str:
+    """What differs between two ``index_docs``-style maps, readably (for assertion messages)."""
+    extra = sorted(set(actual) - set(expected))
+    missing = sorted(set(expected) - set(actual))
+    differ = sorted(k for k in set(actual) & set(expected) if actual[k] != expected[k])
+    lines = [f"extra {len(extra)}, missing {len(missing)}, differing {len(differ)}"]
+    lines += [f"  extra {actual[k]}" for k in extra[:5]]
+    lines += [f"  missing {expected[k]}" for k in missing[:5]]
+    lines += [f"  differs {actual[k]} != {expected[k]}" for k in differ[:5]]
+    return "\n".join(lines)

@@ -22,7 +22,7 @@ from indexer import mapping
 from indexer.replay import ReplayBusy, building_marker, rebuild, rebuild_namespaces
 from indexer.verify import Drift, scheduled_verify, stream_index_docs, verify_index
 
-from .conftest import RunningWorker, expected_index, index_docs
+from .conftest import RunningWorker, diff_summary, expected_index, index_docs
 from .replay_workload import random_ops
 
 HERE = Path(__file__).parent
@@ -65,7 +65,8 @@ def test_kill_9_midway_leaves_the_alias_alone_and_a_rerun_succeeds(
     assert result.cleaned_up == [half_built] and not es.indices.exists(index=half_built)
     assert result.swapped and result.index != half_built
     live_worker.caught_up(coord)
-    assert index_docs(es, alias) == expected_index(coord)
+    actual, expected = index_docs(es, alias), expected_index(coord)
+    assert actual == expected, diff_summary(actual, expected)
 
 
 def _plant(es: Elasticsearch, alias: str, doc: dict[str, Any], **changes: Any) -> None:

@@ -14,7 +14,7 @@ from indexer import mapping
 from indexer.replay import ReplayBusy, ReplayLease, current_bound, rebuild
 from indexer.verify import verify_index, verify_log
 
-from .conftest import RunningWorker, expected_index, index_docs
+from .conftest import RunningWorker, diff_summary, expected_index, index_docs
 from .replay_workload import concurrent_ops, random_ops
 
 
@@ -27,8 +27,8 @@ def test_replay_and_reindex_equal_the_live_index(
     assert concurrent_ops(coord, ["a", "b"], clients=4, ops_each=40, seed=11) > 80
     live_worker.caught_up(coord)
     live_index = mapping.alias_targets(es, alias)
-    live = index_docs(es, alias)
-    assert live == expected_index(coord)
+    live, expected = index_docs(es, alias), expected_index(coord)
+    assert live == expected, diff_summary(live, expected)
     assert len(live) > 30
 
     result = rebuild(coord, es, source="events", alias=alias, keep_old=True)
@@ -56,57 +56,70 @@ def test_replay_and_reindex_equal_the_live_index(
 
 
 def test_swap_under_load_loses_nothing_and_search_never_comes_back_empty(
-    coord: Coordinator, es: Elasticsearch, alias: str, live_worker: RunningWorker
+    coord: Coordinator, es_url: str, es: Elasticsearch, alias: str,
+    live_worker: RunningWorker,
 ) -> None:
     coord.create_namespace("stable")
     coord.mkdir("stable", "/keep")
     needle = coord.create_file("stable", "/keep/needle.txt", "find me")
-    for ns in ("w1", "w2"):
+    for seed, ns in enumerate(("w1", "w2")):
         coord.create_namespace(ns)
-        random_ops(coord, ns, 40, seed=len(ns) + int(ns[-1]))
+        random_ops(coord, ns, 40, seed=seed)
     live_worker.caught_up(coord)
 
-    stop = threading.Event()
+    stop, swapped, seen_after_swap = threading.Event(), threading.Event(), threading.Event()
     searches: list[int] = []
-    empties: list[int] = []
+    misses: list[list[str]] = []
 
     def hammer() -> None:
         query = {"bool": {"filter": [{"term": {"namespace": "stable"}},
                                      {"term": {"path": "/keep/needle.txt"}}]}}
-        client = Elasticsearch(es.transport.node_pool.get().base_url)
-        while not stop.is_set():
-            hits = client.search(index=alias, query=query)["hits"]["hits"]
-            searches.append(1)
-            if [h["_id"] for h in hits] != [needle.node.id]:
-                empties.append(1)
-        client.close()
+        after = 0
+        with Elasticsearch(es_url) as client:
+            while not stop.is_set():
+                was_swapped = swapped.is_set()
+                hits = client.search(index=alias, query=query)["hits"]["hits"]
+                searches.append(1)
+                if [h["_id"] for h in hits] != [needle.node.id]:
+                    misses.append([h["_id"] for h in hits])
+                if was_swapped:
+                    after += 1
+                    if after == 20:
+                        seen_after_swap.set()
 
-    writers_done = threading.Event()
+    stop_writing = threading.Event()
+    writer_errors: list[BaseException] = []
 
     def writers() -> None:
-        concurrent_ops(coord, ["w1", "w2"], clients=2, ops_each=30, seed=5)
-        writers_done.set()
+        # Keep writing until told to stop: the rebuild always runs under load.
+        rounds = 0
+        try:
+            while not stop_writing.is_set() or rounds < 2:
+                concurrent_ops(coord, ["w1", "w2"], clients=2, ops_each=5, seed=100 + rounds)
+                rounds += 1
+        except BaseException as exc:  # reported by the test thread
+            writer_errors.append(exc)
 
-    threads = [threading.Thread(target=hammer), threading.Thread(target=writers)]
-    for t in threads:
-        t.start()
+    searcher, writer = threading.Thread(target=hammer), threading.Thread(target=writers)
+    searcher.start()
+    writer.start()
     try:
-        before = len(searches)
         result = rebuild(coord, es, source="events", alias=alias)
-        assert result.swapped
-        # The searcher ran across the swap: it searched after the swap too.
-        after_swap = len(searches)
-        while len(searches) < after_swap + 20 and threads[0].is_alive():
-            threading.Event().wait(0.01)
-        assert after_swap > before
+        assert result.swapped and writer.is_alive(), writer_errors
+        assert result.final_position > result.position  # the log moved on meanwhile
+        swapped.set()
+        # The searcher ran across the swap: it keeps going until it searched after it.
+        assert seen_after_swap.wait(60)
     finally:
-        writers_done.wait(120)
+        stop_writing.set()
+        writer.join(120)
         stop.set()
-        for t in threads:
-            t.join(60)
-    assert not empties, f"{len(empties)} of {len(searches)} searches missed the file"
+        searcher.join(60)
+    assert len(searches) > 20 and not misses, f"{len(misses)} of {len(searches)} missed"
+    assert not writer_errors, writer_errors
     live_worker.caught_up(coord)
-    assert index_docs(es, alias) == expected_index(coord)
+    actual, expected = index_docs(es, alias), expected_index(coord)
+    assert actual == expected, diff_summary(actual, expected)
 
 
 def test_until_rebuilds_a_past_state_beside_the_live_index(
