@@ -16,6 +16,13 @@ MAX_NAME_BYTES = 255
 MAX_PATH_BYTES = 4096
 MAX_DEPTH = 256
 
+# The depth and length limits are for paths that name a NEW node (mkdir, create, the
+# destination of a move). An O(1) directory move can take existing descendants past
+# them, and such nodes must stay reachable, so looking up an EXISTING node accepts
+# paths up to these much larger caps (only there to bound the work of one request).
+LOOKUP_MAX_PATH_BYTES = 1 << 20
+LOOKUP_MAX_DEPTH = 1 << 15
+
 
 def _as_text(value: object, what: str) -> str:
     if isinstance(value, bytes):
@@ -51,7 +58,9 @@ def validate_name(value: object) -> str:
     return name
 
 
-def split_path(value: object, max_depth: int = MAX_DEPTH) -> list[str]:
+def split_path(
+    value: object, max_depth: int = MAX_DEPTH, max_bytes: int = MAX_PATH_BYTES
+) -> list[str]:
     """Split an absolute normalized path into validated names; '/' is []."""
     path = _as_text(value, "path")
     if not path.startswith("/"):
@@ -64,8 +73,8 @@ def split_path(value: object, max_depth: int = MAX_DEPTH) -> list[str]:
         size = len(path.encode("utf-8"))
     except UnicodeEncodeError as exc:
         raise InvalidName("path is not valid Unicode (lone surrogate)") from exc
-    if size > MAX_PATH_BYTES:
-        raise InvalidPath(f"path is longer than {MAX_PATH_BYTES} bytes")
+    if size > max_bytes:
+        raise InvalidPath(f"path is longer than {max_bytes} bytes")
     parts = path[1:].split("/")
     if "" in parts:
         raise InvalidPath("path contains an empty component ('//')")
@@ -78,7 +87,13 @@ def join_path(parts: list[str]) -> str:
     return "/" + "/".join(parts)
 
 
+def lookup_path(value: object) -> list[str]:
+    """Split the path of an existing node (see LOOKUP_MAX_DEPTH)."""
+    return split_path(value, LOOKUP_MAX_DEPTH, LOOKUP_MAX_PATH_BYTES)
+
+
 def parent_and_name(value: object, max_depth: int = MAX_DEPTH) -> tuple[list[str], str]:
+    """Split the path of a node about to be created (or moved there), within the limits."""
     parts = split_path(value, max_depth)
     if not parts:
         raise InvalidPath("the root has no parent")

@@ -138,16 +138,27 @@ def check_content(content: object) -> str:
     return content
 
 
+def _has_nul(value: object) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
 def metadata_json(metadata: object) -> str:
     if not isinstance(metadata, dict):
         raise InvalidContent("metadata must be a JSON object")
+    # jsonb cannot hold NUL; the text "\u0000" (a backslash and five letters) is fine.
+    if _has_nul(metadata):
+        raise InvalidContent("metadata contains NUL")
     try:
         dumped = json.dumps(metadata, ensure_ascii=False, allow_nan=False)
         dumped.encode("utf-8")
     except (TypeError, ValueError) as exc:
         raise InvalidContent(f"metadata is not valid JSON: {exc}") from exc
-    if "\x00" in dumped or "\\u0000" in dumped:
-        raise InvalidContent("metadata contains NUL")
     return dumped
 
 
@@ -173,7 +184,7 @@ class TreeTx:
     # ----------------------------------------------------------------- reads
 
     def _split(self, path: object) -> list[str]:
-        return paths.split_path(path, self.max_depth)
+        return paths.lookup_path(path)
 
     def resolve(self, parts: list[str]) -> list[Row[Any]]:
         """The chain of (id, kind) from the root to ``parts``; raises if it breaks off."""
@@ -487,7 +498,7 @@ class TreeTx:
         if row.parent_id is None:
             raise InvalidMove("cannot rename the root")
         self.check_version(row, if_version)
-        parent_parts = paths.split_path(old_path)[:-1]
+        parent_parts = paths.lookup_path(old_path)[:-1]
         return self._relink(row, old_path, row.parent_id, name, parent_parts)
 
     def _relink(
@@ -559,7 +570,7 @@ class TreeTx:
             if has_child and not recursive:
                 raise DirectoryNotEmpty(f"{path} is not empty")
         try:
-            count = self.conn.execute(
+            deleted = self.conn.execute(
                 text(
                     """
                     WITH RECURSIVE sub(id) AS (
@@ -569,10 +580,18 @@ class TreeTx:
                         JOIN nodes n ON n.namespace = :ns AND n.parent_id = s.id
                     )
                     DELETE FROM nodes WHERE namespace = :ns AND id IN (SELECT id FROM sub)
+                    RETURNING id, parent_id
                     """
                 ),
                 {"ns": self.ns, "id": row.id},
-            ).rowcount
+            ).all()
+            gone = {r.id for r in deleted}
+            # The subtree comes from the statement's snapshot, and a row changed by a
+            # transaction we waited for is re-checked by id only: a node moved out of the
+            # subtree meanwhile would be deleted with it. Its new parent gives it away.
+            if any(r.id != row.id and r.parent_id not in gone for r in deleted):
+                raise Retry()
+            count = len(deleted)
         except IntegrityError as exc:
             # A create deeper in the subtree committed while we deleted: start over.
             if _sqlstate(exc) == "23503":

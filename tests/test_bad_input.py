@@ -124,11 +124,14 @@ for label, path, err in BAD_PATHS:
         (f"move dst {label}", lambda c, t, p=path: c.move("t", "/d/f", p), err),
     ]
     if path.startswith("/"):  # otherwise it is a node id, see below
+        # The depth and length limits guard paths that name new nodes; an existing node
+        # may lie past them (moved there in O(1)), so a lookup only finds nothing.
+        lookup_err = NotFound if label in ("too long", "too deep") else err
         CASES += [
-            (f"listdir {label}", lambda c, t, p=path: c.listdir("t", p), err),
-            (f"delete path {label}", lambda c, t, p=path: c.delete("t", p), err),
-            (f"rename path {label}", lambda c, t, p=path: c.rename("t", p, "z"), err),
-            (f"stat path {label}", lambda c, t, p=path: c.stat("t", p), err),
+            (f"listdir {label}", lambda c, t, p=path: c.listdir("t", p), lookup_err),
+            (f"delete path {label}", lambda c, t, p=path: c.delete("t", p), lookup_err),
+            (f"rename path {label}", lambda c, t, p=path: c.rename("t", p, "z"), lookup_err),
+            (f"stat path {label}", lambda c, t, p=path: c.stat("t", p), lookup_err),
         ]
 
 CASES += [

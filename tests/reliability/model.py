@@ -73,7 +73,14 @@ def check_name(value: object) -> str:
     return name
 
 
-def split(value: object, max_depth: int = DEFAULT_MAX_DEPTH) -> list[str]:
+# Limits for paths naming a new node; an existing node is looked up within these caps.
+LOOKUP_MAX_DEPTH = 1 << 15
+LOOKUP_MAX_PATH_BYTES = 1 << 20
+
+
+def split(
+    value: object, max_depth: int = DEFAULT_MAX_DEPTH, max_bytes: int = MAX_PATH_BYTES
+) -> list[str]:
     """The normalized components of an absolute path; ``[]`` for the root."""
     path = _text(value, "path")
     if not path.startswith("/"):
@@ -85,7 +92,7 @@ def split(value: object, max_depth: int = DEFAULT_MAX_DEPTH) -> list[str]:
     if _has_surrogate(path):
         raise InvalidName("not Unicode")
     # The coordinator measures the path before normalizing it (names after).
-    if len(path.encode("utf-8")) > MAX_PATH_BYTES:
+    if len(path.encode("utf-8")) > max_bytes:
         raise InvalidPath("path too long")
     parts = path[1:].split("/")
     if "" in parts:
@@ -211,7 +218,7 @@ class Namespace:
 
     def _target(self, ref: object) -> MNode:
         if is_path(ref):
-            return self._resolve(split(ref, self.max_depth))
+            return self._resolve(split(ref, LOOKUP_MAX_DEPTH, LOOKUP_MAX_PATH_BYTES))
         node = self.nodes.get(ref) if isinstance(ref, str) else None
         if node is None:
             raise NotFound(f"no node {ref!r}")

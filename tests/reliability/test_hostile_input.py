@@ -213,11 +213,6 @@ def test_unicode_normalization(coord: Coordinator) -> None:
     assert coord.mkdir(NS, "/" + "e\u0301" * 100).node.name == "\u00e9" * 100
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (reported, coordinator/tree.py metadata_json): the text '\\u0000' in a "
-    "metadata string is taken for an escaped NUL and refused with InvalidContent",
-)
 def test_metadata_with_backslash_u0000_text_is_accepted(coord: Coordinator) -> None:
     """The six characters ``\\u0000`` are ordinary text (no NUL), which jsonb stores."""
     coord.create_namespace(NS)
@@ -225,12 +220,6 @@ def test_metadata_with_backslash_u0000_text_is_accepted(coord: Coordinator) -> N
     assert coord.stat(NS, "/ok").metadata == {"k": "\\u0000"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (reported, coordinator/tree.py move/rename): depth and path-length limits "
-    "are checked for the moved node only, so its descendants can end up deeper or longer "
-    "than the limits: listed by walk, unreachable by stat(path), not renameable by id",
-)
 @pytest.mark.parametrize("limit", ["depth", "bytes"])
 def test_every_walked_node_can_be_stat_by_its_path(database_url: str, limit: str) -> None:
     """A move or rename must not leave any node past the configured limits (it would be

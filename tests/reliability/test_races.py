@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
 from sqlalchemy import text
 
 from coordinator import Coordinator
@@ -37,14 +36,9 @@ def wait_for_lock_waiter(coord: Coordinator, timeout: float = 10.0) -> None:
     raise AssertionError("no session started waiting for a lock")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (reported, coordinator/tree.py delete): the recursive DELETE takes the "
-    "subtree from its snapshot, so a node moved out of it by a transaction that "
-    "committed meanwhile is deleted anyway (an acknowledged move lost; the log then "
-    "says the node lives on)",
-)
 def test_recursive_delete_spares_a_node_moved_out_meanwhile(coord: Coordinator) -> None:
+    """Found by the concurrent-history test: the recursive DELETE took the subtree from
+    its snapshot and deleted a node that a committed move had taken out of it."""
     ns = "race"
     coord.create_namespace(ns)
     coord.mkdir(ns, "/a/x/y", parents=True)
