@@ -20,6 +20,19 @@ consumer_option = click.option(
 )
 
 
+def _check_cron(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """Refuse a bad schedule at start-up, not when the scheduler first uses it."""
+    if value is None:
+        return None
+    from .verify import cron_trigger
+
+    try:
+        cron_trigger(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+    return value
+
+
 @click.group()
 def indexer() -> None:
     """The indexer: replicates the event log into Elasticsearch."""
@@ -38,11 +51,16 @@ def indexer() -> None:
 @click.option("--poll-interval", default=1.0, show_default=True,
               help="Seconds between polls (the fallback to LISTEN/NOTIFY).")
 @click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics here.")
+@click.option("--verify-cron", default=None, metavar="CRONTAB", callback=_check_cron,
+              help='Also run verify on this schedule, e.g. "0 3 * * *" (five crontab '
+                   "fields, or six with seconds first; weekday numbers start at 0 = "
+                   "Monday, so prefer names) and export the drift as the "
+                   "pathkeeper_verify_drift gauge. Off by default.")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def run(
     database_url: str, es_url: str, alias: str, consumer: str, partitions: int, once: bool,
     batch_events: int, chunk_size: int, poll_interval: float, metrics_port: int | None,
-    verbose: bool,
+    verify_cron: str | None, verbose: bool,
 ) -> None:
     """Run the worker until SIGTERM (or, with --once, until caught up)."""
     from .logs import configure
@@ -52,7 +70,7 @@ def run(
     config = WorkerConfig(
         database_url=database_url, es_url=es_url, alias=alias, consumer=consumer,
         partitions=partitions, once=once, batch_events=batch_events, chunk_size=chunk_size,
-        poll_interval=poll_interval, metrics_port=metrics_port,
+        poll_interval=poll_interval, metrics_port=metrics_port, verify_cron=verify_cron,
     )
     sys.exit(Worker(config).run())
 

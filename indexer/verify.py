@@ -414,12 +414,26 @@ def scheduled_verify(
     return len(report.drift)
 
 
-def add_verify_job(scheduler: Any, job: Callable[[], object], cron: str) -> Any:
-    """Add ``job`` (e.g. ``functools.partial(scheduled_verify, coord, es)``) to an
-    APScheduler scheduler on a crontab expression such as ``"17 3 * * *"``."""
+def cron_trigger(cron: str) -> Any:
+    """An APScheduler ``CronTrigger`` for a crontab expression: the standard five fields
+    (minute hour day month day-of-week, e.g. ``"17 3 * * *"``) or six with a leading
+    seconds field (``"*/5 * * * * *"``, for tests). Raises ``ValueError`` if invalid.
+    APScheduler 3 numbers weekdays from 0 = Monday (crontab: 0 = Sunday): prefer
+    names (``mon``, ``sun``) in the day-of-week field."""
     from apscheduler.triggers.cron import CronTrigger
 
+    fields = cron.split()
+    if len(fields) == 6:
+        second, minute, hour, day, month, day_of_week = fields
+        return CronTrigger(second=second, minute=minute, hour=hour, day=day, month=month,
+                           day_of_week=day_of_week)
+    return CronTrigger.from_crontab(cron)
+
+
+def add_verify_job(scheduler: Any, job: Callable[[], object], cron: str) -> Any:
+    """Add ``job`` (e.g. ``functools.partial(scheduled_verify, coord, es)``) to an
+    APScheduler scheduler on a crontab expression (see ``cron_trigger``)."""
     return scheduler.add_job(
-        job, CronTrigger.from_crontab(cron), id="pathkeeper-verify",
+        job, cron_trigger(cron), id="pathkeeper-verify",
         max_instances=1, coalesce=True, replace_existing=True,
     )

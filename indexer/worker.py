@@ -36,6 +36,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from types import FrameType
 from typing import Any
 
@@ -43,7 +44,7 @@ from elasticsearch import Elasticsearch
 
 from coordinator import Coordinator
 from coordinator.eventlog import Partition, safe_bound
-from coordinator.indexing import consumer_for
+from coordinator.indexing import consumer_for, wait_indexed
 
 from . import checkpoints, deadletters, metrics, status
 from .applier import Abandoned, Applier
@@ -55,6 +56,9 @@ from .plan import cut_after_subtree_move
 from .wakeup import Listener
 
 logger = logging.getLogger("pathkeeper.indexer")
+#: How long a scheduled verify waits for this worker to apply recent events before it
+#: counts what still differs as drift.
+VERIFY_SETTLE_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,10 @@ class WorkerConfig:
     #: How long ``read_events`` waits for in-flight transactions before giving up a round.
     read_wait: float = 5.0
     es_options: dict[str, Any] = field(default_factory=dict)
+    #: Run ``verify`` of the alias on this crontab schedule (``verify.cron_trigger``:
+    #: five fields, or six with seconds first) and export the drift count as the
+    #: ``pathkeeper_verify_drift`` gauge. None (the default): never.
+    verify_cron: str | None = None
 
     @property
     def consumer_name(self) -> str:
@@ -367,6 +375,22 @@ class Worker:
                 active.append(p)
         metrics.PARTITIONS_HELD.labels(self.consumer).set(len(self.runners))
 
+    def _add_verify(self, scheduler: Any, cron: str) -> None:
+        """Schedule ``verify`` of this worker's alias. A document that differs only
+        because this worker has not applied the latest events yet is rechecked after
+        waiting (bounded) for this consumer to catch up, so it is not counted as drift."""
+        from .verify import add_verify_job, scheduled_verify
+
+        def settle(position: int) -> bool:
+            return wait_indexed(self.engine, position, VERIFY_SETTLE_SECONDS, self.consumer)
+
+        add_verify_job(
+            scheduler,
+            partial(scheduled_verify, self.coord, self.es, self.config.alias, settle=settle),
+            cron,
+        )
+        log(logger, logging.INFO, "verify_scheduled", cron=cron, alias=self.config.alias)
+
     # ------------------------------------------------------------ main loop
 
     def run(self) -> int:
@@ -392,6 +416,8 @@ class Worker:
                 self._tick, "interval", seconds=self.config.poll_interval,
                 max_instances=1, coalesce=True, id="poll",
             )
+            if self.config.verify_cron:
+                self._add_verify(scheduler, self.config.verify_cron)
             scheduler.start()
             while not self._stop.is_set():
                 self._rebalance()

@@ -8,6 +8,7 @@ page sizes by the query parameter schemas.
 from __future__ import annotations
 
 import json
+from urllib.parse import unquote_to_bytes
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -33,9 +34,23 @@ async def _error(send: Send, status: int, code: str, message: str,
     await send({"type": "http.response.body", "body": payload})
 
 
+def _percent_decoded_utf8(raw: bytes) -> bool:
+    """Whether every percent-decoded part of a query string or path is valid UTF-8.
+
+    Starlette decodes with errors="replace": without this check ``path=/d/%FF`` would
+    silently name the node ``/d/\ufffd`` and a DELETE would act on it."""
+    try:
+        for part in raw.replace(b"+", b" ").split(b"&"):
+            unquote_to_bytes(part).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 class LimitsMiddleware:
-    """Refuse bodies over ``max_body_bytes`` (413) and requests beyond ``max_inflight``
-    concurrent ones (429 with Retry-After)."""
+    """Refuse query strings and paths that are not UTF-8 (422), bodies over
+    ``max_body_bytes`` (413) and requests beyond ``max_inflight`` concurrent ones (429
+    with Retry-After)."""
 
     def __init__(self, app: ASGIApp, max_body_bytes: int, max_inflight: int,
                  retry_after: int) -> None:
@@ -48,6 +63,12 @@ class LimitsMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if not (
+            _percent_decoded_utf8(scope.get("query_string", b""))
+            and _percent_decoded_utf8(scope.get("raw_path") or b"")
+        ):
+            await _error(send, 422, "invalid_request", "the URL is not valid UTF-8")
             return
         limited = scope.get("path", "") not in UNLIMITED_PATHS
         if limited and self.inflight >= self.max_inflight:
