@@ -9,21 +9,7 @@ import sys
 
 import click
 
-DATABASE_URL_ENV = "PATHKEEPER_DATABASE_URL"
-ES_URL_ENV = "PATHKEEPER_ES_URL"
-
-database_url_option = click.option(
-    "--database-url",
-    envvar=DATABASE_URL_ENV,
-    required=True,
-    help=f"libpq or SQLAlchemy URL of the PostgreSQL database (env {DATABASE_URL_ENV}).",
-)
-es_url_option = click.option(
-    "--es-url",
-    envvar=ES_URL_ENV,
-    required=True,
-    help=f"Elasticsearch URL (env {ES_URL_ENV}).",
-)
+from .cli_options import DATABASE_URL_ENV, ES_URL_ENV, database_url_option
 
 
 @click.group()

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from coordinator.cli import ES_URL_ENV, database_url_option, es_url_option
+from coordinator.cli_options import ES_URL_ENV, database_url_option, es_url_option
 from coordinator.indexing import consumer_for
 
 from .mapping import DEFAULT_ALIAS

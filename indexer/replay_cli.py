@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from coordinator.cli import database_url_option, es_url_option
+from coordinator.cli_options import database_url_option, es_url_option
 
 from .mapping import DEFAULT_ALIAS
 

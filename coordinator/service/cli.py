@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from ..cli import DATABASE_URL_ENV, database_url_option
+from ..cli_options import DATABASE_URL_ENV, database_url_option
 
 
 def is_loopback(host: str) -> bool:
