@@ -12,12 +12,16 @@ import os
 from collections.abc import Iterator
 
 import pytest
+from elasticsearch import Elasticsearch
 
 from coordinator import Coordinator
 from coordinator.local_postgres import LocalPostgres
 from coordinator.migrate import upgrade
+from indexer.local_search import LocalSearch
+from indexer.mapping import drop_alias_and_indices
 
 _counter = itertools.count()
+_aliases = itertools.count()
 
 
 @pytest.fixture(scope="session")
@@ -44,3 +48,34 @@ def coord(database_url: str) -> Iterator[Coordinator]:
 def ns(coord: Coordinator) -> str:
     coord.create_namespace("t")
     return "t"
+
+
+@pytest.fixture(scope="session")
+def es_url() -> Iterator[str]:
+    """A real Elasticsearch(-compatible) server: the cluster at ``ES_URL`` when set,
+    else one noida-db server for the whole session."""
+    if os.environ.get("ES_URL"):
+        yield os.environ["ES_URL"]
+        return
+    with LocalSearch() as server:
+        yield server.url
+
+
+@pytest.fixture
+def es(es_url: str) -> Iterator[Elasticsearch]:
+    client = Elasticsearch(es_url, request_timeout=60)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def alias(es: Elasticsearch) -> Iterator[str]:
+    """An index alias of this test's own (and so its own concrete indices and its own
+    indexer checkpoint consumer), deleted afterwards."""
+    name = f"pk-test-{os.getpid()}-{next(_aliases)}"
+    yield name
+    drop_alias_and_indices(es, name)
+    # Also indices the alias no longer points to (by name: Elasticsearch 8 refuses
+    # wildcard deletes by default).
+    for index in es.indices.get(index=f"{name}-*", expand_wildcards="all").body:
+        es.indices.delete(index=index)

@@ -4,7 +4,6 @@ the cluster at ``ES_URL``)."""
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -72,13 +71,3 @@ def live_server(settings: ServiceSettings) -> Iterator[LiveServer]:
         yield server
 
 
-@pytest.fixture(scope="session")
-def es_url() -> Iterator[str]:
-    """A real Elasticsearch(-compatible) server: ``ES_URL`` if set, else a noida-db."""
-    if os.environ.get("ES_URL"):
-        yield os.environ["ES_URL"]
-        return
-    from indexer.local_search import LocalSearch
-
-    with LocalSearch() as search:
-        yield search.url

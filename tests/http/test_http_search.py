@@ -3,27 +3,16 @@
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from elasticsearch import Elasticsearch
 from fastapi.testclient import TestClient
 from http_support import Keys, err, ok
 
-from indexer.mapping import drop_alias_and_indices
 from indexer.worker import Worker, WorkerConfig
 
 A = "/v1/namespaces/a"
-
-
-@pytest.fixture
-def alias(es_url: str) -> Iterator[str]:
-    name = f"pk-http-{uuid.uuid4().hex[:10]}"
-    yield name
-    with Elasticsearch(es_url) as es:
-        drop_alias_and_indices(es, name)
 
 
 @pytest.fixture

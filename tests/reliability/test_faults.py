@@ -307,7 +307,7 @@ def test_worker_survives_its_lease_connection_being_cut(
         started = time.monotonic()
         cuts = 0
         with coord.engine.connect() as conn:
-            while time.monotonic() < started + 20.0 and worker_alive(worker):
+            while time.monotonic() < started + 10.0 and worker_alive(worker):
                 cuts += int(conn.execute(text(
                     "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                     "WHERE application_name = 'pathkeeper-indexer-leases' "

@@ -23,11 +23,9 @@ cap); every other refusal must carry exactly the coordinator's status and code.
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import threading
-import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -36,7 +34,6 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from elasticsearch import Elasticsearch
 
 from coordinator import Coordinator
 from coordinator.errors import CoordinatorError, NotFound
@@ -44,7 +41,6 @@ from coordinator.service.app import create_app
 from coordinator.service.auth import create_key
 from coordinator.service.errors import status_of
 from coordinator.service.settings import ServiceSettings
-from indexer.mapping import drop_alias_and_indices
 from indexer.worker import Worker, WorkerConfig
 
 from . import corpus
@@ -457,26 +453,6 @@ def test_malformed_and_huge_bodies(make_pair: Callable[..., HttpPair]) -> None:
 
 
 # ---------------------------------------------------------------- search
-
-
-@pytest.fixture(scope="module")
-def es_url() -> Iterator[str]:
-    """A real search server: ``ES_URL`` if set, else a noida-db for this module."""
-    if os.environ.get("ES_URL"):
-        yield os.environ["ES_URL"]
-        return
-    from indexer.local_search import LocalSearch
-
-    with LocalSearch() as search:
-        yield search.url
-
-
-@pytest.fixture
-def alias(es_url: str) -> Iterator[str]:
-    name = f"pk-hostile-{uuid.uuid4().hex[:10]}"
-    yield name
-    with Elasticsearch(es_url) as es:
-        drop_alias_and_indices(es, name)
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ gets its own alias (and so its own concrete indices), deleted afterwards.
 from __future__ import annotations
 
 import itertools
-import os
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -19,36 +18,10 @@ from elasticsearch import Elasticsearch
 from coordinator import Coordinator
 from coordinator.indexing import consumer_for, wait_indexed
 from indexer.documents import is_indexed
-from indexer.local_search import LocalSearch
 from indexer.replay import current_bound, expected_document
 from indexer.verify import comparable, stream_index_docs
 
 _aliases = itertools.count()
-
-
-@pytest.fixture(scope="session")
-def es_url() -> Iterator[str]:
-    if os.environ.get("ES_URL"):
-        yield os.environ["ES_URL"]
-        return
-    with LocalSearch() as server:
-        yield server.url
-
-
-@pytest.fixture
-def es(es_url: str) -> Iterator[Elasticsearch]:
-    client = Elasticsearch(es_url, request_timeout=60)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def alias(es: Elasticsearch) -> Iterator[str]:
-    name = f"pk-replay-{os.getpid()}-{next(_aliases)}"
-    yield name
-    # Elasticsearch 8 refuses wildcard deletes (action.destructive_requires_name).
-    for index in es.indices.get(index=f"{name}-*", expand_wildcards="all").body:
-        es.indices.delete(index=index)
 
 
 class RunningWorker:
