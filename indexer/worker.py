@@ -40,6 +40,7 @@ from functools import partial
 from types import FrameType
 from typing import Any
 
+import psycopg
 from elasticsearch import Elasticsearch
 
 from coordinator import Coordinator
@@ -420,7 +421,13 @@ class Worker:
                 self._add_verify(scheduler, self.config.verify_cron)
             scheduler.start()
             while not self._stop.is_set():
-                self._rebalance()
+                try:
+                    self._rebalance()
+                except psycopg.Error as exc:
+                    # The lease connection broke between alive() and the next lease query
+                    # (server restart, pg_terminate_backend): the next round sees it closed
+                    # and rejoins, instead of the whole worker stopping.
+                    log(logger, logging.WARNING, "lease_connection_failed", error=str(exc))
                 self.ready.set()
                 if self.config.once and not self.runners:
                     break

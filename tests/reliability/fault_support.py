@@ -1,6 +1,7 @@
-"""Helpers for the fault tests (``test_faults.py``): the search server, client threads
-that record a history, the end-of-run checks, and a proxy that makes Elasticsearch
-answer errors.
+"""Helpers for the fault tests (``test_faults.py``): a worker thread whose death is
+reported, client threads that record a history, the end-of-run checks, and a proxy
+that makes Elasticsearch answer errors. (The search server and the per-test alias are
+the session fixtures of ``tests/conftest.py``.)
 
 The indexer tests' helpers (``tests/indexer/indexer_support.py``: workers as threads or
 processes, the index-equals-PostgreSQL check) are reused, not copied: that directory
@@ -11,7 +12,6 @@ is put on ``sys.path``, at the end so that it shadows nothing.
 from __future__ import annotations
 
 import json
-import os
 import random
 import socket
 import sys
@@ -27,7 +27,6 @@ from sqlalchemy import text
 
 from coordinator import Coordinator
 from coordinator.errors import CoordinatorError, Unavailable
-from indexer.local_search import LocalSearch
 from indexer.worker import Worker, WorkerConfig
 
 from .dbcheck import fold_log, indexer_fold_rows, table_rows, tree_violations
@@ -41,16 +40,6 @@ if _INDEXER_TESTS not in sys.path:
 import indexer_support  # noqa: E402
 
 __all__ = ["indexer_support"]
-
-
-@contextmanager
-def search_server() -> Iterator[str]:
-    """The cluster at ``ES_URL`` if set, else a throwaway noida-db server."""
-    if os.environ.get("ES_URL"):
-        yield os.environ["ES_URL"]
-        return
-    with LocalSearch() as server:
-        yield server.url
 
 
 @contextmanager
