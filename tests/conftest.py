@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -19,6 +20,7 @@ from coordinator.local_postgres import LocalPostgres
 from coordinator.migrate import upgrade
 from indexer.local_search import LocalSearch
 from indexer.mapping import drop_alias_and_indices
+from indexer.worker import Worker, WorkerConfig
 
 _counter = itertools.count()
 _aliases = itertools.count()
@@ -79,3 +81,16 @@ def alias(es: Elasticsearch) -> Iterator[str]:
     # wildcard deletes by default).
     for index in es.indices.get(index=f"{name}-*", expand_wildcards="all").body:
         es.indices.delete(index=index)
+
+
+@pytest.fixture
+def worker(database_url: str, es_url: str, alias: str) -> Iterator[Worker]:
+    """The indexer worker on this test's database and alias, in a thread for the test."""
+    w = Worker(WorkerConfig(database_url=database_url, es_url=es_url, alias=alias,
+                            partitions=1, poll_interval=0.2))
+    thread = threading.Thread(target=w.run, daemon=True)
+    thread.start()
+    yield w
+    w.stop()
+    thread.join(timeout=30)
+    assert not thread.is_alive()

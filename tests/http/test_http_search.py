@@ -2,30 +2,16 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 from http_support import Keys, err, ok
 
-from indexer.worker import Worker, WorkerConfig
+from indexer.worker import Worker
 
 A = "/v1/namespaces/a"
-
-
-@pytest.fixture
-def worker(database_url: str, es_url: str, alias: str) -> Iterator[Worker]:
-    """The indexer worker, running in a thread for the whole test."""
-    w = Worker(WorkerConfig(database_url=database_url, es_url=es_url, alias=alias,
-                            partitions=1, poll_interval=0.2))
-    thread = threading.Thread(target=w.run, daemon=True)
-    thread.start()
-    yield w
-    w.stop()
-    thread.join(timeout=30)
-    assert not thread.is_alive()
 
 
 @pytest.fixture

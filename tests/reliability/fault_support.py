@@ -237,7 +237,8 @@ class ErrorProxy:
         with self._lock:
             self._relayed += [client, upstream]
         for a, b in ((client, upstream), (upstream, client)):
-            threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
+            threading.Thread(target=indexer_support.TcpProxy._pipe, args=(a, b),
+                             daemon=True).start()
 
     def _answer_errors(self, client: socket.socket) -> None:
         """Answer requests on this connection with errors until it closes."""
@@ -267,20 +268,6 @@ class ErrorProxy:
             pass
         finally:
             client.close()
-
-
-def _pipe(src: socket.socket, dst: socket.socket) -> None:
-    try:
-        while data := src.recv(65536):
-            dst.sendall(data)
-    except OSError:
-        pass
-    finally:
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
 
 def _read_request(

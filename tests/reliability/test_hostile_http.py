@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import random
 import re
-import threading
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -41,7 +40,7 @@ from coordinator.service.app import create_app
 from coordinator.service.auth import create_key
 from coordinator.service.errors import status_of
 from coordinator.service.settings import ServiceSettings
-from indexer.worker import Worker, WorkerConfig
+from indexer.worker import Worker
 
 from . import corpus
 from .dbcheck import counts
@@ -453,18 +452,6 @@ def test_malformed_and_huge_bodies(make_pair: Callable[..., HttpPair]) -> None:
 
 
 # ---------------------------------------------------------------- search
-
-
-@pytest.fixture
-def worker(database_url: str, es_url: str, alias: str) -> Iterator[Worker]:
-    w = Worker(WorkerConfig(database_url=database_url, es_url=es_url, alias=alias,
-                            partitions=1, poll_interval=0.2))
-    thread = threading.Thread(target=w.run, daemon=True)
-    thread.start()
-    yield w
-    w.stop()
-    thread.join(timeout=30)
-    assert not thread.is_alive()
 
 
 def test_hostile_search(make_pair: Callable[..., HttpPair], es_url: str, alias: str,
