@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,31 +35,40 @@ REPO = Path(__file__).resolve().parents[2]
 def running_worker(
     database_url: str, es_url: str, alias: str, **options: Any
 ) -> Iterator[Worker]:
-    """A worker running in a thread of this process (stopped on exit)."""
+    """A worker running in a thread of this process (stopped on exit). A worker that
+    dies fails the test with its traceback; ``worker_alive`` tells whether it runs."""
     options.setdefault("poll_interval", 0.5)
     options.setdefault("partitions", 2)
     worker = Worker(WorkerConfig(database_url=database_url, es_url=es_url, alias=alias, **options))
-    errors: list[BaseException] = []
+    died: list[str] = []
 
     def run() -> None:
         try:
             worker.run()
         except BaseException as exc:
-            errors.append(exc)
+            died.append("".join(traceback.format_exception(exc)))
 
     thread = threading.Thread(target=run, name="test-worker", daemon=True)
+    _worker_threads[id(worker)] = thread
     thread.start()
-    if not worker.ready.wait(30):
-        raise AssertionError(f"worker did not start: {errors}")
-    if not worker.listener.listening.wait(30):
-        raise AssertionError("worker is not listening")
+    if not worker.ready.wait(30) or not worker.listener.listening.wait(30):
+        raise AssertionError(f"worker did not start: {died}")
     try:
         yield worker
     finally:
         worker.stop()
         thread.join(60)
         assert not thread.is_alive(), "worker did not stop"
-        assert not errors, errors
+        del _worker_threads[id(worker)]
+        assert not died, f"the worker died:\n{died[0]}"
+
+
+_worker_threads: dict[int, threading.Thread] = {}
+
+
+def worker_alive(worker: Worker) -> bool:
+    """Whether the thread of a ``running_worker`` worker is still running."""
+    return _worker_threads[id(worker)].is_alive()
 
 
 def run_once(database_url: str, es_url: str, alias: str, partitions: int = 2) -> None:

@@ -17,7 +17,6 @@ import socket
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,7 +26,7 @@ from sqlalchemy import text
 
 from coordinator import Coordinator
 from coordinator.errors import CoordinatorError, Unavailable
-from indexer.worker import Worker, WorkerConfig
+from indexer.worker import Worker
 
 from .dbcheck import fold_log, indexer_fold_rows, table_rows, tree_violations
 from .history_check import Call, Ev, Report, check_history
@@ -44,41 +43,14 @@ __all__ = ["indexer_support"]
 
 @contextmanager
 def worker_thread(database_url: str, es_url: str, alias: str, **options: Any) -> Iterator[Worker]:
-    """An indexer worker running in a thread of this process, as
-    ``indexer_support.running_worker``, except that a worker that dies is reported
-    with its traceback (the point of the fault tests is that it must not die)."""
+    """``indexer_support.running_worker``, polling faster (the point of the fault tests is
+    that the worker must not die; it reports its traceback if it does)."""
     options.setdefault("poll_interval", 0.2)
-    options.setdefault("partitions", 2)
-    worker = Worker(WorkerConfig(database_url=database_url, es_url=es_url, alias=alias, **options))
-    died: list[str] = []
-
-    def run() -> None:
-        try:
-            worker.run()
-        except BaseException as exc:
-            died.append("".join(traceback.format_exception(exc)))
-
-    thread = threading.Thread(target=run, name="fault-worker", daemon=True)
-    _worker_threads[id(worker)] = thread
-    thread.start()
-    if not worker.ready.wait(30) or not worker.listener.listening.wait(30):
-        raise AssertionError(f"worker did not start: {died}")
-    try:
+    with indexer_support.running_worker(database_url, es_url, alias, **options) as worker:
         yield worker
-    finally:
-        worker.stop()
-        thread.join(60)
-        assert not thread.is_alive(), "worker did not stop"
-        del _worker_threads[id(worker)]
-        assert not died, f"the worker died:\n{died[0]}"
 
 
-_worker_threads: dict[int, threading.Thread] = {}
-
-
-def worker_alive(worker: Worker) -> bool:
-    """Whether the thread of a ``worker_thread`` worker is still running."""
-    return _worker_threads[id(worker)].is_alive()
+worker_alive = indexer_support.worker_alive
 
 
 # ---------------------------------------------------------------- client threads

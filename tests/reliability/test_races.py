@@ -8,32 +8,14 @@ sleep), then commits the first. The outcome must be one of the serial orders.
 from __future__ import annotations
 
 import threading
-import time
 
-from sqlalchemy import text
+from tree_checks import wait_for_lock_waiter
 
 from coordinator import Coordinator
 from coordinator.errors import CoordinatorError
 from coordinator.tree import MutationResult
 
 from .dbcheck import fold_log, table_rows, tree_violations
-
-
-def wait_for_lock_waiter(coord: Coordinator, timeout: float = 10.0) -> None:
-    """Return once some session of this database waits for a lock."""
-    deadline = time.monotonic() + timeout
-    with coord.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        while time.monotonic() < deadline:
-            waiting = conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-                )
-            ).scalar_one()
-            if waiting:
-                return
-            time.sleep(0.01)
-    raise AssertionError("no session started waiting for a lock")
 
 
 def test_recursive_delete_spares_a_node_moved_out_meanwhile(coord: Coordinator) -> None:
