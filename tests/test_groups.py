@@ -394,13 +394,19 @@ def test_run_reruns_the_deadlock_victim_as_a_whole(coord: Coordinator) -> None:
     for r in range(3):
         ns = f"run{r}"
         setup_namespace(coord, ns)
-        b1, b2, calls = deadlocking_bodies(*opposing_groups(coord, ns))
+        g1, g2 = opposing_groups(coord, ns)
+        b1, b2, calls = deadlocking_bodies(g1, g2)
+        cursor = cursor_now(coord)
         errors = run_pair([partial(coord.run, ns, b1), partial(coord.run, ns, b2)])
         assert errors == [None, None]
-        # A real deadlock every time: exactly one victim, re-run once from the start.
-        assert sorted(calls) == [1, 2]
-        winner_first = "g1,g2" if calls == [1, 2] else "g2,g1"
-        assert tree(coord, ns) == expected[winner_first]
+        # A real deadlock every time: at least one victim re-ran. On an idle machine the
+        # victim's quick retry can deadlock the survivor too, so both may re-run; what is
+        # promised is that each group commits exactly once, whole, in one serial order.
+        assert min(calls) >= 1 and max(calls) >= 2, calls
+        blocks = Counter(e.transaction_block for e in events_after(coord, cursor, ns))
+        assert sorted(blocks.values()) == sorted([len(g1), len(g2)])
+        got = tree(coord, ns)
+        assert got in (expected["g1,g2"], expected["g2,g1"])
 
 
 def test_a_deadlock_in_a_transaction_block_is_a_typed_conflict(coord: Coordinator) -> None:
