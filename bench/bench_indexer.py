@@ -48,7 +48,7 @@ from coordinator import Coordinator, Node
 from coordinator.indexing import consumer_for
 from indexer import mapping
 from indexer.documents import index_action
-from indexer.local_search import LocalSearch
+from indexer.local_search import new_local_search
 from indexer.worker import Worker, WorkerConfig
 
 
@@ -57,7 +57,7 @@ def search_server() -> Iterator[str]:
     if os.environ.get("ES_URL"):
         yield os.environ["ES_URL"]
         return
-    with LocalSearch() as server:
+    with new_local_search() as server:
         yield server.url
 
 

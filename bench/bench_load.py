@@ -50,7 +50,7 @@ from coordinator import Coordinator
 from coordinator.errors import CoordinatorError
 from coordinator.indexing import consumer_for
 from indexer import status
-from indexer.local_search import LocalSearch
+from indexer.local_search import new_local_search
 from indexer.mapping import drop_alias_and_indices
 
 ALIAS = "bench-load"
@@ -177,7 +177,7 @@ def main() -> None:
     print(f"bench_load {now_utc()}  load before: {load_average()}", flush=True)
     ctx = multiprocessing.get_context("spawn")
     workdir = Path(tempfile.mkdtemp(prefix="bench-load-"))
-    own_search = None if os.environ.get("ES_URL") else LocalSearch()
+    own_search = None if os.environ.get("ES_URL") else new_local_search()
     es_url = os.environ.get("ES_URL") or own_search.start()  # type: ignore[union-attr]
     worker: subprocess.Popen[bytes] | None = None
     try:

@@ -38,7 +38,7 @@ from coordinator.models import POSITION_BLOCK
 from indexer import mapping
 from indexer.documents import index_action, is_indexed
 from indexer.fold import Folder
-from indexer.local_search import LocalSearch
+from indexer.local_search import new_local_search
 from indexer.progress import Progress
 from indexer.replay import BULK_BYTES, BULK_CHUNK, current_bound, rebuild, scan_events
 from indexer.verify import verify_index
@@ -297,7 +297,7 @@ def main() -> None:
     if args.events - 1 - args.docs < 0:
         parser.error("--events must exceed --docs")
     rows: list[list[object]] = []
-    with migrated_cluster("bench_replay") as (_pg, url), LocalSearch() as search:
+    with migrated_cluster("bench_replay") as (_pg, url), new_local_search() as search:
         es_url = os.environ.get("ES_URL") or search.url
         es = Elasticsearch(es_url, request_timeout=600)
 

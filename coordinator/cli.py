@@ -48,7 +48,8 @@ def db_downgrade(database_url: str, revision: str) -> None:
 @click.option("--database-url", envvar=DATABASE_URL_ENV, default=None,
               help="Use this database instead of starting a throwaway local cluster.")
 @click.option("--es-url", envvar=ES_URL_ENV, default=None,
-              help="Use this Elasticsearch instead of starting a local noida-db server.")
+              help="Use this Elasticsearch instead of starting a local node "
+                   "(PATHKEEPER_SEARCH=noida: the stand-in).")
 @click.option("--clients", default=8, show_default=True)
 @click.option("--seconds", default=3.0, show_default=True)
 @click.option("--serve/--no-serve", default=None,

@@ -117,10 +117,10 @@ def start_api(stack: ExitStack, database_url: str, es_url: str) -> tuple[str, st
 
 
 def search_under(es_url: str, top: str) -> list[dict[str, Any]]:
-    """The seed's "everything under this directory": a term query on path.tree."""
+    """The seed's "everything under this directory": a term query on the tree field."""
     from elasticsearch import Elasticsearch
 
-    from indexer.mapping import DEFAULT_ALIAS
+    from indexer.mapping import DEFAULT_ALIAS, subtree_filter
 
     with Elasticsearch(es_url) as es:
         es.indices.refresh(index=DEFAULT_ALIAS)
@@ -129,7 +129,7 @@ def search_under(es_url: str, top: str) -> list[dict[str, Any]]:
             routing=NS,
             query={"bool": {"filter": [
                 {"term": {"namespace": NS}},
-                {"term": {"path.tree": top}},
+                subtree_filter(top) or {"match_all": {}},
                 {"term": {"kind": "file"}},
             ]}},
             sort=[{"path": "asc"}],
@@ -149,10 +149,13 @@ def run_demo(
             database_url = pg.create_database("pathkeeper")
         upgrade(database_url)
         if es_url is None:
-            from indexer.local_search import LocalSearch
+            from indexer.local_search import new_local_search, search_kind
 
-            click.echo("starting a local Elasticsearch-compatible server (noida-db) ...")
-            es_url = stack.enter_context(LocalSearch()).url
+            kind = search_kind()
+            click.echo(f"starting a throwaway local search server ({kind}) ...")
+            server = stack.enter_context(new_local_search())
+            es_url = server.url
+            click.echo(f"  {server.label} on {es_url}")
         coord = stack.enter_context(Coordinator.connect(database_url))
         build_tree(coord)
         start_worker(stack, database_url, es_url)
@@ -196,7 +199,7 @@ def run_demo(
         found = search_under(es_url, top)
         click.echo(
             f"indexed up to {cursor} in {time.monotonic() - started:.2f}s after the last commit; "
-            f"search path.tree={top!r} finds {len(found)} files:"
+            f"search tree={top!r} finds {len(found)} files:"
         )
         for doc in found:
             click.echo(f"  {doc['path']}")

@@ -60,7 +60,7 @@ from coordinator import Event, Node
 
 from .bulk import BulkStats, Rejected, send
 from .documents import delete_action, index_action, is_indexed
-from .mapping import MAX_BATCH_AGE
+from .mapping import MAX_BATCH_AGE, subtree_filter
 from .plan import BatchPlan, plan_batch
 from .snapshot import fetch_nodes, stream_subtree
 
@@ -198,8 +198,9 @@ class Applier:
             {"term": {"namespace": ns}},
             {"range": {"seq": {"lt": version}}},
         ]
-        if path != "/":
-            filters.append({"term": {"path.tree": path}})
+        under = subtree_filter(path)
+        if under is not None:
+            filters.append(under)
         after: list[Any] | None = None
         while True:
             resp = self.es.search(

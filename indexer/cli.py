@@ -72,7 +72,15 @@ def run(
         partitions=partitions, once=once, batch_events=batch_events, chunk_size=chunk_size,
         poll_interval=poll_interval, metrics_port=metrics_port, verify_cron=verify_cron,
     )
-    sys.exit(Worker(config).run())
+    from .checkpoints import LayoutMismatch
+    from .mapping import MappingOutdated
+
+    try:
+        code = Worker(config).run()
+    except (LayoutMismatch, MappingOutdated) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    sys.exit(code)
 
 
 @indexer.command("status")

@@ -11,6 +11,8 @@ from typing import Any
 
 from coordinator import Node
 
+from .mapping import subtree_filter, tree_values
+
 
 def is_indexed(node: Node) -> bool:
     """Namespace roots are not indexed; every other node is."""
@@ -29,6 +31,7 @@ def document_for(node: Node, seq: int) -> dict[str, Any]:
         "name": node.name,
         "kind": node.kind,
         "path": node.path,
+        "tree": tree_values(node.path),
         "metadata": dict(node.metadata),
         "seq": seq,
     }
@@ -72,6 +75,7 @@ def namespace_filter(namespace: str) -> dict[str, Any]:
 def under_path_query(namespace: str, path: str) -> dict[str, Any]:
     """A query for ``path`` and everything under it, in ``namespace``."""
     filters: list[dict[str, Any]] = [namespace_filter(namespace)]
-    if path != "/":
-        filters.append({"term": {"path.tree": path}})
+    under = subtree_filter(path)
+    if under is not None:
+        filters.append(under)
     return {"bool": {"filter": filters}}

@@ -9,9 +9,13 @@ The search contract (one document per live node, namespace roots excluded,
 ``_id`` = node id, routed by namespace):
 
 * ``namespace``, ``node_id``, ``parent_id``, ``name``, ``kind``: keyword;
-* ``path``: keyword (the full path) with ``path.tree``, analysed by the
-  ``path_hierarchy`` tokenizer: ``term path.tree: "/a"`` finds ``/a`` and
-  everything under it;
+* ``path``: keyword (the full path);
+* ``tree``: keyword, the path and each of its ancestors (``/a/b/c`` holds
+  ``/a``, ``/a/b``, ``/a/b/c``), written by the indexer: ``term tree: "/a"`` finds
+  ``/a`` and everything under it (``subtree_filter``). It needs nothing but core
+  field types, so the same mapping works on a node without optional modules (no
+  ``path_hierarchy`` tokenizer, which lives in ``analysis-common``) and costs one
+  term lookup, not a prefix scan over every path;
 * ``content``: text (files only); ``metadata``: stored, not indexed;
 * ``seq``: the event-log position the document reflects (also its external
   version, see ``indexer.worker``).
@@ -35,7 +39,7 @@ DEFAULT_ALIAS = "pathkeeper-nodes"
 GC_DELETES = "1h"
 MAX_BATCH_AGE = 1800.0
 
-PATH_ANALYZER = "pathkeeper_path_tree"
+TREE_FIELD = "tree"
 
 MAPPINGS: dict[str, Any] = {
     "dynamic": "strict",
@@ -45,23 +49,51 @@ MAPPINGS: dict[str, Any] = {
         "parent_id": {"type": "keyword"},
         "name": {"type": "keyword"},
         "kind": {"type": "keyword"},
-        "path": {
-            "type": "keyword",
-            "fields": {
-                "tree": {
-                    "type": "text",
-                    "analyzer": PATH_ANALYZER,
-                    # The query side is taken whole: match path.tree "/a/b" means
-                    # "under /a/b", not "under /a or under /a/b".
-                    "search_analyzer": "keyword",
-                }
-            },
-        },
+        "path": {"type": "keyword"},
+        TREE_FIELD: {"type": "keyword"},
         "content": {"type": "text"},
         "metadata": {"type": "object", "enabled": False},
         "seq": {"type": "long"},
     },
 }
+
+
+def tree_values(path: str) -> list[str]:
+    """The ``tree`` field of the document at ``path``: it and every ancestor but the
+    root (``/`` would match a whole namespace, which the namespace filter already is)."""
+    parts = [p for p in path.split("/") if p]
+    return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def subtree_filter(path: str) -> dict[str, Any] | None:
+    """The filter clause for ``path`` and everything under it (None for ``/``: the
+    whole namespace)."""
+    if path == "/":
+        return None
+    return {"term": {TREE_FIELD: path}}
+
+
+class MappingOutdated(Exception):
+    """The live index lacks fields this version writes (it was created by an older
+    version): writing to it would dead-letter every document."""
+
+
+def check_mapping(es: Elasticsearch, index: str, alias: str = DEFAULT_ALIAS) -> None:
+    """Raise ``MappingOutdated`` unless ``index`` has every field of ``MAPPINGS``.
+
+    An older index moves over with ``pathkeeper reindex``: it loads a new concrete
+    index with today's mapping from PostgreSQL and swaps the alias atomically, so
+    search keeps answering from the old index until then."""
+    found = es.indices.get_mapping(index=index)
+    for body in found.body.values():
+        props = body.get("mappings", {}).get("properties", {})
+        missing = sorted(name for name in MAPPINGS["properties"] if name not in props)
+        if missing:
+            raise MappingOutdated(
+                f"index {index} behind alias {alias} was created by an older version "
+                f"(no field {', '.join(missing)}); run `pathkeeper reindex --alias {alias}` "
+                "to rebuild it with this version's mapping, then start the worker again"
+            )
 
 
 def index_settings(shards: int = 1, replicas: int = 0) -> dict[str, Any]:
@@ -70,14 +102,6 @@ def index_settings(shards: int = 1, replicas: int = 0) -> dict[str, Any]:
         "number_of_shards": shards,
         "number_of_replicas": replicas,
         "gc_deletes": GC_DELETES,
-        "analysis": {
-            "tokenizer": {
-                "pathkeeper_path_hierarchy": {"type": "path_hierarchy", "delimiter": "/"}
-            },
-            "analyzer": {
-                PATH_ANALYZER: {"type": "custom", "tokenizer": "pathkeeper_path_hierarchy"}
-            },
-        },
     }
 
 

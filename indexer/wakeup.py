@@ -42,7 +42,8 @@ class Listener:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():  # a worker stopped during set-up never started it
+            self._thread.join(timeout=5)
 
     def _run(self) -> None:
         delay = 0.1

@@ -52,7 +52,7 @@ from .applier import Abandoned, Applier
 from .bulk import Rejected
 from .leases import Leases
 from .logs import log
-from .mapping import DEFAULT_ALIAS, MAX_BATCH_AGE, ensure_alias
+from .mapping import DEFAULT_ALIAS, MAX_BATCH_AGE, MappingOutdated, check_mapping, ensure_alias
 from .plan import cut_after_subtree_move
 from .wakeup import Listener
 
@@ -278,7 +278,8 @@ class Worker:
         delay = self.config.backoff_base
         while not self._stop.is_set():
             try:
-                ensure_alias(self.es, self.config.alias)
+                index = ensure_alias(self.es, self.config.alias)
+                check_mapping(self.es, index, self.config.alias)
                 checkpoints.ensure_layout(self.engine, self.consumer, self.config.partitions)
                 if self.config.once:
                     self.target = safe_bound(self.engine, wait=60.0)
@@ -286,7 +287,7 @@ class Worker:
                         raise RuntimeError("in-flight transactions did not end")
                 self.leases.join()
                 return True
-            except checkpoints.LayoutMismatch:
+            except (checkpoints.LayoutMismatch, MappingOutdated):
                 raise
             except Exception as exc:
                 log(logger, logging.WARNING, "startup_failed", error=f"{type(exc).__name__}: {exc}",

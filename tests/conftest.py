@@ -18,7 +18,7 @@ from elasticsearch import Elasticsearch
 from coordinator import Coordinator
 from coordinator.local_postgres import LocalPostgres
 from coordinator.migrate import upgrade
-from indexer.local_search import LocalSearch
+from indexer.local_search import new_local_search
 from indexer.mapping import drop_alias_and_indices
 from indexer.worker import Worker, WorkerConfig
 
@@ -54,12 +54,13 @@ def ns(coord: Coordinator) -> str:
 
 @pytest.fixture(scope="session")
 def es_url() -> Iterator[str]:
-    """A real Elasticsearch(-compatible) server: the cluster at ``ES_URL`` when set,
-    else one noida-db server for the whole session."""
+    """A real search server: the cluster at ``ES_URL`` when set, else one throwaway
+    local node for the whole session (Elasticsearch; noida-db with
+    ``PATHKEEPER_SEARCH=noida``)."""
     if os.environ.get("ES_URL"):
         yield os.environ["ES_URL"]
         return
-    with LocalSearch() as server:
+    with new_local_search() as server:
         yield server.url
 
 

@@ -16,6 +16,8 @@ from typing import Any
 
 from elasticsearch import ApiError, Elasticsearch, TransportError
 
+from indexer.mapping import subtree_filter
+
 from ..errors import Unavailable
 from .errors import ServiceError
 from .schemas import SearchHit, SearchOut
@@ -67,9 +69,9 @@ def build_body(query: SearchQuery) -> tuple[str, dict[str, Any]]:
     filters: list[dict[str, Any]] = [{"term": {"namespace": query.namespace}}]
     if query.kind is not None:
         filters.append({"term": {"kind": query.kind}})
-    if query.under is not None and query.under != "/":
-        # path.tree holds every ancestor path of the document (path_hierarchy).
-        filters.append({"term": {"path.tree": query.under}})
+    under = subtree_filter(query.under) if query.under is not None else None
+    if under is not None:
+        filters.append(under)
     if query.parent_id is not None:
         filters.append({"term": {"parent_id": query.parent_id}})
     must: list[dict[str, Any]] = []

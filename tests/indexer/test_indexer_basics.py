@@ -12,11 +12,13 @@ from coordinator.indexing import consumer_for
 from indexer import mapping
 
 
-def search_ids(es: Elasticsearch, alias: str, ns: str, query: dict[str, Any]) -> set[str]:
+def search_ids(
+    es: Elasticsearch, alias: str, ns: str, query: dict[str, Any] | None
+) -> set[str]:
     es.indices.refresh(index=alias)
+    filters = [{"term": {"namespace": ns}}] + ([query] if query is not None else [])
     resp = es.search(
-        index=alias, routing=ns, size=1000,
-        query={"bool": {"filter": [{"term": {"namespace": ns}}, query]}},
+        index=alias, routing=ns, size=1000, query={"bool": {"filter": filters}},
     )
     return {h["_source"]["path"] for h in resp["hits"]["hits"]}
 
@@ -29,7 +31,7 @@ def test_index_is_created_behind_the_alias_with_a_strict_mapping(
     assert mapping.ensure_alias(es, alias) == concrete  # idempotent
     got = es.indices.get(index=concrete)[concrete]
     assert got["mappings"]["dynamic"] == "strict"
-    assert got["mappings"]["properties"]["path"]["fields"]["tree"]["type"] == "text"
+    assert got["mappings"]["properties"]["tree"]["type"] == "keyword"
     assert got["settings"]["index"]["gc_deletes"] == mapping.GC_DELETES
     v2 = mapping.concrete_name(alias, 2)
     assert mapping.create_index(es, v2)
@@ -47,24 +49,25 @@ def test_renamed_files_are_found_under_their_new_paths(
     coord.create_file("seed", "/clinton/projects/elasticsearch/README.txt", "hello")
     coord.create_file("seed", "/clinton/notes.txt", "n")
     coord.mkdir("other", "/clinton")  # same path, other namespace: must never show up
+    coord.mkdir("seed", "/obamacare")  # shares a prefix, not a directory, with /obama
     with running_worker(database_url, es_url, alias):
         result = coord.rename("seed", "/clinton", "obama")
         assert result.seq is not None
         assert coord.wait_indexed(result.seq, 30, consumer=consumer_for(alias))
-        under_obama = search_ids(es, alias, "seed", {"term": {"path.tree": "/obama"}})
+        under_obama = search_ids(es, alias, "seed", mapping.subtree_filter("/obama"))
         assert under_obama == {
             "/obama", "/obama/notes.txt", "/obama/projects", "/obama/projects/elasticsearch",
             "/obama/projects/elasticsearch/README.txt",
         }
-        assert search_ids(es, alias, "seed", {"term": {"path.tree": "/clinton"}}) == set()
-        assert search_ids(es, alias, "other", {"term": {"path.tree": "/clinton"}}) == {"/clinton"}
+        assert search_ids(es, alias, "seed", mapping.subtree_filter("/clinton")) == set()
+        assert search_ids(es, alias, "other", mapping.subtree_filter("/clinton")) == {"/clinton"}
         # Content is searchable; directories carry no content field.
         assert search_ids(es, alias, "seed", {"match": {"content": "hello"}}) == {
             "/obama/projects/elasticsearch/README.txt"
         }
         docs = index_docs(es, alias, "seed")
         assert all(("content" in d) == (d["kind"] == "file") for d in docs.values())
-        assert len(docs) == 5  # the root is not indexed
+        assert len(docs) == 6  # the root is not indexed
         assert_index_matches(coord, es, alias)
 
 

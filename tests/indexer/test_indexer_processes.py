@@ -26,7 +26,7 @@ from sqlalchemy import text
 from coordinator import Coordinator, CoordinatorError
 from coordinator.indexing import consumer_for
 from indexer.leases import MEMBER_BASE, consumer_key
-from indexer.local_search import LocalSearch
+from indexer.local_search import new_local_search
 
 TIMEOUT = 90.0
 
@@ -48,7 +48,7 @@ def count_under(es: Elasticsearch, alias: str, ns: str, path: str) -> int:
         es.count(
             index=alias, routing=ns,
             query={"bool": {"filter": [{"term": {"namespace": ns}},
-                                       {"term": {"path.tree": path}}]}},
+                                       {"term": {"tree": path}}]}},
         )["count"]
     )
 
@@ -155,7 +155,7 @@ def test_search_server_down_while_events_arrive_then_back(
 ) -> None:
     coord.create_namespace("out")
     coord.mkdir("out", "/docs")
-    own = None if os.environ.get("ES_URL") else LocalSearch()
+    own = None if os.environ.get("ES_URL") else new_local_search()
     proxy = None
     if own is not None:
         url = own.start()
