@@ -29,7 +29,7 @@ from .errors import (
     TooLarge,
     Unavailable,
 )
-from .eventlog import Event, EventAppender, Partition, read_events
+from .eventlog import REPORT_AFTER, Event, EventAppender, Partition, Writer, read_events
 from .indexing import DEFAULT_CONSUMER, wait_indexed
 from .tree import MutationResult, Node, Retry, TreeTx, check_namespace_exists
 
@@ -335,13 +335,17 @@ class Coordinator:
         partition: Partition | None = None,
         until: int | None = None,
         wait: float = 5.0,
+        on_slow: Callable[[list[Writer]], None] | None = None,
+        report_after: float = REPORT_AFTER,
     ) -> tuple[list[Event], int]:
         """Events safe to consume after cursor ``after`` (None: from the start), in commit-safe
-        position order, and the cursor to pass back. See ``coordinator.eventlog``."""
+        position order, and the cursor to pass back. Waits up to ``wait`` seconds for
+        writers in flight; ``on_slow(writers)`` is called once if that lasts
+        ``report_after`` seconds. See ``coordinator.eventlog``."""
         try:
             return read_events(
                 self.engine, after, limit, namespaces=namespaces, partition=partition,
-                until=until, wait=wait,
+                until=until, wait=wait, on_slow=on_slow, report_after=report_after,
             )
         except DBAPIError as exc:
             raise translate(exc) from exc

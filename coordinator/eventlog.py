@@ -11,34 +11,68 @@ The mechanism (no writer ever waits for another writer or for a reader):
   ``event_position_seq`` (INCREMENT BY ``POSITION_BLOCK``, CACHE 1). That value
   is the base of a block owned by this transaction alone; its events use
   ``base, base+1, ...``. So a transaction's events form one contiguous range.
-  The statement that takes the block first forces the transaction's id
-  (``pg_current_xact_id()``), so a transaction always has its id, and with it
-  the exclusive lock PostgreSQL keeps on that id until the transaction ends,
-  before it holds a block.
+  In that same statement, before ``nextval``, it (a) forces its transaction id
+  (``pg_current_xact_id()``), then (b) takes the *position lock*, a
+  transaction-level advisory lock in shared mode
+  (``pg_advisory_xact_lock_shared(POSITION_LOCK_CLASS, oid of the sequence)``).
+  Writers never conflict on it (all take it shared; nobody takes it exclusive).
+  It only marks, in ``pg_locks`` and in this database, the transactions that may
+  hold a block: nothing else takes it.
 * Reading (``read_events``), in autocommit, each step a separate statement:
   1. read the sequence's ``last_value`` L. Every position ``<= L + BLOCK - 1``
      belongs to a block handed out before this moment;
-  2. list the ids of the transactions running now, from their id locks in
-     ``pg_locks``. Every transaction that holds such a block already had its id
-     at step 1, so it either ended before step 2 (committed: visible to any
-     later statement; aborted: never visible), or is listed;
-  3. wait until every listed transaction has ended (its id lock is gone, which
-     happens after its commit became visible);
+  2. list the holders of the position lock in this database, from ``pg_locks``:
+     their virtual transaction ids and the transaction ids they hold (one read of
+     ``pg_locks``). Every transaction that holds such a block took the lock, and
+     had its id, before its ``nextval``, so before step 1: it either ended before
+     step 2 (committed: visible to any later statement; aborted: never visible),
+     or is listed, with its id. (The lock is in the server's shared lock table
+     before ``nextval`` changes the sequence's page, and ``pg_locks`` reads that
+     table under the same kind of locks: a reader that saw the new value in
+     step 1 sees the lock in step 2);
+  3. wait until every listed transaction has ended: until none of them holds the
+     position lock under its virtual id nor any of its transaction ids. Either
+     goes away only at the end of the transaction, after its commit became
+     visible (PostgreSQL releases locks after it marks the transaction committed
+     in the proc array). Two marks, because each covers a case the other does not:
+     a prepared transaction keeps its transaction id (and its locks), but its
+     virtual id is not promised to survive PREPARE; the virtual id would still
+     cover a holder whose transaction id were not assigned yet (step (a) makes
+     that impossible, but the reader does not depend on it);
   4. now no position ``<= L + BLOCK - 1`` can ever appear again: read up to it.
   The cursor handed back is that bound (or the end of the last block read, when
   ``limit`` cut the read short), so blocks are never split between reads: a
   reader sees a transaction's events all at once or not at all.
 
-The cost is on the reader: it waits for transactions that were in flight when it
-looked, including unrelated long writers. A writer that never ends is ended by
-``idle_in_transaction_session_timeout``. Holes (rolled back blocks, unused parts
-of a block) are normal and never waited for.
+Who is waited for, and who is not. The reader waits only for writers of this
+database that took the position lock, i.e. for transactions in their last
+statement or between it and their COMMIT; plus, harmlessly, writers that took it
+after step 1 (their blocks are above L; waiting for them is conservative). It does
+not wait for: transactions of other databases of the same server, transactions of
+this database on other tables (or on ours, before their last statement), prepared
+(two-phase) transactions that are not ours, nor the readers' own snapshots. Each
+of those either never takes the position lock, so never holds a block, or will take
+it after step 1 and so gets a block above L. Waiting for every transaction id on
+the server (what an earlier version did) was safe but let any application sharing
+the server stall indexing for as long as it kept a transaction open.
+
+The cost is on the reader: it waits for writers that were in flight when it looked;
+that window is one statement and a commit, unless a client keeps a transaction
+open after its events were written. A writer that never ends is ended by
+``idle_in_transaction_session_timeout``; until then ``wait_for_bound`` names it
+(pid, database, age) when it gives up, and ``on_slow`` reports it while waiting.
+Holes (rolled back blocks, unused parts of a block) are normal and never waited for.
 
 Why not a snapshot's in-progress list (``pg_snapshot_xip``): a snapshot's xmax is
 one past the latest *completed* transaction id, and running transactions with an
 id at or above it are not listed. A writer that got its id after the last commit
 would be missed, and the reader would move past its block (the test
 ``test_open_transaction_with_the_newest_id_is_not_skipped`` caught exactly this).
+
+Why the statement forces the id explicitly, and in a WHERE clause: ``pg_current_xact_id()``
+is STABLE, and an unused stable output column of a subquery is replaced by NULL
+without being evaluated; the id would then come only from the INSERT, after the
+block was taken. ``test_block_statement_takes_id_then_lock_then_block`` checks the plan.
 
 What position order promises: transactions that touch the same rows are in commit
 order (a transaction takes its block after all its lock waits, and holds its row
@@ -53,9 +87,10 @@ payload paths are as the writer resolved them.
 from __future__ import annotations
 
 import json
+import math
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -86,6 +121,46 @@ class Event:
 def block_end(position: int) -> int:
     """The last position of the block that holds ``position``."""
     return (position // POSITION_BLOCK) * POSITION_BLOCK + POSITION_BLOCK - 1
+
+
+#: Writers hold ``pg_advisory_xact_lock_shared(POSITION_LOCK_CLASS, <oid of the sequence>)``
+#: from just before they take their block until their transaction ends ("Pathkeeper
+#: Position Sequence"). The sequence's oid as the second key keeps two installations in
+#: different schemas of one database apart.
+POSITION_LOCK_CLASS = 0x504B5053
+_SEQ_OID = "CAST(CAST('event_position_seq' AS regclass) AS oid)"
+#: The call a writer makes before ``nextval('event_position_seq')`` (see the docstring).
+POSITION_LOCK_SQL = (
+    f"pg_advisory_xact_lock_shared({POSITION_LOCK_CLASS}, CAST({_SEQ_OID} AS integer))"
+)
+
+# A writer's last statement: take the block, insert the events, notify. One round trip.
+# The subqueries run innermost first (OFFSET 0 keeps each one a separate plan node): the
+# transaction has its id, then the position lock, and only then a block. The WHERE makes
+# pg_current_xact_id() run at all: it is STABLE, and the planner replaces an unused
+# stable output column of a subquery by NULL without evaluating it.
+TAKE_BLOCK_SQL = text(
+    f"""
+    WITH block AS (
+        SELECT nextval('event_position_seq') AS base
+        FROM (
+            SELECT {POSITION_LOCK_SQL} AS locked
+            FROM (SELECT pg_current_xact_id() AS xid OFFSET 0) AS xact
+            WHERE xact.xid IS NOT NULL
+            OFFSET 0
+        ) AS claim
+    ), written AS (
+        INSERT INTO events (namespace, position, node_id, type, payload)
+        SELECT e.ns, block.base + e.i - 1, CAST(e.node AS uuid), e.type,
+               CAST(e.payload AS jsonb)
+        FROM block, unnest(CAST(:nss AS text[]), CAST(:nodes AS text[]),
+                           CAST(:types AS text[]), CAST(:payloads AS text[]))
+             WITH ORDINALITY AS e(ns, node, type, payload, i)
+    )
+    SELECT base, CASE WHEN :notify THEN pg_notify(:channel, '') END
+    FROM block
+    """
+)
 
 
 class EventAppender:
@@ -131,27 +206,9 @@ class EventAppender:
         if self._base is not None or not self._pending:
             return
         namespaces, node_ids, types, payloads = (list(c) for c in zip(*self._pending, strict=True))
-        # One round trip. The innermost subquery runs first, so the transaction has its
-        # id (and the lock on it that readers wait for) before it holds a block.
         self._base = int(
             self._conn.execute(
-                text(
-                    """
-                    WITH block AS (
-                        SELECT nextval('event_position_seq') AS base
-                        FROM (SELECT pg_current_xact_id() OFFSET 0) AS xact
-                    ), written AS (
-                        INSERT INTO events (namespace, position, node_id, type, payload)
-                        SELECT e.ns, block.base + e.i - 1, CAST(e.node AS uuid), e.type,
-                               CAST(e.payload AS jsonb)
-                        FROM block, unnest(CAST(:nss AS text[]), CAST(:nodes AS text[]),
-                                           CAST(:types AS text[]), CAST(:payloads AS text[]))
-                             WITH ORDINALITY AS e(ns, node, type, payload, i)
-                    )
-                    SELECT base, CASE WHEN :notify THEN pg_notify(:channel, '') END
-                    FROM block
-                    """
-                ),
+                TAKE_BLOCK_SQL,
                 {
                     "nss": namespaces,
                     "nodes": node_ids,
@@ -187,16 +244,148 @@ class Partition:
     SQL = "mod(hashtext(namespace)::bigint & 2147483647, :p_count) = :p_index"
 
 
-RUNNING_XIDS_SQL = text(
-    "SELECT array_agg(DISTINCT CAST(transactionid AS text)) FROM pg_locks "
-    "WHERE locktype = 'transactionid' AND mode = 'ExclusiveLock' AND granted "
-    "AND (CAST(:xids AS text[]) IS NULL "
-    "     OR CAST(transactionid AS text) = ANY(CAST(:xids AS text[])))"
+# Rows of pg_locks that are a writer's hold on the position lock, in this database.
+_IS_POSITION_LOCK = (
+    "locktype = 'advisory' AND granted AND mode = 'ShareLock' "
+    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+    f"AND classid = {POSITION_LOCK_CLASS} AND objid = {_SEQ_OID} AND objsubid = 2"
+)
+_IS_XID_LOCK = "locktype = 'transactionid' AND mode = 'ExclusiveLock' AND granted"
+
+# Step 2: the writers holding the position lock now, by virtual transaction id, and the
+# transaction ids they hold. One read of pg_locks (MATERIALIZED: pg_locks is a function
+# call, and two calls would be two different moments).
+HOLDERS_SQL = text(
+    f"""
+    WITH l AS MATERIALIZED (
+        SELECT locktype, database, classid, objid, objsubid, transactionid,
+               virtualtransaction, mode, granted
+        FROM pg_locks
+    ), holders AS (
+        SELECT DISTINCT virtualtransaction FROM l WHERE {_IS_POSITION_LOCK}
+    )
+    SELECT array_agg(DISTINCT h.virtualtransaction),
+           array_agg(DISTINCT CAST(x.transactionid AS text))
+               FILTER (WHERE x.transactionid IS NOT NULL)
+    FROM holders h
+    LEFT JOIN l x ON x.virtualtransaction = h.virtualtransaction AND x.{_IS_XID_LOCK}
+    """
 )
 
+# Step 3: is any of them still running? A writer counts as running while it still holds
+# the position lock under its virtual transaction id, or any of its transaction ids.
+STILL_RUNNING_SQL = text(
+    f"""
+    SELECT EXISTS (
+        SELECT FROM pg_locks
+        WHERE ({_IS_POSITION_LOCK}
+               AND virtualtransaction = ANY(CAST(:vxids AS text[])))
+           OR ({_IS_XID_LOCK}
+               AND CAST(transactionid AS text) = ANY(CAST(:xids AS text[])))
+    )
+    """
+)
 
-def safe_bound(engine: Engine, wait: float = 5.0) -> int | None:
-    """The highest position below which no event can still appear, or None on timeout."""
+# Who they are, for operators: the same rows, with the session (or prepared transaction).
+# With :all, every current holder of the position lock instead.
+WRITERS_SQL = text(
+    f"""
+    WITH l AS MATERIALIZED (
+        SELECT locktype, transactionid, virtualtransaction, pid FROM pg_locks
+        WHERE (CAST(:all AS boolean) AND {_IS_POSITION_LOCK})
+           OR ({_IS_POSITION_LOCK} AND virtualtransaction = ANY(CAST(:vxids AS text[])))
+           OR ({_IS_XID_LOCK} AND CAST(transactionid AS text) = ANY(CAST(:xids AS text[])))
+    )
+    SELECT DISTINCT ON (l.virtualtransaction)
+           l.pid, coalesce(a.datname, p.database, current_database()) AS database,
+           EXTRACT(EPOCH FROM clock_timestamp() - coalesce(a.xact_start, p.prepared)) AS age,
+           a.state, a.application_name, p.gid
+    FROM l
+    LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+    LEFT JOIN pg_prepared_xacts p ON p.transaction = l.transactionid
+    ORDER BY l.virtualtransaction, p.gid NULLS LAST, l.pid NULLS LAST
+    """
+)
+
+#: After how many seconds of waiting ``safe_bound`` reports whom it waits for (``on_slow``).
+REPORT_AFTER = 3.0
+
+
+@dataclass(frozen=True)
+class Writer:
+    """A transaction that holds (or may hold) positions the reader cannot pass yet."""
+
+    pid: int | None  # None: a prepared transaction (``gid``)
+    database: str
+    age: float | None  # seconds since its transaction began (None: not visible to us)
+    state: str | None = None
+    application_name: str | None = None
+    gid: str | None = None
+
+    def __str__(self) -> str:
+        who = f"pid {self.pid}" if self.pid is not None else f"prepared transaction {self.gid!r}"
+        detail = [f"open {self.age:.1f} s" if self.age is not None else "age unknown"]
+        if self.state:
+            detail.append(self.state)
+        if self.application_name:
+            detail.append(f"application {self.application_name!r}")
+        return f"{who} in database {self.database} ({', '.join(detail)})"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "pid": self.pid, "database": self.database,
+            "age": None if self.age is None else round(self.age, 3), "state": self.state,
+            "application_name": self.application_name, "gid": self.gid,
+        }
+
+
+class BoundTimeout(Exception):
+    """The reader gave up waiting for writers in flight; ``writers`` names them."""
+
+    def __init__(self, waited: float, writers: Sequence[Writer]) -> None:
+        self.waited = waited
+        self.writers = list(writers)
+        names = "; ".join(str(w) for w in self.writers)
+        super().__init__(
+            f"event log writers still in flight after {waited:.1f} s: {names} "
+            "(a transaction holding a block of event positions; it ends at commit or "
+            "rollback, or at idle_in_transaction_session_timeout)"
+        )
+
+
+def _writers(
+    conn: Connection, vxids: Sequence[str] = (), xids: Sequence[str] = (), *, every: bool = False
+) -> list[Writer]:
+    rows = conn.execute(WRITERS_SQL, {"all": every, "vxids": list(vxids), "xids": list(xids)})
+    out = [
+        Writer(
+            pid=None if r.pid is None else int(r.pid), database=str(r.database),
+            age=None if r.age is None else float(r.age), state=r.state,
+            application_name=r.application_name or None, gid=r.gid,
+        )
+        for r in rows
+    ]
+    return sorted(out, key=lambda w: -(w.age or 0.0))
+
+
+def writers_in_flight(engine: Engine) -> list[Writer]:
+    """Every writer of this database that holds a block of positions now (oldest first):
+    what a log reader started now would wait for."""
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        return _writers(conn, every=True)
+
+
+def wait_for_bound(
+    engine: Engine,
+    wait: float = 5.0,
+    *,
+    on_slow: Callable[[list[Writer]], None] | None = None,
+    report_after: float = REPORT_AFTER,
+) -> int:
+    """The highest position below which no event can still appear (steps 1-4 of the
+    module docstring). Waits up to ``wait`` seconds for writers in flight, then raises
+    ``BoundTimeout`` naming them. ``on_slow`` is called once, with the writers still
+    waited for, when the wait has lasted ``report_after`` seconds."""
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         last_value, is_called = conn.execute(
             text("SELECT last_value, is_called FROM event_position_seq")
@@ -204,18 +393,45 @@ def safe_bound(engine: Engine, wait: float = 5.0) -> int | None:
         if not is_called:
             return 0
         bound = int(last_value) + POSITION_BLOCK - 1
-        # A separate statement, hence a list taken after the read above. Only a
-        # transaction's own id lock is held in ExclusiveLock mode (waiters ask for Share).
-        running = conn.execute(RUNNING_XIDS_SQL, {"xids": None}).scalar_one()
-        deadline = time.monotonic() + wait
+        # A separate statement, hence a list taken after the read above.
+        vxids, xids = conn.execute(HOLDERS_SQL).one()
+        if not vxids:
+            return bound
+        holders, ids = list(vxids), list(xids or [])
+        params = {"vxids": holders, "xids": ids}
+        started = time.monotonic()
+        deadline = started + wait
+        report_at = started + report_after if on_slow is not None else math.inf
         delay = 0.0005
-        while running:
-            if time.monotonic() >= deadline:
-                return None
+        while conn.execute(STILL_RUNNING_SQL, params).scalar_one():
+            now = time.monotonic()
+            if now >= report_at:
+                report_at = math.inf
+                writers = _writers(conn, holders, ids)
+                if writers and on_slow is not None:
+                    on_slow(writers)
+            if now >= deadline:
+                writers = _writers(conn, holders, ids)
+                if not writers:  # they ended just now
+                    break
+                raise BoundTimeout(now - started, writers)
             time.sleep(delay)
             delay = min(delay * 2, 0.02)
-            running = conn.execute(RUNNING_XIDS_SQL, {"xids": running}).scalar_one()
         return bound
+
+
+def safe_bound(
+    engine: Engine,
+    wait: float = 5.0,
+    *,
+    on_slow: Callable[[list[Writer]], None] | None = None,
+    report_after: float = REPORT_AFTER,
+) -> int | None:
+    """``wait_for_bound``, or None on timeout."""
+    try:
+        return wait_for_bound(engine, wait, on_slow=on_slow, report_after=report_after)
+    except BoundTimeout:
+        return None
 
 
 def read_events(
@@ -227,15 +443,18 @@ def read_events(
     partition: Partition | None = None,
     until: int | None = None,
     wait: float = 5.0,
+    on_slow: Callable[[list[Writer]], None] | None = None,
+    report_after: float = REPORT_AFTER,
 ) -> tuple[list[Event], int]:
     """Events after ``after`` that are safe to consume, in position order, and the next cursor.
 
     Whole transactions only: the batch may exceed ``limit`` to finish the last
     transaction it started. ``until`` caps the positions read (for replays as of
-    a past position).
+    a past position). Waits up to ``wait`` seconds for writers in flight (then returns
+    no events and the same cursor); ``on_slow`` as in ``wait_for_bound``.
     """
     cursor = after or 0
-    bound = safe_bound(engine, wait)
+    bound = safe_bound(engine, wait, on_slow=on_slow, report_after=report_after)
     if bound is None:
         return [], cursor
     if until is not None:

@@ -98,6 +98,7 @@ def status_cmd(database_url: str, alias: str, consumer: str) -> None:
         with coord.engine.connect() as conn:
             parts = status.partitions(conn, name)
         pending = deadletters.count_pending(coord.engine, name)
+        held_back = status.held_back_by(coord.engine)
     if not parts:
         click.echo(f"consumer {name}: never ran")
     else:
@@ -112,6 +113,10 @@ def status_cmd(database_url: str, alias: str, consumer: str) -> None:
                 click.echo(f"{'':>9} namespace {ns.namespace}: {ns.events} events, "
                            f"{ns.seconds:.2f} s behind")
     click.echo(f"dead letters pending: {pending}")
+    if held_back:
+        click.echo("log readers are waiting for event log writers in flight:")
+        for w in held_back:
+            click.echo(f"  {w}")
 
 
 @indexer.command("dead-letters")

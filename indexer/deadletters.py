@@ -19,7 +19,7 @@ from typing import Any
 from elasticsearch import Elasticsearch
 from sqlalchemy import Engine, text
 
-from coordinator.eventlog import safe_bound
+from coordinator.eventlog import wait_for_bound
 
 from .bulk import Rejected, send
 from .documents import delete_action, index_action, is_indexed
@@ -110,9 +110,7 @@ def retry(
         return 0, 0
     # Every event <= bound has committed, and the snapshot below is taken after,
     # so the state read is at least as new as any event <= bound.
-    bound = safe_bound(engine, wait=30.0)
-    if bound is None:
-        raise RuntimeError("timed out waiting for in-flight transactions")
+    bound = wait_for_bound(engine, wait=30.0)  # BoundTimeout names the writers in flight
     fixed = failed = 0
     with engine.connect() as conn:
         conn = conn.execution_options(isolation_level="REPEATABLE READ")

@@ -257,8 +257,9 @@ class SpilledTree:
 
     Consecutive ``created`` events are buffered and inserted together; any other
     event flushes the buffer first, so statements run in log order. Every write
-    commits at once: a transaction left open holding an xid would make every
-    log reader (``safe_bound``) wait for it, stalling the live worker.
+    commits at once: no transaction stays open (and holds back vacuum) for the
+    length of a replay. (Log readers would not wait for it either way: they wait
+    only for writers of the event log, see ``coordinator.eventlog``.)
     """
 
     BUFFER = 2000
@@ -391,7 +392,7 @@ class SpilledTree:
                     metadata=dict(r.metadata or {}),
                 )
         finally:
-            # A read-only transaction (no xid): it never holds up log readers.
+            # A read-only transaction: nothing to keep.
             rows.close()
             self.conn.rollback()
 

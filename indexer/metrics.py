@@ -45,6 +45,19 @@ LAG_SECONDS = Gauge(
     "pathkeeper_indexer_lag_seconds", "Age of the oldest committed event not yet applied",
     ["consumer", "partition"],
 )
+READ_WAITING = Gauge(
+    "pathkeeper_indexer_read_waiting_seconds",
+    "How long the partition's log reader has been held back by event log writers in "
+    "flight (0 when it is not; set once a wait lasts read_report_after seconds)",
+    ["consumer", "partition"],
+)
+READ_BLOCKER_AGE = Gauge(
+    "pathkeeper_indexer_read_blocker_age_seconds",
+    "An event log writer in flight that holds the log reader back, by backend pid "
+    "(prepared transactions: 'prepared:<gid>') and database: how long its transaction "
+    "has been open. Present only while it blocks.",
+    ["consumer", "pid", "database"],
+)
 PARTITIONS_HELD = Gauge(
     "pathkeeper_indexer_partitions_held", "Partitions this process holds", ["consumer"]
 )

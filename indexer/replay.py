@@ -59,7 +59,7 @@ from elasticsearch import BadRequestError, Elasticsearch, NotFoundError, helpers
 from sqlalchemy import Connection, Engine, text
 
 from coordinator import Coordinator, Event, Node
-from coordinator.eventlog import safe_bound
+from coordinator.eventlog import BoundTimeout, Writer, wait_for_bound
 
 from . import mapping
 from .applier import Applier
@@ -77,6 +77,8 @@ BULK_BYTES = 10 * 1024 * 1024  # Elastic's advice: a few MB to tens of MB per re
 TAIL_BATCH = 5000
 #: The tail is "caught up" when a read returns fewer events than this.
 CAUGHT_UP_EVENTS = 500
+#: How long a read of the log waits for writers in flight before replay gives up on it.
+BOUND_WAIT = 30.0
 
 
 class ReplayError(Exception):
@@ -182,12 +184,14 @@ def scan_events(
         )
 
 
-def current_bound(engine: Engine, wait: float = 30.0) -> int:
-    """A safe position: every event at or below it is committed and visible."""
-    bound = safe_bound(engine, wait)
-    if bound is None:
-        raise ReplayError(f"transactions in flight did not finish within {wait}s")
-    return bound
+def current_bound(engine: Engine, wait: float | None = None) -> int:
+    """A safe position: every event at or below it is committed and visible. Raises
+    ``ReplayError`` naming the writers still in flight after ``wait`` (default
+    ``BOUND_WAIT``) seconds."""
+    try:
+        return wait_for_bound(engine, BOUND_WAIT if wait is None else wait)
+    except BoundTimeout as exc:
+        raise ReplayError(f"cannot pick a safe position of the event log: {exc}") from exc
 
 
 # ------------------------------------------------------------ state sources
@@ -424,9 +428,11 @@ def catch_up(
     """Apply events after ``after`` with ``apply``, in worker-sized batches, up to
     ``until`` (or until a read comes back nearly empty); returns (cursor, events)."""
     cursor, total, stuck = after, 0, 0
+    writers: list[Writer] = []
     while True:
         events, nxt = coord.read_events(
-            cursor, TAIL_BATCH, namespaces=namespaces, until=until, wait=30.0
+            cursor, TAIL_BATCH, namespaces=namespaces, until=until, wait=BOUND_WAIT,
+            on_slow=lambda w: writers.__setitem__(slice(None), w),
         )
         if events:
             apply(events, nxt)
@@ -444,7 +450,10 @@ def catch_up(
             # stopping short of ``until`` would leave a gap.
             stuck += 1
             if stuck > 10:
-                raise ReplayError(f"could not read the log up to position {until}")
+                names = "; ".join(str(w) for w in writers) or "none seen"
+                raise ReplayError(
+                    f"could not read the log up to position {until}: writers in flight: {names}"
+                )
 
 
 # ------------------------------------------------------------------ rebuild

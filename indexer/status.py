@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, Engine, text
+
+from coordinator.eventlog import REPORT_AFTER, Writer, writers_in_flight
 
 from .leases import MEMBER_BASE, consumer_key
 
@@ -79,3 +81,9 @@ def partitions(conn: Connection, consumer: str) -> list[PartitionStatus]:
             st.lag_events += lag.events
             st.lag_seconds = max(st.lag_seconds, lag.seconds)
     return [out[p] for p in sorted(out)]
+
+
+def held_back_by(engine: Engine, older_than: float = REPORT_AFTER) -> list[Writer]:
+    """Event log writers in flight for ``older_than`` seconds or more: every reader of
+    the log (the worker, replay, the change feed) waits for them. Normally empty."""
+    return [w for w in writers_in_flight(engine) if (w.age or 0.0) >= older_than]

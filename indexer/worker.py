@@ -44,7 +44,7 @@ import psycopg
 from elasticsearch import Elasticsearch
 
 from coordinator import Coordinator
-from coordinator.eventlog import Partition, safe_bound
+from coordinator.eventlog import Event, Partition, Writer, wait_for_bound
 from coordinator.indexing import consumer_for, wait_indexed
 
 from . import checkpoints, deadletters, metrics, status
@@ -83,6 +83,9 @@ class WorkerConfig:
     es_request_timeout: float = 60.0
     #: How long ``read_events`` waits for in-flight transactions before giving up a round.
     read_wait: float = 5.0
+    #: A read that has waited this long for event log writers in flight reports them:
+    #: ``log_read_waiting`` (warning) and the ``read_*`` metrics. Keep it below ``read_wait``.
+    read_report_after: float = 3.0
     es_options: dict[str, Any] = field(default_factory=dict)
     #: Run ``verify`` of the alias on this crontab schedule (``verify.cron_trigger``:
     #: five fields, or six with seconds first) and export the drift count as the
@@ -105,6 +108,9 @@ class PartitionRunner:
         self.stop = threading.Event()
         self.crashed: BaseException | None = None
         self.checkpoint = 0
+        #: When the current run of held-back reads began (None: not held back).
+        self._held_since: float | None = None
+        self._held_this_read = False
         self._thread = threading.Thread(
             target=self._run, name=f"indexer-p{partition}", daemon=True
         )
@@ -175,13 +181,33 @@ class PartitionRunner:
                 w.ensure_index_quietly()
         return default
 
+    def _held_back(self, started: float, writers: list[Writer]) -> None:
+        """``read_events`` has waited ``read_report_after`` seconds for ``writers``."""
+        self._held_this_read = True
+        if self._held_since is None:
+            self._held_since = started
+        self.worker.report_held_back(self.partition, time.monotonic() - self._held_since,
+                                     writers)
+
+    def _read(self) -> tuple[list[Event], int]:
+        w = self.worker
+        started = time.monotonic()
+        self._held_this_read = False
+        out = w.coord.read_events(
+            after=self.checkpoint, limit=w.config.batch_events,
+            partition=Partition(self.partition, w.config.partitions),
+            wait=w.config.read_wait, on_slow=partial(self._held_back, started),
+            report_after=w.config.read_report_after,
+        )
+        if not self._held_this_read and self._held_since is not None:
+            self.worker.report_resumed(self.partition, time.monotonic() - self._held_since)
+            self._held_since = None
+        return out
+
     def _step(self) -> bool:
         """Apply the next batch, if any; True if it had events."""
         w = self.worker
-        events, cursor = w.coord.read_events(
-            after=self.checkpoint, limit=w.config.batch_events,
-            partition=Partition(self.partition, w.config.partitions), wait=w.config.read_wait,
-        )
+        events, cursor = self._read()
         if cursor <= self.checkpoint:
             return False
         events, cursor = cut_after_subtree_move(events, cursor)
@@ -239,6 +265,11 @@ class Worker:
         self._last_lag = 0.0
         self.listener = Listener(config.database_url, self.wake_all)
         self.ready = threading.Event()
+        # Writers in flight that hold back each partition's reader, and what is exported.
+        self._held_lock = threading.Lock()
+        self._held: dict[int, list[Writer]] = {}
+        self._held_logged: dict[int, tuple[frozenset[str], float]] = {}
+        self._held_exported: set[tuple[str, str]] = set()
 
     # ------------------------------------------------------------ controls
 
@@ -267,6 +298,47 @@ class Worker:
             error=rejected.error)
         deadletters.record(self.engine, self.consumer, rejected)
 
+    def report_held_back(self, partition: int, waited: float, writers: list[Writer]) -> None:
+        """A partition's reader has been held back ``waited`` seconds by ``writers``:
+        export them, and log them when they change (else at most every 30 s)."""
+        metrics.READ_WAITING.labels(self.consumer, str(partition)).set(waited)
+        names = frozenset(str(w.pid) if w.pid is not None else f"prepared:{w.gid}"
+                          for w in writers)
+        with self._held_lock:
+            self._held[partition] = writers
+            self._export_held()
+            last = self._held_logged.get(partition)
+            now = time.monotonic()
+            if last is not None and last[0] == names and now - last[1] < 30.0:
+                return
+            self._held_logged[partition] = (names, now)
+        log(logger, logging.WARNING, "log_read_waiting", partition=partition,
+            waited=round(waited, 3), blockers=[w.as_dict() for w in writers],
+            hint="transactions holding a block of event positions: they end at commit, "
+                 "rollback or idle_in_transaction_session_timeout")
+
+    def report_resumed(self, partition: int, waited: float) -> None:
+        metrics.READ_WAITING.labels(self.consumer, str(partition)).set(0)
+        with self._held_lock:
+            self._held.pop(partition, None)
+            self._held_logged.pop(partition, None)
+            self._export_held()
+        log(logger, logging.INFO, "log_read_resumed", partition=partition,
+            waited=round(waited, 3))
+
+    def _export_held(self) -> None:
+        """Set READ_BLOCKER_AGE to the writers that hold back any partition (the lock held)."""
+        ages: dict[tuple[str, str], float] = {}
+        for writers in self._held.values():
+            for wr in writers:
+                key = (str(wr.pid) if wr.pid is not None else f"prepared:{wr.gid}", wr.database)
+                ages[key] = max(ages.get(key, 0.0), wr.age or 0.0)
+        for key in self._held_exported - ages.keys():
+            metrics.READ_BLOCKER_AGE.remove(self.consumer, *key)
+        for key, age in ages.items():
+            metrics.READ_BLOCKER_AGE.labels(self.consumer, *key).set(age)
+        self._held_exported = set(ages)
+
     def ensure_index_quietly(self) -> None:
         try:
             ensure_alias(self.es, self.config.alias)
@@ -282,9 +354,7 @@ class Worker:
                 check_mapping(self.es, index, self.config.alias)
                 checkpoints.ensure_layout(self.engine, self.consumer, self.config.partitions)
                 if self.config.once:
-                    self.target = safe_bound(self.engine, wait=60.0)
-                    if self.target is None:
-                        raise RuntimeError("in-flight transactions did not end")
+                    self.target = wait_for_bound(self.engine, wait=60.0)
                 self.leases.join()
                 return True
             except (checkpoints.LayoutMismatch, MappingOutdated):

@@ -28,7 +28,8 @@ _aliases = itertools.count()
 
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator[LocalPostgres]:
-    with LocalPostgres() as pg:
+    # Prepared transactions are enabled so that tests can show the log reader ignores them.
+    with LocalPostgres(extra_settings={"max_prepared_transactions": "8"}) as pg:
         pg.create_database("pk_template")
         upgrade(pg.url("pk_template"))
         yield pg

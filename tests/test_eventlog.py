@@ -7,13 +7,19 @@ import functools
 import random
 import threading
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 import pytest
 from sqlalchemy import text
 from tree_checks import node_rows, run_threads, wait_for_lock_waiter
 
 from coordinator import Coordinator, Event
+from coordinator.eventlog import TAKE_BLOCK_SQL, safe_bound
+from coordinator.local_postgres import LocalPostgres
 from coordinator.models import POSITION_BLOCK
 from coordinator.tree import TreeTx
 
@@ -279,6 +285,27 @@ def test_each_transaction_takes_one_block(coord: Coordinator) -> None:
     assert xids == 1
 
 
+def test_block_statement_takes_id_then_lock_then_block(coord: Coordinator) -> None:
+    """The writer's last statement must have its transaction id and the position lock
+    before ``nextval`` (the reader's argument in coordinator/eventlog.py). Checked on the
+    plan: ``pg_current_xact_id()`` is STABLE, and an unused stable column of a subquery
+    is planned as NULL and never evaluated."""
+    params = {"nss": ["t"], "nodes": [None], "types": ["created"], "payloads": ["{}"],
+              "notify": False, "channel": "c"}
+    with coord.engine.begin() as conn:
+        plan = [r[0] for r in conn.execute(text("EXPLAIN VERBOSE " + TAKE_BLOCK_SQL.text),
+                                           params)]
+    text_plan = "\n".join(plan)
+    assert "NULL::xid8" not in text_plan, text_plan
+
+    def line_of(needle: str) -> int:
+        return next(i for i, line in enumerate(plan) if needle in line)
+
+    # A plan lists outer nodes first: evaluated later, printed earlier.
+    assert (line_of("nextval(") < line_of("pg_advisory_xact_lock_shared(")
+            < line_of("pg_current_xact_id()")), text_plan
+
+
 # ------------------------------------------------------------------ ordering of dependent changes
 # A transaction takes its block of positions as its last statement, after every lock
 # wait: changes that build on each other come out in the order they happened.
@@ -329,3 +356,110 @@ def test_payload_paths_replay_in_position_order(coord: Coordinator) -> None:
         elif e.type == "created":
             paths.add(e.payload["path"])
     assert paths == {n.path for n in coord.walk("t")} - {"/"}
+
+
+# ------------------------------------------------------------ whom the reader waits for
+# The reader waits only for transactions that can still hold one of our positions: writers
+# of this database that took the position lock. Other transactions of the same server, of
+# this database on other tables, or prepared ones, must not hold back the log.
+
+
+@contextmanager
+def bystander(url: str, *statements: str, prepare: str | None = None) -> Iterator[int]:
+    """A transaction on its own connection that holds a transaction id and stays open (or,
+    with ``prepare``, stays prepared) until the block ends; yields its backend pid."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("BEGIN")
+        for sql in statements:
+            conn.execute(sql.encode())
+        conn.execute("SELECT pg_current_xact_id()")
+        pid = conn.info.backend_pid
+        if prepare is not None:
+            conn.execute(f"PREPARE TRANSACTION '{prepare}'".encode())
+        try:
+            yield pid
+        finally:
+            if prepare is not None:
+                conn.execute(f"ROLLBACK PREPARED '{prepare}'".encode())
+            else:
+                conn.execute("ROLLBACK")
+
+
+def assert_not_held_back(coord: Coordinator, start: int) -> None:
+    """A change committed now is handed out at once (no wait for any bystander)."""
+    made = coord.mkdir("t", f"/made-{uuid.uuid4().hex[:8]}")
+    events, cursor = coord.read_events(after=start, wait=SHORT)
+    assert positions(events) == [made.seq]
+    assert made.seq is not None and cursor >= made.seq
+    bound = safe_bound(coord.engine, wait=SHORT)
+    assert bound is not None and bound >= made.seq
+
+
+def test_a_transaction_in_another_database_does_not_hold_back_the_reader(
+    coord: Coordinator, pg_cluster: LocalPostgres
+) -> None:
+    coord.create_namespace("t")
+    _, start = read_all(coord)
+    other = pg_cluster.create_database(f"bystander_{uuid.uuid4().hex[:12]}")
+    with bystander(other, "CREATE TABLE elsewhere (x int)", "INSERT INTO elsewhere VALUES (1)"):
+        assert_not_held_back(coord, start)
+
+
+def test_a_transaction_on_an_unrelated_table_of_ours_does_not_hold_back_the_reader(
+    coord: Coordinator, database_url: str
+) -> None:
+    coord.create_namespace("t")
+    _, start = read_all(coord)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE unrelated (x int)")
+    with bystander(database_url, "INSERT INTO unrelated VALUES (1)"):
+        assert_not_held_back(coord, start)
+
+
+def test_a_prepared_transaction_does_not_hold_back_the_reader(
+    coord: Coordinator, database_url: str
+) -> None:
+    coord.create_namespace("t")
+    _, start = read_all(coord)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE unrelated (x int)")
+    gid = f"bystander-{uuid.uuid4().hex[:12]}"
+    with bystander(database_url, "INSERT INTO unrelated VALUES (1)", prepare=gid):
+        assert_not_held_back(coord, start)
+
+
+def test_a_writer_holding_its_block_is_waited_for_and_bystanders_are_not(
+    coord: Coordinator, database_url: str, pg_cluster: LocalPostgres
+) -> None:
+    """The same hazard as the first test of this file (a block taken, not yet committed,
+    while a later writer commits), with bystanders open all along: the reader still
+    waits for the writer, and only for it."""
+    coord.create_namespace("t")
+    _, start = read_all(coord)
+    other = pg_cluster.create_database(f"bystander_{uuid.uuid4().hex[:12]}")
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE unrelated (x int)")
+    holds_block = threading.Event()
+    may_commit = threading.Event()
+
+    def writer() -> None:
+        def body(tx: TreeTx) -> None:
+            take_position_then(tx, "/a")
+            holds_block.set()
+            assert may_commit.wait(30)
+
+        coord.run("t", body)
+
+    with bystander(other, "SELECT 1"), bystander(database_url, "INSERT INTO unrelated VALUES (1)"):
+        thread = threading.Thread(target=writer, daemon=True)
+        thread.start()
+        assert holds_block.wait(30)
+        b = coord.mkdir("t", "/b")
+        events, cursor = coord.read_events(after=start, wait=SHORT)
+        assert events == [] and cursor == start  # /a's block is below /b's and still open
+        may_commit.set()
+        thread.join(30)
+        assert not thread.is_alive()
+        events, cursor = coord.read_events(after=start, wait=5.0)
+    assert [e.payload["path"] for e in events] == ["/a", "/b"]
+    assert b.seq is not None and cursor >= b.seq

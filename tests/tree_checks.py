@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import text
 
 from coordinator import Coordinator
+from coordinator.tree import TreeTx
 
 REACHABLE_SQL = text(
     """
@@ -192,3 +194,39 @@ def wait_for_lock_waiter(coord: Coordinator, deadline: float = 20.0) -> None:
                 return
             time.sleep(0.01)
     raise AssertionError("no session started waiting for a lock")
+
+
+@contextmanager
+def writer_holding_its_block(coord: Coordinator, ns: str, path: str) -> Iterator[int]:
+    """A writer (in a thread, with its own pooled connection) that made ``path`` and took
+    its block of positions, and stays open until the block ends, then commits; yields
+    the writer's backend pid. Readers must wait for it: its positions are not visible."""
+    holds = threading.Event()
+    release = threading.Event()
+    pids: list[int] = []
+    failed: list[BaseException] = []
+
+    def body(tx: TreeTx) -> None:
+        pids.append(int(tx.conn.execute(text("SELECT pg_backend_pid()")).scalar_one()))
+        tx.mkdir(path)
+        tx.events.flush()  # what the unit of work does as its last statement
+        holds.set()
+        if not release.wait(60):
+            raise AssertionError("the writer was never released")
+
+    def run() -> None:
+        try:
+            coord.run(ns, body)
+        except BaseException as exc:
+            failed.append(exc)
+            holds.set()
+
+    thread = threading.Thread(target=run, name="writer-holding-block", daemon=True)
+    thread.start()
+    assert holds.wait(30) and not failed, failed
+    try:
+        yield pids[-1]
+    finally:
+        release.set()
+        thread.join(30)
+    assert not thread.is_alive() and not failed, failed

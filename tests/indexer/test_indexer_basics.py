@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
+import pytest
 from elasticsearch import Elasticsearch
 from indexer_support import assert_index_matches, index_docs, running_worker
+from prometheus_client import REGISTRY
+from tree_checks import writer_holding_its_block
 
 from coordinator import Coordinator
 from coordinator.indexing import consumer_for
-from indexer import mapping
+from indexer import mapping, status
 
 
 def search_ids(
@@ -87,3 +92,48 @@ def test_wait_indexed(coord: Coordinator, es: Elasticsearch, alias: str, databas
         node = coord.stat("w", "/g")
         doc = es.get(index=alias, id=node.id, routing="w")["_source"]
         assert doc["path"] == "/g" and doc["seq"] >= moved
+
+
+def test_worker_reports_the_writer_its_reader_waits_for(
+    coord: Coordinator, database_url: str, es_url: str, alias: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A writer holds its block of positions open: the worker cannot move past it, and
+    after ``read_report_after`` seconds it logs and exports whom it waits for (pid,
+    database, age); once the writer has committed, the report is withdrawn."""
+    coord.create_namespace("t")
+    consumer = consumer_for(alias)
+    database = coord.engine.url.database
+    caplog.set_level(logging.INFO, logger="pathkeeper.indexer")
+
+    def age(pid: int) -> float | None:
+        return REGISTRY.get_sample_value(
+            "pathkeeper_indexer_read_blocker_age_seconds",
+            {"consumer": consumer, "pid": str(pid), "database": str(database)},
+        )
+
+    def waiting() -> float | None:
+        return REGISTRY.get_sample_value(
+            "pathkeeper_indexer_read_waiting_seconds", {"consumer": consumer, "partition": "0"}
+        )
+
+    with running_worker(database_url, es_url, alias, partitions=1, read_wait=1.0,
+                        read_report_after=0.3):
+        with writer_holding_its_block(coord, "t", "/open") as pid:
+            deadline = time.monotonic() + 20
+            while (age(pid) or 0) < 1.0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert (age(pid) or 0) >= 1.0  # open for over a second: exported, with its age
+            assert (waiting() or 0) > 0
+            assert pid in [w.pid for w in status.held_back_by(coord.engine, older_than=0.5)]
+            reports = [r for r in caplog.records if r.getMessage() == "log_read_waiting"]
+            assert reports, [r.getMessage() for r in caplog.records]
+            blockers = getattr(reports[-1], "fields", {})["blockers"]
+            assert any(b["pid"] == pid and b["database"] == database for b in blockers)
+        after = coord.mkdir("t", "/after").seq
+        assert after is not None and coord.wait_indexed(after, 30, consumer=consumer)
+        deadline = time.monotonic() + 10
+        while (age(pid) is not None or waiting()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert age(pid) is None and waiting() == 0
+        assert any(r.getMessage() == "log_read_resumed" for r in caplog.records)

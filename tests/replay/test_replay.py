@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from click.testing import CliRunner
 from elasticsearch import Elasticsearch
+from tree_checks import writer_holding_its_block
 
 from coordinator import Coordinator
 from coordinator.cli import main
 from indexer import mapping
-from indexer.replay import ReplayBusy, ReplayLease, current_bound, rebuild
+from indexer.replay import ReplayBusy, ReplayError, ReplayLease, current_bound, rebuild
 from indexer.verify import verify_index, verify_log
 
 from .conftest import RunningWorker, diff_summary, expected_index, index_docs
@@ -160,3 +162,22 @@ def test_a_second_rebuild_of_the_same_alias_is_refused(
             pass  # another alias is independent
     with ReplayLease(coord.engine, alias):
         pass  # released
+
+
+def test_replay_that_times_out_names_the_transaction_it_waited_for(
+    coord: Coordinator, es: Elasticsearch, alias: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer holds a block of positions open: replay cannot pick a safe bound, and its
+    error says whom it waited for, so that the operator can act."""
+    coord.create_namespace("t")
+    coord.mkdir("t", "/before")
+    monkeypatch.setattr("indexer.replay.BOUND_WAIT", 1.0, raising=False)
+    with writer_holding_its_block(coord, "t", "/open") as pid:
+        with pytest.raises(ReplayError) as err:
+            current_bound(coord.engine, wait=0.5)
+        assert f"pid {pid}" in str(err.value), str(err.value)
+        assert str(coord.engine.url.database) in str(err.value)
+        with pytest.raises(ReplayError) as err:
+            rebuild(coord, es, source="events", alias=alias)
+        assert f"pid {pid}" in str(err.value), str(err.value)
+    assert current_bound(coord.engine, wait=5.0) > 0  # released: the bound moves again
