@@ -73,22 +73,28 @@ def run(
         poll_interval=poll_interval, metrics_port=metrics_port, verify_cron=verify_cron,
     )
     from .checkpoints import LayoutMismatch
-    from .mapping import MappingOutdated
+    from .mapping import IndexMissing, MappingOutdated
 
     try:
         code = Worker(config).run()
-    except (LayoutMismatch, MappingOutdated) as exc:
+    except (LayoutMismatch, MappingOutdated, IndexMissing) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     sys.exit(code)
+
+
+EXIT_INDEX_MISSING = 3
 
 
 @indexer.command("status")
 @database_url_option
 @alias_option
 @consumer_option
-def status_cmd(database_url: str, alias: str, consumer: str) -> None:
-    """Per partition and namespace: lag (events, seconds), checkpoint, holder; dead letters."""
+@click.option("--es-url", envvar=ES_URL_ENV, default=None,
+              help="Also check that the alias exists (exit 3 when it is lost).")
+def status_cmd(database_url: str, alias: str, consumer: str, es_url: str | None) -> None:
+    """Per partition and namespace: lag (events, seconds), checkpoint, holder; dead letters;
+    with --es-url, whether the index behind the alias is there."""
     from coordinator import Coordinator
 
     from . import deadletters, status
@@ -117,6 +123,19 @@ def status_cmd(database_url: str, alias: str, consumer: str) -> None:
         click.echo("log readers are waiting for event log writers in flight:")
         for w in held_back:
             click.echo(f"  {w}")
+    if es_url:
+        from elasticsearch import Elasticsearch
+
+        from .mapping import alias_targets, missing_alias_message, our_indices
+
+        with Elasticsearch(es_url, request_timeout=30) as es:
+            targets = alias_targets(es, alias)
+            indexed = any(p.checkpoint > 0 for p in parts)
+            leftovers = our_indices(es, alias)
+            if not targets and (indexed or leftovers):
+                click.echo(f"error: {missing_alias_message(alias, indexed, leftovers)}", err=True)
+                sys.exit(EXIT_INDEX_MISSING)
+            click.echo(f"alias {alias}: {', '.join(targets) or 'not created yet'}")
 
 
 @indexer.command("dead-letters")

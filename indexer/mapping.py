@@ -139,21 +139,57 @@ def alias_targets(es: Elasticsearch, alias: str = DEFAULT_ALIAS) -> list[str]:
     return sorted(found.body.keys())
 
 
-def ensure_alias(es: Elasticsearch, alias: str = DEFAULT_ALIAS) -> str:
-    """Make sure ``alias`` exists, creating ``<alias>-v1`` behind it if needed.
+class IndexMissing(Exception):
+    """The alias is gone (deleted by hand, or with its index) although documents were
+    indexed behind it. Recreating it empty would make search answer nothing while
+    every check says the index is up to date, so nothing recreates it but a rebuild."""
+
+
+def our_indices(es: Elasticsearch, alias: str = DEFAULT_ALIAS) -> list[str]:
+    """Concrete indices named like ours (``<alias>-vN``), whether the alias points to
+    them or not."""
+    found = es.indices.get(index=f"{alias}-v*", expand_wildcards="all")
+    return sorted(found.body.keys())
+
+
+def missing_alias_message(alias: str, indexed: bool, leftovers: list[str]) -> str:
+    why = (f"its indices {', '.join(leftovers)} are there without it" if leftovers
+           else "documents were indexed behind it")
+    return (
+        f"alias {alias} is missing but {why}: someone deleted the alias or its index. "
+        f"Nothing is written until it is rebuilt: run `pathkeeper reindex --alias {alias}` "
+        "(it loads a new index from PostgreSQL and creates the alias)"
+    )
+
+
+def ensure_alias(es: Elasticsearch, alias: str = DEFAULT_ALIAS, *, indexed: bool = False) -> str:
+    """Make sure ``alias`` exists, creating ``<alias>-v1`` behind it only when none of
+    ours exists yet and nothing was indexed (``indexed``: the caller's checkpoints
+    moved past the start of the log); otherwise raise ``IndexMissing``.
 
     Returns the concrete index the alias writes to. Safe to call from several
-    processes at once.
+    processes at once: the index is created together with its alias, in one request,
+    so nobody sees one without the other.
     """
     targets = alias_targets(es, alias)
     if targets:
         return targets[-1]
+    leftovers = our_indices(es, alias)
+    if leftovers or indexed:
+        raise IndexMissing(missing_alias_message(alias, indexed, leftovers))
     name = concrete_name(alias, 1)
-    create_index(es, name)
-    es.indices.update_aliases(
-        actions=[{"add": {"index": name, "alias": alias, "is_write_index": True}}]
-    )
-    return alias_targets(es, alias)[-1]
+    try:
+        es.indices.create(
+            index=name, settings=index_settings(), mappings=MAPPINGS,
+            aliases={alias: {"is_write_index": True}},
+        )
+    except Exception as exc:  # a concurrent creator won the race: its alias is there
+        if getattr(exc, "error", "") != "resource_already_exists_exception":
+            raise
+    targets = alias_targets(es, alias)
+    if not targets:
+        raise IndexMissing(missing_alias_message(alias, indexed, our_indices(es, alias)))
+    return targets[-1]
 
 
 def switch_alias(es: Elasticsearch, alias: str, new_index: str) -> list[str]:

@@ -25,6 +25,11 @@ DEAD_LETTERS = Counter(
 DEAD_LETTERS_PENDING = Gauge(
     "pathkeeper_indexer_dead_letters_pending", "Dead letters not yet retried", ["consumer"]
 )
+INDEX_MISSING = Gauge(
+    "pathkeeper_indexer_index_missing",
+    "1 while the alias is missing although documents were indexed (run pathkeeper reindex)",
+    ["consumer"],
+)
 BATCH_RETRIES = Counter(
     "pathkeeper_indexer_batch_retries_total", "Batches retried after an error",
     ["consumer", "partition"],

@@ -52,7 +52,17 @@ from .applier import Abandoned, Applier
 from .bulk import Rejected
 from .leases import Leases
 from .logs import log
-from .mapping import DEFAULT_ALIAS, MAX_BATCH_AGE, MappingOutdated, check_mapping, ensure_alias
+from .mapping import (
+    DEFAULT_ALIAS,
+    MAX_BATCH_AGE,
+    IndexMissing,
+    MappingOutdated,
+    alias_targets,
+    check_mapping,
+    ensure_alias,
+    missing_alias_message,
+    our_indices,
+)
 from .plan import cut_after_subtree_move
 from .wakeup import Listener
 
@@ -164,7 +174,10 @@ class PartitionRunner:
         attempt = 0
         while not self.stop.is_set():
             try:
-                return fn()
+                result = fn()
+                if attempt:  # whatever failed before, the index is there now
+                    metrics.INDEX_MISSING.labels(w.consumer).set(0)
+                return result
             except Abandoned as exc:
                 log(logger, logging.INFO, "batch_abandoned", partition=self.partition,
                     reason=str(exc))
@@ -178,7 +191,7 @@ class PartitionRunner:
                     checkpoint=self.checkpoint, attempt=attempt, retry_in=round(delay, 3),
                     error=f"{type(exc).__name__}: {exc}")
                 self.stop.wait(delay)
-                w.ensure_index_quietly()
+                w.check_index()
         return default
 
     def _held_back(self, started: float, writers: list[Writer]) -> None:
@@ -339,24 +352,44 @@ class Worker:
             metrics.READ_BLOCKER_AGE.labels(self.consumer, *key).set(age)
         self._held_exported = set(ages)
 
-    def ensure_index_quietly(self) -> None:
+    def _indexed_before(self) -> bool:
+        with self.engine.connect() as conn:
+            return any(p > 0 for p in checkpoints.load_all(conn, self.consumer).values())
+
+    def check_index(self) -> None:
+        """After a failed batch: is the alias gone? Then say so, loudly and as a metric,
+        and keep retrying without recreating it (see ``IndexMissing``): writes go to
+        the alias only, so nothing is applied or checkpointed until a rebuild puts it
+        back. A search server that does not answer is the batch error's to report."""
+        alias = self.config.alias
         try:
-            ensure_alias(self.es, self.config.alias)
+            if alias_targets(self.es, alias):
+                metrics.INDEX_MISSING.labels(self.consumer).set(0)
+                return
+            message = missing_alias_message(alias, True, our_indices(self.es, alias))
         except Exception as exc:
-            log(logger, logging.DEBUG, "ensure_index_failed", error=str(exc))
+            log(logger, logging.DEBUG, "index_check_failed", error=str(exc))
+            return
+        metrics.INDEX_MISSING.labels(self.consumer).set(1)
+        log(logger, logging.ERROR, "index_missing", alias=alias, error=message)
 
     def _setup(self) -> bool:
         """Index, checkpoint layout and membership, retried until they work or stop."""
         delay = self.config.backoff_base
         while not self._stop.is_set():
             try:
-                index = ensure_alias(self.es, self.config.alias)
+                index = ensure_alias(self.es, self.config.alias, indexed=self._indexed_before())
                 check_mapping(self.es, index, self.config.alias)
                 checkpoints.ensure_layout(self.engine, self.consumer, self.config.partitions)
                 if self.config.once:
                     self.target = wait_for_bound(self.engine, wait=60.0)
                 self.leases.join()
                 return True
+            except IndexMissing as exc:
+                metrics.INDEX_MISSING.labels(self.consumer).set(1)
+                log(logger, logging.ERROR, "index_missing", alias=self.config.alias,
+                    error=str(exc))
+                raise
             except (checkpoints.LayoutMismatch, MappingOutdated):
                 raise
             except Exception as exc:

@@ -285,6 +285,11 @@ def create_app(
             out = ReadyOut(status="unavailable", postgres=False, detail=str(exc)[:500])
             return JSONResponse(out.model_dump(mode="json"), 503,
                                 headers={"Retry-After": str(settings.retry_after_seconds)})
+        lost = searcher.index_lost() if searcher is not None and lag.checkpoint else None
+        if lost is not None:
+            out = ReadyOut(status="unavailable", postgres=True, detail=lost)
+            return JSONResponse(out.model_dump(mode="json"), 503,
+                                headers={"Retry-After": str(settings.retry_after_seconds)})
         out = ReadyOut(
             status="ok",
             postgres=True,

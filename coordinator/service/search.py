@@ -16,7 +16,12 @@ from typing import Any
 
 from elasticsearch import ApiError, Elasticsearch, TransportError
 
-from indexer.mapping import subtree_filter
+from indexer.mapping import (
+    alias_targets,
+    missing_alias_message,
+    our_indices,
+    subtree_filter,
+)
 
 from ..errors import Unavailable
 from .errors import ServiceError
@@ -110,6 +115,17 @@ class Searcher:
     def __init__(self, es: Elasticsearch, alias: str) -> None:
         self.es = es
         self.alias = alias
+
+    def index_lost(self) -> str | None:
+        """Why search cannot be trusted when the alias is gone although the indexer has
+        checkpoints past the start (the caller checked); None when it is there or the
+        server does not answer (search requests report that themselves)."""
+        try:
+            if alias_targets(self.es, self.alias):
+                return None
+            return missing_alias_message(self.alias, True, our_indices(self.es, self.alias))
+        except (ApiError, TransportError):
+            return None
 
     def refresh(self) -> None:
         """Make everything indexed so far searchable (used after a ``min_seq`` wait)."""

@@ -181,7 +181,7 @@ def test_search_server_down_while_events_arrive_then_back(
 
             before = retries()
             if own is not None:
-                own.stop()  # SIGTERM: noida-db loses its last second of writes on kill -9
+                own.stop()  # SIGTERM: noida-db would lose its last second of writes on kill -9
             else:
                 assert proxy is not None
                 proxy.stop()
