@@ -1,7 +1,8 @@
 """Indexer benchmark: raw bulk rate vs the worker's rates, and commit-to-visible latency.
 
-Run: ``python bench/bench_indexer.py`` (starts its own PostgreSQL and noida-db;
-``ES_URL`` points it at a real cluster instead). ``--help`` for sizes.
+Run: ``python bench/bench_indexer.py`` (starts its own PostgreSQL and a local
+Elasticsearch node, noida-db with ``PATHKEEPER_SEARCH=noida``; ``ES_URL`` points it at
+a cluster instead). ``--help`` for sizes.
 
 In one run, against the same search server:
 

@@ -10,8 +10,9 @@ directories, its files, then renames and content writes of those files, in block
 of 100 events per transaction, as the coordinator writes them), because creating a
 million events through the API would take most of the run on these machines; the
 fold and replay read it exactly as they read a real log. Elasticsearch is a
-throwaway noida-db (or ``ES_URL``); noida's search cost grows with index size,
-which weighs on verify (it pages through the whole index).
+throwaway local node (``indexer.local_search``: Elasticsearch, or noida-db with
+``PATHKEEPER_SEARCH=noida``, whose search cost grows with index size, which weighs on
+verify), or ``ES_URL``.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ Per item (the official ``streaming_bulk`` helper, ``raise_on_error=False``):
 
 * 2xx: applied;
 * 409 version conflict: the stored document is as new or newer: already applied;
+  unless its stored ``seq`` says it reflects an older position than ours (it was
+  edited outside the indexer, and its version ran ahead of its ``seq``): then it is
+  replaced by compare-and-swap (``resolve_conflicts``);
 * 404 on a delete without an error: the document was not there: nothing to do
   (the tombstone is still written);
 * 429 or 5xx, or a missing index: transient: ``Retryable`` is raised and the whole
@@ -22,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from elasticsearch import Elasticsearch
+from elasticsearch import ConflictError, Elasticsearch, NotFoundError
 from elasticsearch.helpers import streaming_bulk
 
 CHUNK_ACTIONS = 1000
@@ -52,17 +55,22 @@ class BulkStats:
     deleted: int = 0
     already_newer: int = 0
     rejected: int = 0
+    #: Documents whose version had run ahead of their ``seq`` (edited by hand),
+    #: rewritten by compare-and-swap.
+    overridden: int = 0
 
     def __iadd__(self, other: BulkStats) -> BulkStats:
         self.indexed += other.indexed
         self.deleted += other.deleted
         self.already_newer += other.already_newer
         self.rejected += other.rejected
+        self.overridden += other.overridden
         return self
 
     @property
     def total(self) -> int:
-        return self.indexed + self.deleted + self.already_newer + self.rejected
+        return (self.indexed + self.deleted + self.already_newer + self.rejected
+                + self.overridden)
 
 
 def _error_text(info: dict[str, Any]) -> str:
@@ -88,6 +96,7 @@ def send(
     # Answers come back in the order the actions went out; keep the ones in flight
     # (at most about one chunk) to know what a failed answer was about.
     in_flight: deque[dict[str, Any]] = deque()
+    conflicts: list[dict[str, Any]] = []
 
     def feed() -> Iterator[dict[str, Any]]:
         for action in actions:
@@ -109,7 +118,7 @@ def send(
             else:
                 stats.indexed += 1
         elif status == 409:
-            stats.already_newer += 1
+            conflicts.append(action)
         elif op == "delete" and status == 404 and "error" not in info:
             stats.deleted += 1
         elif status == 429 or status >= 500 or (
@@ -130,4 +139,85 @@ def send(
                     document=action.get("_source"),
                 )
             )
+    replaced = resolve_conflicts(es, conflicts)
+    stats.overridden += sum(replaced)
+    stats.already_newer += len(replaced) - sum(replaced)
     return stats
+
+
+CAS_ATTEMPTS = 5
+
+
+def resolve_conflicts(
+    es: Elasticsearch, actions: Iterable[dict[str, Any]], newest_legit: int | None = None
+) -> list[bool]:
+    """Settle actions Elasticsearch refused with a version conflict; for each, whether
+    it replaced the stored document (False: a write at least as new is there).
+
+    The indexer writes every document at external version = the ``seq`` it stores, so
+    a conflict normally means a write at least as new is there. A document changed
+    outside the indexer breaks that: the update API raises its version by one, a
+    hand-made external version can be anything, and such a document would refuse
+    every later legitimate write while search shows the edit. The stored ``seq`` is
+    what the document reflects: when it is older than the action's version, the
+    action replaces the document by compare-and-swap on its sequence number, which
+    fails if anything wrote it after we read it (then it is read and judged again),
+    so a newer legitimate write is never overwritten. ``newest_legit`` (a log
+    position read after the conflict) also unmasks a ``seq`` no event has reached.
+    The replaced document keeps a version above its ``seq``, so its later writes
+    come here too: slower, but right.
+    """
+    replaced: list[bool] = []
+    pending = list(actions)
+    for start in range(0, len(pending), CHUNK_ACTIONS):
+        chunk = pending[start:start + CHUNK_ACTIONS]
+        # One realtime mget sorts out the usual case (a re-applied batch) cheaply.
+        docs = es.mget(
+            docs=[{"_index": a["_index"], "_id": a["_id"], "routing": a["routing"]}
+                  for a in chunk],
+            source_includes=["seq"], realtime=True,
+        )["docs"]
+        for action, doc in zip(chunk, docs, strict=True):
+            replaced.append(
+                not _is_newer(doc, int(action["version"]), newest_legit)
+                and _compare_and_swap(es, action, newest_legit)
+            )
+    return replaced
+
+
+def _is_newer(doc: dict[str, Any] | None, version: int, newest_legit: int | None) -> bool:
+    """Whether a stored document is at least as new as a write at ``version``, by the
+    ``seq`` it reflects: a later seq, or the same seq as written by the indexer
+    (version = seq; an edit since then raised the version). Not found: gone, behind
+    a newer delete's tombstone."""
+    if doc is None or not doc.get("found"):
+        return True
+    stored = (doc.get("_source") or {}).get("seq")
+    if not isinstance(stored, int) or (newest_legit is not None and stored > newest_legit):
+        return False
+    return stored > version or (stored == version and doc.get("_version") == stored)
+
+
+def _compare_and_swap(
+    es: Elasticsearch, action: dict[str, Any], newest_legit: int | None
+) -> bool:
+    """Replace the document ``action`` is about, unless a newer one turns up first;
+    whether it was replaced."""
+    where = {"index": action["_index"], "id": action["_id"], "routing": action["routing"]}
+    for _ in range(CAS_ATTEMPTS):
+        try:
+            got = dict(es.get(**where, source_includes=["seq"], realtime=True))
+        except NotFoundError:
+            return False
+        if _is_newer({**got, "found": True}, int(action["version"]), newest_legit):
+            return False
+        cas = {"if_seq_no": got["_seq_no"], "if_primary_term": got["_primary_term"]}
+        try:
+            if action["_op_type"] == "delete":
+                es.delete(**where, **cas)
+            else:
+                es.index(**where, document=action["_source"], **cas)
+        except (ConflictError, NotFoundError):
+            continue  # written or deleted since we read it: judge it again
+        return True
+    raise Retryable(f"document {action['_id']} kept changing while being replaced")

@@ -16,7 +16,8 @@ EVENTS_APPLIED = Counter(
 )
 DOCUMENTS = Counter(
     "pathkeeper_indexer_documents_total",
-    "Bulk actions by outcome (indexed, deleted, already_newer, rejected)",
+    "Bulk actions by outcome (indexed, deleted, already_newer, rejected, overridden: a "
+    "document edited outside the indexer, replaced by compare-and-swap)",
     ["consumer", "outcome"],
 )
 DEAD_LETTERS = Counter(

@@ -35,6 +35,7 @@ from sqlalchemy import Connection, text
 from coordinator import Coordinator, Node, NotFound
 
 from . import mapping
+from .bulk import resolve_conflicts
 from .documents import delete_action, index_action, is_indexed, namespace_filter
 from .fold import DEFAULT_SPILL_THRESHOLD, Folder
 from .progress import Progress
@@ -50,7 +51,7 @@ VERIFY_DRIFT = Gauge(
 
 PAGE = 1000
 #: Documents per search_after page: large pages, because every page costs a search
-#: (noida-db's grows with the index size) and 5,000 documents are a few MB at most.
+#: (the stand-in's grows with the index size) and 5,000 documents are a few MB at most.
 SCAN_PAGE = 5000
 PIT_KEEP_ALIVE = "2m"
 #: Compare every field but ``seq`` (it records when, not what).
@@ -269,7 +270,9 @@ def repair(
     coord: Coordinator, es: Elasticsearch, alias: str, drift: Sequence[Drift]
 ) -> tuple[int, list[Drift]]:
     """Rewrite exactly the drifted documents from PostgreSQL at version = a safe
-    position read now; returns (repaired, not repaired: a newer version is there)."""
+    position read now, also those edited by hand to a higher version (see
+    ``bulk.resolve_conflicts``); returns (repaired, not repaired: the live worker wrote
+    a newer version meanwhile)."""
     targets = mapping.alias_targets(es, alias)
     if not targets:
         raise NotFound(f"alias {alias!r} does not exist")
@@ -283,18 +286,25 @@ def repair(
         else:
             actions.append(index_action(index, node, bound))
     done = 0
-    refused: list[Drift] = []
+    conflicts: list[tuple[Drift, dict[str, Any]]] = []
     # streaming_bulk answers in the order of the actions: pair each answer with its drift.
     answers = helpers.streaming_bulk(es, actions, chunk_size=PAGE, raise_on_error=False,
                                      max_retries=5)
-    for d, (ok, info) in zip(drift, answers, strict=True):
+    for d, action, (ok, info) in zip(drift, actions, answers, strict=True):
         item = next(iter(info.values()))
         if ok or (item.get("status") == 404 and "delete" in info):
             done += 1
         elif item.get("status") == 409:
-            refused.append(d)  # something newer than our bound is there
+            conflicts.append((d, action))
         else:
             raise ReplayError(f"repair of {d} failed: {info}")
+    # A version above ours: a newer write of the live worker, or a document edited by
+    # hand (its version ran ahead of the seq it stores). Only the second is replaced;
+    # a stored seq past every committed position is made up, so it is replaced too.
+    replaced = resolve_conflicts(es, [a for _, a in conflicts],
+                                 newest_legit=current_bound(coord.engine))
+    done += sum(replaced)
+    refused = [d for (d, _), r in zip(conflicts, replaced, strict=True) if not r]
     es.indices.refresh(index=index)
     return done, refused
 

@@ -228,7 +228,7 @@ class PartitionRunner:
             result = w.applier.apply(events, events[-1].position, self.stop)
             metrics.EVENTS_APPLIED.labels(w.consumer, self.label).inc(len(events))
             metrics.BATCH_SECONDS.labels(w.consumer).observe(result.seconds)
-            for outcome in ("indexed", "deleted", "already_newer", "rejected"):
+            for outcome in ("indexed", "deleted", "already_newer", "rejected", "overridden"):
                 n = getattr(result.stats, outcome)
                 if n:
                     metrics.DOCUMENTS.labels(w.consumer, outcome).inc(n)
@@ -236,7 +236,8 @@ class PartitionRunner:
                 events=len(events), version=events[-1].position, cursor=cursor,
                 indexed=result.stats.indexed,
                 deleted=result.stats.deleted, already_newer=result.stats.already_newer,
-                rejected=result.stats.rejected, swept=result.swept,
+                rejected=result.stats.rejected, overridden=result.stats.overridden,
+                swept=result.swept,
                 seconds=round(result.seconds, 4))
         checkpoints.save(w.engine, w.consumer, self.partition, cursor)
         self.checkpoint = cursor

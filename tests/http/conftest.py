@@ -1,6 +1,6 @@
 """Fixtures of the HTTP tests: the real app on a fresh migrated database, API keys,
-a real uvicorn server on a free loopback port, and the search server (noida-db, or
-the cluster at ``ES_URL``)."""
+a real uvicorn server on a free loopback port, and the session's search server (see
+``tests/conftest.py``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Fixtures for replay / reindex / verify: a search server per session, an alias per test.
 
-The search server is the noida-db binary started by ``indexer.local_search`` (the
-indexer's own helper), or the cluster at ``ES_URL`` when that is set. Each test
+The search server is the session's local node from ``indexer.local_search`` (real
+Elasticsearch; noida-db with ``PATHKEEPER_SEARCH=noida``), or the cluster at ``ES_URL``. Each test
 gets its own alias (and so its own concrete indices), deleted afterwards.
 """
 

@@ -19,6 +19,8 @@ from coordinator import Coordinator
 from coordinator.cli import main
 from coordinator.indexing import consumer_for, wait_indexed
 from indexer import mapping
+from indexer.bulk import send
+from indexer.documents import index_action
 from indexer.replay import ReplayBusy, building_marker, rebuild, rebuild_namespaces
 from indexer.verify import Drift, scheduled_verify, stream_index_docs, verify_index
 
@@ -157,3 +159,63 @@ def test_namespace_replay_rewrites_only_that_namespace_in_place(
     assert not result.swapped and mapping.alias_targets(es, alias) == index_before
     report = verify_index(coord, es, alias=alias)
     assert [(d.namespace, d.fields) for d in report.drift] == [("n2", ("content",))]
+
+
+def _doc(es: Elasticsearch, alias: str, ns: str, node_id: str) -> dict[str, Any]:
+    return dict(es.get(index=alias, id=node_id, routing=ns, realtime=True)["_source"])
+
+
+def test_repair_restores_documents_edited_by_hand_whatever_their_version(
+    coord: Coordinator, database_url: str, es_url: str, es: Elasticsearch, alias: str,
+    live_worker: RunningWorker,
+) -> None:
+    """A hand edit through the update API (version + 1, right after a replay: no
+    later write to move the bound) and a write with a made-up huge external version
+    are both repaired at once, and later legitimate changes reach search."""
+    coord.create_namespace("h")
+    updated = coord.create_file("h", "/updated", "original").node
+    huge = coord.create_file("h", "/huge", "original").node
+    live_worker.caught_up(coord)
+    rebuild(coord, es, source="snapshot", alias=alias)  # every doc at the same bound
+    es.update(index=alias, id=updated.id, routing="h", doc={"content": "edited by hand"},
+              refresh=True)
+    es.index(index=alias, id=huge.id, routing="h", version=10**15, version_type="external",
+             document={**_doc(es, alias, "h", huge.id), "content": "tampered"}, refresh=True)
+    es.indices.refresh(index=alias)
+    env = {"PATHKEEPER_DATABASE_URL": database_url, "PATHKEEPER_ES_URL": es_url}
+    fixed = CliRunner().invoke(main, ["verify", "--alias", alias, "--repair", "-q"], env=env)
+    assert fixed.exit_code == 0, fixed.output
+    assert "repaired 2" in fixed.output, fixed.output
+    assert _doc(es, alias, "h", updated.id)["content"] == "original"
+    assert _doc(es, alias, "h", huge.id)["content"] == "original"
+    # The huge version stays (Elasticsearch never lowers one), yet later changes land.
+    coord.write_file("h", huge.id, "legit change")
+    coord.rename("h", updated.id, "renamed")
+    live_worker.caught_up(coord)
+    assert _doc(es, alias, "h", huge.id)["content"] == "legit change"
+    assert _doc(es, alias, "h", updated.id)["path"] == "/renamed"
+    assert index_docs(es, alias) == expected_index(coord)
+    clean = CliRunner().invoke(main, ["verify", "--alias", alias, "-q"], env=env)
+    assert clean.exit_code == 0, clean.output
+
+
+def test_a_conflict_never_overwrites_a_newer_legitimate_write(
+    coord: Coordinator, es: Elasticsearch, alias: str, live_worker: RunningWorker,
+) -> None:
+    """The compare-and-swap path replaces only documents whose stored seq is older: a
+    late write (a worker that lost its lease, a repair from an old bound) of an older
+    state keeps losing to the newer legitimate document."""
+    coord.create_namespace("l")
+    old = coord.create_file("l", "/f", "old").node
+    old_seq = live_worker.caught_up(coord)
+    coord.write_file("l", old.id, "new")
+    live_worker.caught_up(coord)
+    late = send(es, [index_action(alias, old, old_seq)], lambda r: None)
+    assert (late.already_newer, late.overridden, late.indexed) == (1, 0, 0)
+    assert _doc(es, alias, "l", old.id)["content"] == "new"
+    # The same late write against a hand-edited document (version ahead of its seq)
+    # still loses: its stored seq is newer than the late write's.
+    es.update(index=alias, id=old.id, routing="l", doc={"name": "f"}, refresh=True)
+    late = send(es, [index_action(alias, old, old_seq)], lambda r: None)
+    assert (late.already_newer, late.overridden) == (1, 0)
+    assert _doc(es, alias, "l", old.id)["content"] == "new"
