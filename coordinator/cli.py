@@ -69,8 +69,9 @@ def _register() -> None:
     from .service.cli import keys, serve  # HTTP API (issue 5)
     main.add_command(serve)
     main.add_command(keys)
-    from indexer.cli import indexer  # indexer worker (issue 3)
+    from indexer.cli import indexer, search_node
     main.add_command(indexer)
+    main.add_command(search_node)
     from indexer.replay_cli import reindex, replay, verify  # replay/reindex/verify (issue 4)
     main.add_command(replay)
     main.add_command(reindex)

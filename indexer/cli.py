@@ -175,3 +175,32 @@ def dead_letters_cmd(
 
 
 __all__ = ["indexer"]
+
+
+@click.command("search-node")
+@click.option("--port", type=int, default=0, help="HTTP port (default: a free one).")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None,
+              help="Keep the node's config and data here (default: a temp dir, removed).")
+def search_node(port: int, data_dir: str | None) -> None:
+    """Run a throwaway local search node until Ctrl-C (Elasticsearch, fetched once from
+    Maven Central; PATHKEEPER_SEARCH=noida for the stand-in). Handy for
+    ES_URL=... ./dev test without a start per run."""
+    import signal
+    import threading
+
+    from .local_search import LocalServerError, new_local_search
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    server = new_local_search(data_dir, port)
+    try:
+        with server:
+            click.echo(f"{server.label} on {server.url} (pid {server.pid}); Ctrl-C stops it")
+            try:
+                while not stop.wait(3600):
+                    pass
+            except KeyboardInterrupt:
+                pass
+    except LocalServerError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
