@@ -47,8 +47,24 @@ def _percent_decoded_utf8(raw: bytes) -> bool:
     return True
 
 
+def _segments_route_as_sent(raw_path: bytes) -> bool:
+    """Whether every segment of the path routes as the segment it is.
+
+    A ``.`` or ``..`` segment (also percent-encoded: ``%2E%2E``) means another URL to
+    any normalising hop (a client library, a proxy): ``/nodes/..`` is
+    ``/v1/namespaces/{ns}``. An encoded ``/`` (``%2F``) is decoded by the router into a
+    second segment, so ``/nodes/x%2Fchildren`` would reach the children route. Names
+    and node ids contain neither, so such a request is refused before any routing."""
+    for segment in raw_path.split(b"/"):
+        decoded = unquote_to_bytes(segment)
+        if decoded in (b".", b"..") or b"/" in decoded:
+            return False
+    return True
+
+
 class LimitsMiddleware:
-    """Refuse query strings and paths that are not UTF-8 (422), bodies over
+    """Refuse query strings and paths that are not UTF-8 (422), paths with dot-segments
+    or encoded slashes (400), bodies over
     ``max_body_bytes`` (413) and requests beyond ``max_inflight`` concurrent ones (429
     with Retry-After)."""
 
@@ -69,6 +85,12 @@ class LimitsMiddleware:
             and _percent_decoded_utf8(scope.get("raw_path") or b"")
         ):
             await _error(send, 422, "invalid_request", "the URL is not valid UTF-8")
+            return
+        raw_path = scope.get("raw_path") or scope.get("path", "").encode("utf-8")
+        if not _segments_route_as_sent(raw_path):
+            await _error(send, 400, "invalid_request",
+                         "the URL path has a '.' or '..' segment or an encoded '/'; "
+                         "namespaces and node ids never do")
             return
         limited = scope.get("path", "") not in UNLIMITED_PATHS
         if limited and self.inflight >= self.max_inflight:
