@@ -61,7 +61,8 @@ class InvalidContent(InvalidName):
 
 
 class InvalidMove(CoordinatorError):
-    """The move is impossible: into itself or its own subtree, or of the root."""
+    """The move is impossible: into itself or its own subtree, of the root, or deeper
+    than the depth limit allows for the moved subtree."""
 
     code = "invalid_move"
 
