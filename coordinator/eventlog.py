@@ -62,7 +62,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, text
 
-from .errors import TooLarge
+from .errors import InvalidArgument, TooLarge
 from .models import POSITION_BLOCK
 
 NOTIFY_CHANNEL = "pathkeeper_events"
@@ -234,6 +234,9 @@ def read_events(
     transaction it started. ``until`` caps the positions read (for replays as of
     a past position).
     """
+    # A batch must be able to hold one event, or a reader would never move on.
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidArgument(f"limit must be a whole number of at least 1, not {limit!r}")
     cursor = after or 0
     bound = safe_bound(engine, wait)
     if bound is None:

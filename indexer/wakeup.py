@@ -42,7 +42,9 @@ class Listener:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        # A worker stopped before it finished starting never started this thread.
+        if self._thread.ident is not None:
+            self._thread.join(timeout=5)
 
     def _run(self) -> None:
         delay = 0.1

@@ -158,10 +158,10 @@ def create_app(
     hub = NotifyHub(settings.database_url)
     searcher: Searcher | None = None
     if settings.es_url:
-        from elasticsearch import Elasticsearch
+        from ..cli_errors import open_search
 
         searcher = Searcher(
-            Elasticsearch(settings.es_url, request_timeout=settings.max_index_wait_seconds),
+            open_search(settings.es_url, request_timeout=settings.max_index_wait_seconds),
             settings.index_alias,
         )
     if not settings.auth:
