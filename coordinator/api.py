@@ -39,8 +39,9 @@ from .tree import MutationResult, Node, Retry, TreeTx, check_namespace_exists
 T = TypeVar("T")
 
 RETRYABLE_SQLSTATES = {"40001", "40P01"}  # serialization failure, deadlock detected
-#: Undefined table, column, function, object: our schema is missing or older than the code.
-SCHEMA_SQLSTATES = {"42P01", "42703", "42883", "42704"}
+#: Undefined table or column: our schema is missing or older than the code. (Not an
+#: undefined function: that is more likely a PostgreSQL older than the code supports.)
+SCHEMA_SQLSTATES = {"42P01", "42703"}
 UPGRADE_HINT = "run `pathkeeper db upgrade` (with the same --database-url)"
 URL_HINT = "expected postgresql://user[:password]@host[:port]/database"
 
