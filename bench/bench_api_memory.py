@@ -96,7 +96,8 @@ def main() -> None:
         port = free_port()
         server = subprocess.Popen(
             [sys.executable, "-m", "coordinator", "serve", "--database-url", url,
-             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
+             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
+             "--max-inflight-per-key", "64"],
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         base = f"http://127.0.0.1:{port}"

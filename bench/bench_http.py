@@ -100,7 +100,7 @@ def start_server(database_url: str, port: int) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
         [os.path.join(os.path.dirname(sys.executable), "pathkeeper"), "serve",
          "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
-         "--max-inflight", "256"],
+         "--max-inflight", "256", "--max-inflight-per-key", "256"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 30

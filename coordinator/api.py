@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 
 from . import paths
 from .errors import (
@@ -24,8 +25,10 @@ from .errors import (
     Conflict,
     CoordinatorError,
     DirectoryNotEmpty,
+    InvalidConfiguration,
     InvalidName,
     NotFound,
+    NotMigrated,
     TooLarge,
     Unavailable,
 )
@@ -36,6 +39,11 @@ from .tree import MutationResult, Node, Retry, TreeTx, check_namespace_exists
 T = TypeVar("T")
 
 RETRYABLE_SQLSTATES = {"40001", "40P01"}  # serialization failure, deadlock detected
+#: Undefined table or column: our schema is missing or older than the code. (Not an
+#: undefined function: that is more likely a PostgreSQL older than the code supports.)
+SCHEMA_SQLSTATES = {"42P01", "42703"}
+UPGRADE_HINT = "run `pathkeeper db upgrade` (with the same --database-url)"
+URL_HINT = "expected postgresql://user[:password]@host[:port]/database"
 
 
 def sqlalchemy_url(url: str) -> str:
@@ -48,6 +56,26 @@ def sqlalchemy_url(url: str) -> str:
 
 def libpq_url(url: str) -> str:
     return url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
+def parse_database_url(database_url: object) -> URL:
+    """The SQLAlchemy URL of a PostgreSQL database, or ``InvalidConfiguration``.
+
+    The message never repeats the URL: it may hold a password."""
+    if not isinstance(database_url, str) or not database_url.strip():
+        raise InvalidConfiguration(f"the database URL is empty; {URL_HINT}")
+    try:
+        url = make_url(sqlalchemy_url(database_url))
+    except (ArgumentError, ValueError) as exc:
+        reason = "its port is not a number" if isinstance(exc, ValueError) else "not a URL"
+        raise InvalidConfiguration(
+            f"the database URL cannot be parsed ({reason}); {URL_HINT}"
+        ) from None
+    if url.get_backend_name() != "postgresql":
+        raise InvalidConfiguration(
+            f"the database URL is for {url.get_backend_name()!r}, not PostgreSQL; {URL_HINT}"
+        )
+    return url
 
 
 @dataclass(frozen=True)
@@ -81,6 +109,8 @@ def translate(exc: DBAPIError) -> CoordinatorError:
         return InvalidName(detail)
     if state in RETRYABLE_SQLSTATES:
         return Conflict(f"gave up after repeated conflicts: {detail}")
+    if state in SCHEMA_SQLSTATES:
+        return NotMigrated(f"the database is not migrated ({detail}): {UPGRADE_HINT}")
     if state == "57014":
         return Unavailable(f"statement timed out: {detail}")
     # A failed connection attempt has no SQLSTATE (the server never answered).
@@ -107,7 +137,7 @@ class Coordinator:
             "-c client_connection_check_interval=2000"
         )
         engine = create_engine(
-            sqlalchemy_url(database_url),
+            parse_database_url(database_url),
             pool_size=s.pool_size,
             max_overflow=s.max_overflow,
             pool_timeout=s.pool_timeout,

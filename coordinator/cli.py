@@ -9,10 +9,11 @@ import sys
 
 import click
 
+from .cli_errors import OperatorErrors
 from .cli_options import DATABASE_URL_ENV, ES_URL_ENV, database_url_option
 
 
-@click.group()
+@click.group(cls=OperatorErrors)
 def main() -> None:
     """Pathkeeper: transactional trees in PostgreSQL, searchable in Elasticsearch."""
 

@@ -44,7 +44,9 @@ class Forbidden(ce.CoordinatorError):
 
 
 class InvalidRequest(ce.InvalidName):
-    """The server refused the request as malformed (HTTP 400/422 without a tree error)."""
+    """The request is malformed: refused by the server (HTTP 400/422 without a tree
+    error), or by the client before sending (a namespace or node id that cannot be a URL
+    segment)."""
 
     code = "invalid_request"
 
@@ -175,13 +177,13 @@ class Client:
 
     @staticmethod
     def _ns(ns: str) -> str:
-        return f"/v1/namespaces/{_quote(ns)}"
+        return f"/v1/namespaces/{_segment(ns, 'namespace')}"
 
     def _node(self, ns: str, ref: str, suffix: str = "") -> tuple[str, dict[str, Any]]:
         """URL and params for a node named by path (starts with '/') or by id."""
         if ref.startswith("/"):
             return f"{self._ns(ns)}/node{suffix}", {"path": ref}
-        return f"{self._ns(ns)}/nodes/{_quote(ref)}{suffix}", {}
+        return f"{self._ns(ns)}/nodes/{_segment(ref, 'node id')}{suffix}", {}
 
     # ----------------------------------------------------------- namespaces
 
@@ -326,8 +328,16 @@ class Client:
         return result
 
 
-def _quote(segment: str) -> str:
-    return quote(segment, safe="")
+def _segment(value: str, what: str) -> str:
+    """``value`` as one percent-encoded path segment.
+
+    ``.`` and ``..`` are refused: every HTTP stack (httpx itself, proxies) may resolve
+    them against the URL, so ``/nodes/..`` would reach ``DELETE /v1/namespaces/{ns}``.
+    A ``/`` is refused too: neither a namespace nor a node id contains one, and the
+    server's router would decode ``%2F`` into a second segment."""
+    if not isinstance(value, str) or value in ("", ".", "..") or "/" in value:
+        raise InvalidRequest(f"{what} {value!r} is not valid (it cannot be a URL segment)")
+    return quote(value, safe="")
 
 
 def _op_json(op: Operation) -> dict[str, Any]:

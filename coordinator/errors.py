@@ -61,7 +61,8 @@ class InvalidContent(InvalidName):
 
 
 class InvalidMove(CoordinatorError):
-    """The move is impossible: into itself or its own subtree, or of the root."""
+    """The move is impossible: into itself or its own subtree, of the root, or deeper
+    than the depth limit allows for the moved subtree."""
 
     code = "invalid_move"
 
@@ -82,3 +83,21 @@ class Unavailable(CoordinatorError):
     """The database is unreachable or the operation timed out; the change may not have applied."""
 
     code = "unavailable"
+
+
+class NotMigrated(Unavailable):
+    """The database has no Pathkeeper schema, or an older one: run ``pathkeeper db upgrade``."""
+
+    code = "not_migrated"
+
+
+class InvalidConfiguration(CoordinatorError):
+    """A setting (a database or search server URL) cannot be used as given."""
+
+    code = "invalid_configuration"
+
+
+class InvalidArgument(CoordinatorError, ValueError):
+    """An argument of a call is out of range (e.g. ``read_events(limit=0)``)."""
+
+    code = "invalid_argument"

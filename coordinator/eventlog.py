@@ -97,7 +97,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, text
 
-from .errors import TooLarge
+from .errors import InvalidArgument, TooLarge
 from .models import POSITION_BLOCK
 
 NOTIFY_CHANNEL = "pathkeeper_events"
@@ -453,6 +453,9 @@ def read_events(
     a past position). Waits up to ``wait`` seconds for writers in flight (then returns
     no events and the same cursor); ``on_slow`` as in ``wait_for_bound``.
     """
+    # A batch must be able to hold one event, or a reader would never move on.
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidArgument(f"limit must be a whole number of at least 1, not {limit!r}")
     cursor = after or 0
     bound = safe_bound(engine, wait, on_slow=on_slow, report_after=report_after)
     if bound is None:

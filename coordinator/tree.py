@@ -18,6 +18,17 @@ Locking, in short (README "How locks work" has the long form):
   are held no ancestor can change parent, so the "not into itself" check
   stays true until commit. Opposing moves may deadlock; PostgreSQL detects it and
   the coordinator retries.
+* The same locks keep the depth limit for directory moves. A move that takes a
+  directory deeper counts the levels of its subtree after it holds ``FOR UPDATE``
+  on the directory and the locked chain of its destination; any other directory
+  move into that subtree, or of anything on that chain, needs one of those rows
+  (``FOR KEY SHARE`` on its own destination chain, or ``FOR UPDATE`` on its
+  directory), so it committed before the count or waits until this move commits
+  and then counts with it. What the count cannot see are nodes created (or files
+  moved) in the subtree by transactions still running: such a transaction can
+  leave its new nodes as many levels past the limit as it creates (one for
+  mkdir, create and a file move), never more than ``2 * max_depth - 1``. Nothing
+  can be created below them, and no move takes them deeper.
 """
 
 from __future__ import annotations
@@ -317,8 +328,9 @@ class TreeTx:
         if if_version is not None and int(row.version) != int(if_version):
             raise Conflict(f"version is {row.version}, expected {if_version}")
 
-    def _lock_destination_chain(self, moving: uuid.UUID, new_parent: uuid.UUID) -> None:
-        """Freeze the ancestor chain of ``new_parent`` and check ``moving`` is not on it."""
+    def _lock_destination_chain(self, moving: uuid.UUID, new_parent: uuid.UUID) -> int:
+        """Freeze the ancestor chain of ``new_parent`` and check ``moving`` is not on it.
+        Returns the depth ``moving`` will have (the length of the locked chain)."""
         locked: set[uuid.UUID] = set()
         for _ in range(10):
             chain = [r.id for r in self.ancestors(new_parent)]
@@ -328,7 +340,7 @@ class TreeTx:
                 raise InvalidMove("cannot move a directory into itself or its own subtree")
             missing = sorted(set(chain) - locked)
             if not missing:
-                return
+                return len(chain)
             got = self.conn.execute(
                 text(
                     "SELECT id FROM nodes WHERE namespace = :ns AND id = ANY(:ids) "
@@ -340,6 +352,34 @@ class TreeTx:
                 raise Retry()
             locked.update(got)
         raise Retry()
+
+    def _check_subtree_fits(self, node_id: uuid.UUID, new_depth: int, new_path: str) -> None:
+        """Refuse to take the directory to ``new_depth`` if its deepest descendant would
+        then be deeper than ``max_depth``. Only levels up to the limit are walked, so the
+        cost is the part of the subtree that fits (a move to a place no deeper than
+        where the directory is skips this and stays O(1))."""
+        budget = self.max_depth - new_depth
+        height = self.conn.execute(
+            text(
+                """
+                WITH RECURSIVE sub(id, kind, depth) AS (
+                    SELECT id, kind, 0 FROM nodes WHERE namespace = :ns AND id = :id
+                  UNION ALL
+                    SELECT n.id, n.kind, s.depth + 1
+                    FROM sub s JOIN nodes n ON n.namespace = :ns AND n.parent_id = s.id
+                    WHERE s.kind = 'dir' AND s.depth <= :budget
+                )
+                SELECT max(depth) FROM sub
+                """
+            ),
+            {"ns": self.ns, "id": node_id, "budget": budget},
+        ).scalar_one()
+        if height is not None and height > budget:
+            raise InvalidMove(
+                f"moving to {new_path} would put nodes deeper than {self.max_depth} levels "
+                f"(the directory has at least {height} levels below it; at most {budget} "
+                "fit there)"
+            )
 
     # ------------------------------------------------------------ mutations
 
@@ -515,7 +555,9 @@ class TreeTx:
         if new_parent == row.id:
             raise InvalidMove("cannot move a directory into itself")
         if row.kind == "dir" and new_parent != row.parent_id:
-            self._lock_destination_chain(row.id, new_parent)
+            new_depth = self._lock_destination_chain(row.id, new_parent)
+            if new_depth > len(paths.lookup_path(old_path)):
+                self._check_subtree_fits(row.id, new_depth, new_path)
         try:
             new = self.conn.execute(
                 text(

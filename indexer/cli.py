@@ -148,9 +148,8 @@ def dead_letters_cmd(
     database_url: str, alias: str, consumer: str, retry: bool, es_url: str | None
 ) -> None:
     """List documents Elasticsearch rejected for good; --retry writes them again."""
-    from elasticsearch import Elasticsearch
-
     from coordinator import Coordinator
+    from coordinator.cli_errors import open_search
 
     from . import deadletters
 
@@ -164,7 +163,7 @@ def dead_letters_cmd(
         if retry and letters:
             if not es_url:
                 raise click.UsageError("--retry needs --es-url")
-            es = Elasticsearch(es_url)
+            es = open_search(es_url)
             try:
                 fixed, failed = deadletters.retry(coord.engine, es, alias, name)
             finally:

@@ -33,19 +33,24 @@ def _setup(quiet: bool) -> Any:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s",
                         stream=sys.stderr)
+    # The client logs every request and each retry with a traceback; a failure that
+    # stops the command is reported once, on one line (cli_errors.describe).
+    logging.getLogger("elastic_transport").setLevel(logging.ERROR)
     return Progress(enabled=not quiet)
 
 
 def _run(fn: Callable[[], int]) -> None:
-    """Run a command body; a ReplayError or CoordinatorError is a clean exit 2."""
-    from coordinator import CoordinatorError
-
-    from .replay import ReplayError
+    """Run a command body; a known failure (``cli_errors.describe``: a ReplayError, the
+    database or the search server down, a bad URL, no schema) is one line and exit 2."""
+    from coordinator.cli_errors import describe
 
     try:
         code = fn()
-    except (ReplayError, CoordinatorError) as exc:
-        click.echo(f"error: {exc}", err=True)
+    except Exception as exc:
+        message = describe(exc)
+        if message is None:
+            raise
+        click.echo(f"error: {message}", err=True)
         sys.exit(EXIT_ERROR)
     sys.exit(code)
 
@@ -54,9 +59,8 @@ def _rebuild(
     source: str, database_url: str, es_url: str, alias: str, namespaces: tuple[str, ...],
     until: int | None, dry_run: bool, keep_old: bool, quiet: bool,
 ) -> None:
-    from elasticsearch import Elasticsearch
-
     from coordinator import Coordinator
+    from coordinator.cli_errors import open_search
 
     from .replay import rebuild, rebuild_namespaces
 
@@ -64,7 +68,7 @@ def _rebuild(
 
     def body() -> int:
         with Coordinator.connect(database_url) as coord, progress:
-            es = Elasticsearch(es_url, request_timeout=120)
+            es = open_search(es_url, request_timeout=120)
             try:
                 if namespaces and until is None:
                     result = rebuild_namespaces(
@@ -147,9 +151,8 @@ def verify(
     check_log: bool, settle_timeout: float, quiet: bool,
 ) -> None:
     """Compare PostgreSQL with the index (and the log with nodes); exit 1 on drift."""
-    from elasticsearch import Elasticsearch
-
     from coordinator import Coordinator
+    from coordinator.cli_errors import open_search
     from coordinator.indexing import consumer_for, indexed_through, wait_indexed
 
     from .verify import verify_index, verify_log
@@ -159,7 +162,7 @@ def verify(
     def body() -> int:
         drift = False
         with Coordinator.connect(database_url) as coord, progress:
-            es = Elasticsearch(es_url, request_timeout=120)
+            es = open_search(es_url, request_timeout=120)
             try:
                 consumer = consumer_for(alias)
                 with coord.engine.connect() as conn:

@@ -42,7 +42,8 @@ class Listener:
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread.is_alive():  # a worker stopped during set-up never started it
+        # A worker stopped before it finished starting never started this thread.
+        if self._thread.ident is not None:
             self._thread.join(timeout=5)
 
     def _run(self) -> None:

@@ -41,11 +41,13 @@ from types import FrameType
 from typing import Any
 
 import psycopg
-from elasticsearch import Elasticsearch
 
 from coordinator import Coordinator
+from coordinator.cli_errors import open_search
+from coordinator.errors import NotMigrated
 from coordinator.eventlog import Event, Partition, Writer, wait_for_bound
 from coordinator.indexing import consumer_for, wait_indexed
+from coordinator.migrate import require_current
 
 from . import checkpoints, deadletters, metrics, status
 from .applier import Abandoned, Applier
@@ -261,7 +263,7 @@ class Worker:
             pool_size=n + 2, max_overflow=n + 4,
         )
         self.engine = self.coord.engine
-        self.es = Elasticsearch(
+        self.es = open_search(
             config.es_url, request_timeout=config.es_request_timeout, max_retries=0,
             retry_on_timeout=False, connections_per_node=max(10, 2 * n),
             **config.es_options,
@@ -379,6 +381,8 @@ class Worker:
         delay = self.config.backoff_base
         while not self._stop.is_set():
             try:
+                # Waiting for a database that is up but never migrated would wait forever.
+                require_current(self.engine)
                 index = ensure_alias(self.es, self.config.alias, indexed=self._indexed_before())
                 check_mapping(self.es, index, self.config.alias)
                 checkpoints.ensure_layout(self.engine, self.consumer, self.config.partitions)
@@ -392,6 +396,9 @@ class Worker:
                     error=str(exc))
                 raise
             except (checkpoints.LayoutMismatch, MappingOutdated):
+                raise
+            except NotMigrated as exc:
+                log(logger, logging.ERROR, "schema_not_migrated", error=str(exc))
                 raise
             except Exception as exc:
                 log(logger, logging.WARNING, "startup_failed", error=f"{type(exc).__name__}: {exc}",

@@ -158,10 +158,10 @@ def create_app(
     hub = NotifyHub(settings.database_url)
     searcher: Searcher | None = None
     if settings.es_url:
-        from elasticsearch import Elasticsearch
+        from ..cli_errors import open_search
 
         searcher = Searcher(
-            Elasticsearch(settings.es_url, request_timeout=settings.max_index_wait_seconds),
+            open_search(settings.es_url, request_timeout=settings.max_index_wait_seconds),
             settings.index_alias,
         )
     if not settings.auth:
@@ -181,7 +181,10 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         limiter = anyio.to_thread.current_default_thread_limiter()
-        limiter.total_tokens = max(limiter.total_tokens, settings.max_inflight + 8)
+        # Every admitted request may hold a worker thread (the handlers are sync).
+        limiter.total_tokens = max(
+            limiter.total_tokens, settings.max_inflight + settings.max_long_polls + 8
+        )
         hub.start()
         purger = threading.Thread(target=purge_loop, name="pathkeeper-purge", daemon=True)
         purger.start()
@@ -212,6 +215,9 @@ def create_app(
         max_body_bytes=settings.max_body_bytes,
         max_inflight=settings.max_inflight,
         retry_after=settings.retry_after_seconds,
+        max_inflight_per_key=settings.max_inflight_per_key,
+        max_long_polls=settings.max_long_polls,
+        max_long_polls_per_key=settings.max_long_polls_per_key,
     )
     app.state.coordinator = coord
     app.state.settings = settings

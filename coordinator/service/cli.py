@@ -29,14 +29,22 @@ def is_loopback(host: str) -> bool:
 @click.option("--no-auth", is_flag=True,
               help="Disable API keys (local development; refused on a non-loopback host).")
 @click.option("--index-alias", default="pathkeeper-nodes", show_default=True)
-@click.option("--max-inflight", default=64, show_default=True, type=int)
+@click.option("--max-inflight", default=64, show_default=True, type=int,
+              help="Requests in flight (long polls apart); more get 429.")
+@click.option("--max-inflight-per-key", default=16, show_default=True, type=int,
+              help="Of those, for one API key.")
+@click.option("--max-long-polls", default=64, show_default=True, type=int,
+              help="Long polls open (change feed wait, /v1/indexed, search min_seq).")
+@click.option("--max-long-polls-per-key", default=8, show_default=True, type=int,
+              help="Of those, for one API key.")
 @click.option("--statement-timeout", default=10.0, show_default=True, type=float)
 @click.option("--idempotency-ttl", default=24 * 3600.0, show_default=True, type=float,
               help="Seconds an Idempotency-Key is remembered.")
 @click.option("--log-level", default="info", show_default=True)
 def serve(
     database_url: str, es_url: str | None, host: str, port: int, no_auth: bool,
-    index_alias: str, max_inflight: int, statement_timeout: float,
+    index_alias: str, max_inflight: int, max_inflight_per_key: int, max_long_polls: int,
+    max_long_polls_per_key: int, statement_timeout: float,
     idempotency_ttl: float, log_level: str,
 ) -> None:
     """Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs)."""
@@ -53,7 +61,9 @@ def serve(
         )
     settings = ServiceSettings(
         database_url=database_url, es_url=es_url, index_alias=index_alias, auth=not no_auth,
-        max_inflight=max_inflight, statement_timeout_seconds=statement_timeout,
+        max_inflight=max_inflight, max_inflight_per_key=max_inflight_per_key,
+        max_long_polls=max_long_polls, max_long_polls_per_key=max_long_polls_per_key,
+        statement_timeout_seconds=statement_timeout,
         idempotency_ttl_seconds=idempotency_ttl,
     )
     if no_auth:

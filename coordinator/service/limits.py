@@ -3,12 +3,21 @@
 Both are plain ASGI middleware so a refused request costs no thread and no
 database connection. Path length and depth are checked by the coordinator (422),
 page sizes by the query parameter schemas.
+
+In-flight requests are counted in two pools, each with a total cap and a cap per
+caller (an API key; without one, the client address): short requests, and long polls
+(the change feed with ``wait``, ``/v1/indexed``, search with ``min_seq``), which hold
+their slot for up to the wait while doing nothing. One caller can then fill neither
+pool, and idle long polls never take the slots that short requests need.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from urllib.parse import unquote_to_bytes
+import re
+from dataclasses import dataclass, field
+from urllib.parse import parse_qs, unquote_to_bytes
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -47,18 +56,101 @@ def _percent_decoded_utf8(raw: bytes) -> bool:
     return True
 
 
+def _segments_route_as_sent(raw_path: bytes) -> bool:
+    """Whether every segment of the path routes as the segment it is.
+
+    A ``.`` or ``..`` segment (also percent-encoded: ``%2E%2E``) means another URL to
+    any normalising hop (a client library, a proxy): ``/nodes/..`` is
+    ``/v1/namespaces/{ns}``. An encoded ``/`` (``%2F``) is decoded by the router into a
+    second segment, so ``/nodes/x%2Fchildren`` would reach the children route. Names
+    and node ids contain neither, so such a request is refused before any routing."""
+    for segment in raw_path.split(b"/"):
+        decoded = unquote_to_bytes(segment)
+        if decoded in (b".", b"..") or b"/" in decoded:
+            return False
+    return True
+
+
+LONG_POLL_PATH = re.compile(r"/v1/namespaces/[^/]+/(events|search)|/v1/indexed")
+
+
+def is_long_poll(path: str, query_string: bytes) -> bool:
+    """Whether the request may wait (change feed ``wait`` > 0, ``/v1/indexed`` with a
+    timeout, search with ``min_seq``). A malformed value counts as short: the schema
+    refuses it at once."""
+    match = LONG_POLL_PATH.fullmatch(path)
+    if match is None:
+        return False
+    query = parse_qs(query_string.decode("latin-1"))
+    if match.group(1) == "search":
+        return "min_seq" in query
+    name = "wait" if match.group(1) == "events" else "timeout"
+    if name not in query:
+        return name == "timeout"  # /v1/indexed waits 10 s by default
+    try:
+        return float(query[name][-1]) > 0
+    except ValueError:
+        return False
+
+
+def caller_of(scope: Scope) -> str:
+    """Who the request counts against: its bearer credentials (hashed, never kept), or
+    the client address for a request without any."""
+    for name, value in scope.get("headers", []):
+        if name == b"authorization":
+            parts = value.split(None, 1)
+            secret = parts[-1].strip() if parts else b""
+            return "key:" + hashlib.sha256(secret).hexdigest()
+    client = scope.get("client")
+    return f"addr:{client[0] if client else '-'}"
+
+
+@dataclass
+class Pool:
+    """Slots in flight: at most ``total`` in all and ``per_caller`` for one caller."""
+
+    total: int
+    per_caller: int
+    used: int = 0
+    by_caller: dict[str, int] = field(default_factory=dict)
+
+    def refusal(self, caller: str) -> str | None:
+        """Why a new request of ``caller`` cannot have a slot now, or None."""
+        if self.used >= self.total:
+            return "too many requests in flight; retry later"
+        if self.by_caller.get(caller, 0) >= self.per_caller:
+            return (f"this API key already has {self.per_caller} requests of this kind in "
+                    "flight; retry later")
+        return None
+
+    def take(self, caller: str) -> None:
+        self.used += 1
+        self.by_caller[caller] = self.by_caller.get(caller, 0) + 1
+
+    def give_back(self, caller: str) -> None:
+        self.used -= 1
+        left = self.by_caller[caller] - 1
+        if left:
+            self.by_caller[caller] = left
+        else:
+            del self.by_caller[caller]  # the map holds only callers with requests
+
+
 class LimitsMiddleware:
-    """Refuse query strings and paths that are not UTF-8 (422), bodies over
-    ``max_body_bytes`` (413) and requests beyond ``max_inflight`` concurrent ones (429
-    with Retry-After)."""
+    """Refuse query strings and paths that are not UTF-8 (422), paths with dot-segments
+    or encoded slashes (400), bodies over ``max_body_bytes`` (413) and requests beyond
+    the in-flight caps of their pool, in all or for their caller (429 with Retry-After)."""
 
     def __init__(self, app: ASGIApp, max_body_bytes: int, max_inflight: int,
-                 retry_after: int) -> None:
+                 retry_after: int, max_inflight_per_key: int | None = None,
+                 max_long_polls: int = 0, max_long_polls_per_key: int = 0) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
-        self.max_inflight = max_inflight
         self.retry_after = retry_after
-        self.inflight = 0
+        # The ASGI app runs on one event loop: the counters need no lock.
+        self.short = Pool(max_inflight, max_inflight if max_inflight_per_key is None
+                          else max_inflight_per_key)
+        self.long = Pool(max_long_polls, max_long_polls_per_key)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -70,18 +162,28 @@ class LimitsMiddleware:
         ):
             await _error(send, 422, "invalid_request", "the URL is not valid UTF-8")
             return
-        limited = scope.get("path", "") not in UNLIMITED_PATHS
-        if limited and self.inflight >= self.max_inflight:
-            await _error(send, 429, "overloaded", "too many requests in flight; retry later",
+        raw_path = scope.get("raw_path") or scope.get("path", "").encode("utf-8")
+        if not _segments_route_as_sent(raw_path):
+            await _error(send, 400, "invalid_request",
+                         "the URL path has a '.' or '..' segment or an encoded '/'; "
+                         "namespaces and node ids never do")
+            return
+        path = scope.get("path", "")
+        if path in UNLIMITED_PATHS:
+            await self._with_body_cap(scope, receive, send)
+            return
+        pool = self.long if is_long_poll(path, scope.get("query_string", b"")) else self.short
+        caller = caller_of(scope)
+        refusal = pool.refusal(caller)
+        if refusal is not None:
+            await _error(send, 429, "overloaded", refusal,
                          [(b"retry-after", str(self.retry_after).encode())])
             return
-        if limited:
-            self.inflight += 1
+        pool.take(caller)
         try:
             await self._with_body_cap(scope, receive, send)
         finally:
-            if limited:
-                self.inflight -= 1
+            pool.give_back(caller)
 
     async def _with_body_cap(self, scope: Scope, receive: Receive, send: Send) -> None:
         for name, value in scope.get("headers", []):

@@ -29,6 +29,12 @@ class ServiceSettings:
     default_page: int = 100
     #: Requests in flight beyond this are refused at once with 429 + Retry-After.
     max_inflight: int = 64
+    #: ... and beyond this many of one API key (so one key cannot take them all).
+    max_inflight_per_key: int = 16
+    #: Long polls (change feed ``wait``, ``/v1/indexed``, search ``min_seq``) have a pool
+    #: of their own, so idle waiters never take the slots short requests need.
+    max_long_polls: int = 64
+    max_long_polls_per_key: int = 8
     #: A statement running longer than this is cancelled by PostgreSQL -> 503.
     statement_timeout_seconds: float = 10.0
     #: Waiting longer than this for a pooled connection -> 503.

@@ -1,0 +1,127 @@
+"""One line for an operator instead of a traceback.
+
+The usual ways an operator command fails are not bugs: the database or the search
+server is down, a URL is malformed, the database was never migrated. For those,
+``describe`` gives one line saying what failed and what to do, and every
+``pathkeeper`` command prints it as ``error: ...`` and exits with ``EXIT_CANNOT_RUN``.
+Anything else is a bug and keeps its traceback; ``PATHKEEPER_TRACEBACK=1`` shows the
+traceback of the known ones too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:
+    from elasticsearch import Elasticsearch
+
+#: The command could not do its work (``verify`` keeps 1 for "ran, found drift").
+EXIT_CANNOT_RUN = 2
+DATABASE_HINT = "check that PostgreSQL runs and --database-url (or PATHKEEPER_DATABASE_URL)"
+SEARCH_HINT = "check that it runs and --es-url (or PATHKEEPER_ES_URL)"
+
+
+def _short(text: object, limit: int = 200) -> str:
+    """The first line of a driver's message, without the urllib3 object reprs."""
+    value = str(text).strip()
+    errno = re.search(r"\[Errno -?\d+\] ([^)\]'\"]+)", value)
+    if errno:
+        value = errno.group(1)
+    value = value.splitlines()[0] if value else ""
+    for prefix in ("database unavailable: ", "connection failed: "):
+        value = value.removeprefix(prefix)
+    return value if len(value) <= limit else value[: limit - 3] + "..."
+
+
+def describe(exc: BaseException) -> str | None:
+    """The operator's line for a known environment failure, None for anything else."""
+    import psycopg
+    from sqlalchemy.exc import DBAPIError
+
+    from .api import SCHEMA_SQLSTATES, UPGRADE_HINT, translate
+    from .errors import (
+        CoordinatorError,
+        InvalidConfiguration,
+        NotMigrated,
+        Unavailable,
+    )
+
+    if isinstance(exc, DBAPIError):
+        exc = translate(exc)
+    elif isinstance(exc, psycopg.Error):  # code that holds a connection of its own
+        state = getattr(exc, "sqlstate", None) or ""
+        if state in SCHEMA_SQLSTATES:
+            return f"the database is not migrated ({_short(exc)}): {UPGRADE_HINT}"
+        if isinstance(exc, psycopg.ProgrammingError) and not state:
+            return ("the database URL cannot be parsed; expected "
+                    "postgresql://user[:password]@host[:port]/database")
+        return f"cannot reach the database: {_short(exc)}; {DATABASE_HINT}"
+    if isinstance(exc, (NotMigrated, InvalidConfiguration)):
+        return str(exc)
+    if isinstance(exc, Unavailable):
+        return f"cannot reach the database: {_short(exc)}; {DATABASE_HINT}"
+    if isinstance(exc, CoordinatorError):
+        return _short(exc, 300)
+    search = _describe_search(exc)
+    if search is not None:
+        return search
+    try:
+        from indexer.replay import ReplayError
+    except ImportError:  # pragma: no cover - the indexer ships with the coordinator
+        return None
+    if isinstance(exc, ReplayError):
+        return _short(exc, 300)
+    from alembic.util import CommandError
+
+    if isinstance(exc, CommandError):
+        return f"migration: {_short(exc)}"
+    return None
+
+
+def _describe_search(exc: BaseException) -> str | None:
+    from elastic_transport import ConnectionError as SearchConnectionError
+    from elastic_transport import ConnectionTimeout
+    from elasticsearch import ApiError
+
+    if isinstance(exc, (SearchConnectionError, ConnectionTimeout)):
+        return f"cannot reach the search server: {_short(exc)}; {SEARCH_HINT}"
+    if isinstance(exc, ApiError):
+        return f"the search server answered {exc.meta.status}: {_short(exc.message)}"
+    return None
+
+
+class OperatorErrors(click.Group):
+    """A command group whose commands (and sub-groups) report known environment
+    failures as one ``error:`` line and exit ``EXIT_CANNOT_RUN``."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as exc:
+            message = describe(exc)
+            if message is None or os.environ.get("PATHKEEPER_TRACEBACK"):
+                raise
+            click.echo(f"error: {message}", err=True)
+            ctx.exit(EXIT_CANNOT_RUN)
+
+
+def open_search(url: str, **options: Any) -> Elasticsearch:
+    """An ``Elasticsearch`` client, or ``InvalidConfiguration`` for a URL it cannot use
+    (the client raises a bare ValueError)."""
+    from elasticsearch import Elasticsearch
+
+    from .errors import InvalidConfiguration
+
+    try:
+        return Elasticsearch(url, **options)
+    except ValueError:
+        # Not the client's message: it repeats the URL, which may hold a password.
+        raise InvalidConfiguration(
+            "the search server URL cannot be parsed; expected http(s)://host:port"
+        ) from None

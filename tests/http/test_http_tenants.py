@@ -1,0 +1,162 @@
+"""One API key cannot lock the other keys out.
+
+Requests in flight are limited per key as well as in all, and long polls (the change
+feed's ``wait``, ``/v1/indexed``, search with ``min_seq``) have a pool of their own,
+so idle long polls never hold the slots short requests need. Real concurrent clients
+(threads) against a real uvicorn server and database.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+import httpx
+import pytest
+from http_support import Keys, LiveServer
+
+from coordinator import Coordinator
+from coordinator.service.app import create_app
+from coordinator.service.settings import ServiceSettings
+
+DEFAULTS = ServiceSettings(database_url="")
+
+
+@pytest.fixture
+def server(settings: ServiceSettings) -> Iterator[LiveServer]:
+    # The service's defaults, but lock waits long enough for the flood test to hold them.
+    with LiveServer(create_app(replace(settings, lock_timeout_seconds=8.0))) as live:
+        yield live
+
+
+def _cursor(url: str, ns: str, key: str) -> str:
+    """The change feed's current end: a long poll after it waits for new events."""
+    with httpx.Client(base_url=url, timeout=20) as c:
+        r = c.get(f"/v1/namespaces/{ns}/events", params={"limit": 1000}, headers=Keys.h(key))
+        assert r.status_code == 200, r.text
+        cursor: str = r.json()["cursor"]
+        return cursor
+
+
+def _wait_until(condition: Callable[[], bool], seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while not condition() and time.monotonic() < end:
+        time.sleep(0.02)
+
+
+def _other_tenant_works(url: str, key: str, n: int = 20) -> list[int]:
+    """Statuses of ``n`` ordinary requests of another key, a few at a time."""
+    h = Keys.h(key)
+
+    def one(i: int) -> int:
+        with httpx.Client(base_url=url, timeout=20) as c:
+            if i % 2:
+                return c.get("/v1/namespaces/b/node", params={"path": "/"},
+                             headers=h).status_code
+            return c.post("/v1/namespaces/b/dirs", json={"path": f"/d{i}"},
+                          headers=h).status_code
+
+    with ThreadPoolExecutor(4) as pool:
+        return list(pool.map(one, range(n)))
+
+
+def test_idle_long_polls_of_one_key_do_not_lock_out_the_others(
+    server: LiveServer, keys: Keys
+) -> None:
+    """64 idle long polls of the change feed from one read-only key (the report)."""
+    polls = 64
+    statuses: list[int] = []
+    lock = threading.Lock()
+    after = _cursor(server.url, "a", keys.a_read)
+
+    def long_poll() -> None:
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            r = c.get("/v1/namespaces/a/events", params={"wait": 6, "after": after},
+                      headers=Keys.h(keys.a_read))
+        with lock:
+            statuses.append(r.status_code)
+
+    threads = [threading.Thread(target=long_poll) for _ in range(polls)]
+    for t in threads:
+        t.start()
+    # Those over the key's long-poll limit are answered at once; give them time to be.
+    expected_refused = polls - DEFAULTS.max_long_polls_per_key
+    _wait_until(lambda: len(statuses) >= expected_refused, 3.0)
+    started = time.monotonic()
+    others = _other_tenant_works(server.url, keys.b_write)
+    # The same key's short requests are not held up by its own long polls either.
+    with httpx.Client(base_url=server.url, timeout=20) as c:
+        own = c.get("/v1/namespaces/a/node", params={"path": "/"},
+                    headers=Keys.h(keys.a_read)).status_code
+    elapsed = time.monotonic() - started
+    for t in threads:
+        t.join(60)
+    assert all(s in (200, 201) for s in others), others
+    assert own == 200
+    assert elapsed < 5, elapsed  # not after the long polls ended
+    assert sorted(set(statuses)) == [200, 429], statuses
+    assert statuses.count(200) == DEFAULTS.max_long_polls_per_key
+    assert statuses.count(429) == expected_refused
+
+
+def test_a_flood_of_slow_requests_from_one_key_leaves_room_for_the_others(
+    server: LiveServer, keys: Keys, coord: Coordinator
+) -> None:
+    """70 writes of one key all waiting on a row lock (more than the global limit):
+    the key gets its share, the rest 429 at once, and another key is served."""
+    f = coord.create_file("a", "/f", "x")
+    flood = 70
+    statuses: list[int] = []
+    lock = threading.Lock()
+
+    def write(i: int) -> None:
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            r = c.put(f"/v1/namespaces/a/nodes/{f.node.id}/content",
+                      json={"content": f"v{i}"}, headers=Keys.h(keys.a_write))
+        with lock:
+            statuses.append(r.status_code)
+
+    with coord.transaction("a") as group:
+        group.write_file("/f", "held")  # every write of the flood waits for this row
+        threads = [threading.Thread(target=write, args=(i,)) for i in range(flood)]
+        for t in threads:
+            t.start()
+        expected_refused = flood - DEFAULTS.max_inflight_per_key
+        _wait_until(lambda: len(statuses) >= expected_refused, 3.0)
+        started = time.monotonic()
+        others = _other_tenant_works(server.url, keys.b_write)
+        elapsed = time.monotonic() - started
+    for t in threads:
+        t.join(60)
+    assert all(s in (200, 201) for s in others), others
+    assert elapsed < 6, elapsed  # served while the flood still waited
+    assert statuses.count(429) == expected_refused, statuses
+    assert set(statuses) <= {200, 409, 429, 503}, statuses
+
+
+def test_limits_are_per_key_not_per_connection(server: LiveServer, keys: Keys) -> None:
+    """Two keys each get their own long-poll share."""
+    statuses: dict[str, list[int]] = {"a": [], "b": []}
+    lock = threading.Lock()
+    after = {"a": _cursor(server.url, "a", keys.a_read),
+             "b": _cursor(server.url, "b", keys.b_write)}
+
+    def long_poll(ns: str, key: str) -> None:
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            r = c.get(f"/v1/namespaces/{ns}/events", params={"wait": 2, "after": after[ns]},
+                      headers=Keys.h(key))
+        with lock:
+            statuses[ns].append(r.status_code)
+
+    per_key = DEFAULTS.max_long_polls_per_key
+    threads = [threading.Thread(target=long_poll, args=(ns, key))
+               for ns, key in (("a", keys.a_read), ("b", keys.b_write))
+               for _ in range(per_key)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert statuses == {"a": [200] * per_key, "b": [200] * per_key}
