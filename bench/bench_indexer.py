@@ -41,7 +41,7 @@ from common import ROOT, load_average, median, migrated_cluster, now_utc, percen
 
 sys.path.insert(0, str(ROOT / "tests" / "indexer"))
 
-from elasticsearch import Elasticsearch
+from elasticsearch import ApiError, Elasticsearch, TransportError
 from elasticsearch.helpers import streaming_bulk
 from indexer_support import bulk_subtree
 
@@ -147,8 +147,13 @@ def latency(coord: Coordinator, es: Elasticsearch, database_url: str, es_url: st
             with lock:
                 wanted = list(pending.items())
             if wanted:
-                got = es.mget(index=alias, docs=[{"_id": i, "routing": ns} for (i, _), _ in wanted],
-                              realtime=True)
+                try:
+                    got = es.mget(index=alias, realtime=True,
+                                  docs=[{"_id": i, "routing": ns} for (i, _), _ in wanted])
+                except (ApiError, TransportError) as exc:
+                    # A slow answer on a loaded machine must not end the measurement.
+                    print(f"  poll failed, retrying: {type(exc).__name__}")
+                    continue
                 now = time.perf_counter()
                 for ((node_id, seq), committed), doc in zip(wanted, got["docs"], strict=True):
                     if doc.get("found") and int(doc["_source"]["seq"]) >= seq:
