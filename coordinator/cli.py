@@ -67,13 +67,13 @@ def demo(
 
 def _register() -> None:
     """Command groups of the other components."""
-    from .service.cli import keys, serve  # HTTP API (issue 5)
+    from .service.cli import keys, serve
     main.add_command(serve)
     main.add_command(keys)
     from indexer.cli import indexer, search_node
     main.add_command(indexer)
     main.add_command(search_node)
-    from indexer.replay_cli import reindex, replay, verify  # replay/reindex/verify (issue 4)
+    from indexer.replay_cli import reindex, replay, verify
     main.add_command(replay)
     main.add_command(reindex)
     main.add_command(verify)

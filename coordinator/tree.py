@@ -7,7 +7,7 @@ Locking, in short (README "How locks work" has the long form):
 * A mutation locks its target row (``FOR UPDATE``, or ``FOR NO KEY UPDATE`` for a
   content write). A target named by path is resolved, locked, then resolved
   again: if the path no longer leads to the locked row, it is resolved anew
-  (seed 003's compare-and-swap, done by the database).
+  (a compare-and-swap, done by the database).
 * Creating a child checks the foreign key to its parent, which takes
   ``FOR KEY SHARE`` on the parent: a create and a rename of the same directory
   serialize; anything in disjoint subtrees, or deeper down, does not wait.
