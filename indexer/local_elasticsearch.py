@@ -174,8 +174,9 @@ def find_java() -> Path:
             found.append((major, str(home), home))
     if not found:
         raise LocalServerError(
-            f"no JDK {MIN_JAVA}+ found (set ES_JAVA_HOME); Elasticsearch's test "
-            "distribution carries no JDK of its own"
+            f"no JDK {MIN_JAVA}+ found: set ES_JAVA_HOME (Elasticsearch's test "
+            "distribution carries no JDK of its own), or PATHKEEPER_SEARCH=noida to use "
+            "the stand-in"
         )
     return min(found)[2]
 
