@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -33,6 +33,7 @@ from .errors import (
     Unavailable,
 )
 from .eventlog import REPORT_AFTER, Event, EventAppender, Partition, Writer, read_events
+from .importer import Importer, ImportResult, ProgressFn
 from .indexing import DEFAULT_CONSUMER, wait_indexed
 from .tree import MutationResult, Node, Retry, TreeTx, check_namespace_exists
 
@@ -327,6 +328,32 @@ class Coordinator:
         self, ns: str, ref: str, recursive: bool = False, if_version: int | None = None
     ) -> MutationResult:
         return self.run(ns, lambda tx: tx.delete(ref, recursive, if_version))
+
+    # -------------------------------------------------------------- import
+
+    def import_nodes(
+        self,
+        namespace: str,
+        source: Iterable[bytes | str],
+        *,
+        progress: ProgressFn | None = None,
+    ) -> ImportResult:
+        """Import a tree from JSON Lines (an iterable of lines: an open file, a list of
+        strings, ``iter_lines`` of a stream of chunks) in one transaction; missing
+        parent directories are created. All or nothing: bad lines raise a typed error
+        listing them (``exc.lines``) and nothing is written. See ``coordinator.importer``.
+
+        Not re-run on a deadlock (the input is read once): that is ``Conflict``."""
+        ns = paths.validate_namespace(namespace)
+        try:
+            with self.engine.begin() as conn:
+                importer = Importer(
+                    conn, ns, max_depth=self.settings.max_depth, notify=self.settings.notify,
+                    progress=progress,
+                )
+                return importer.run(source)
+        except DBAPIError as exc:
+            raise translate(exc) from exc
 
     # ---------------------------------------------------------------- reads
 
