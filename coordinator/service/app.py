@@ -662,3 +662,12 @@ def _operation(op: dict[str, Any]) -> Operation:
         return Operation.of("delete", op["ref"], recursive=op["recursive"],
                             if_version=op["if_version"])
     raise InvalidName(f"unknown operation {kind!r}")  # unreachable: the schema is closed
+
+
+def app_from_environment() -> FastAPI:
+    """The app of one ``pathkeeper serve --workers N`` process (a uvicorn factory)."""
+    import os
+
+    from .settings import SETTINGS_ENV, settings_from_json
+
+    return create_app(settings_from_json(os.environ[SETTINGS_ENV]))
