@@ -363,3 +363,22 @@ def test_cli_import_file_and_stdin(database_url: str, coord: Coordinator, ns: st
 def test_binary_file_object(coord: Coordinator, ns: str) -> None:
     source = io.BytesIO(b'{"path": "/x", "kind": "dir"}\n{"path": "/x/y", "kind": "file"}\n')
     assert coord.import_nodes(ns, source).created == 2
+
+
+def test_claim_statement_takes_id_then_lock_then_blocks(coord: Coordinator) -> None:
+    """The import's claiming statement keeps the writer protocol of coordinator/eventlog.py:
+    transaction id, then the position lock, then every nextval (checked on the plan, as
+    ``test_block_statement_takes_id_then_lock_then_block`` does for single blocks)."""
+    from coordinator.importer import CLAIM_BLOCKS_SQL
+
+    with coord.engine.begin() as conn:
+        plan = [r[0] for r in conn.execute(text("EXPLAIN VERBOSE " + CLAIM_BLOCKS_SQL),
+                                           {"k": 3})]
+    text_plan = "\n".join(plan)
+    assert "NULL::xid8" not in text_plan, text_plan
+
+    def line_of(needle: str) -> int:
+        return next(i for i, line in enumerate(plan) if needle in line)
+
+    assert (line_of("nextval(") < line_of("pg_advisory_xact_lock_shared(")
+            < line_of("pg_current_xact_id()")), text_plan
