@@ -313,17 +313,48 @@ def pgbench_script(layout: str, files: int, notify: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+def raw_script(layout: str, files: int) -> str:
+    """PostgreSQL's own limit for a rename with an outbox event: per transaction one
+    UPDATE of the file's row (found by its parent and name, one index probe) and one
+    INSERT of its event; no path resolution, no lock protocol, no notify."""
+    dir_expr = "'c' || CAST(:client_id AS text)" if layout == "disjoint" else "'s'"
+    lines = [
+        r"\set g :g + 1",
+        rf"\set i :g % {files}",
+        rf"\set r (:g / {files}) % 2",
+        rf"\set old :client_id * {NAME_CLIENT} + :i + :r * {NAME_FLIP}",
+        rf"\set new :client_id * {NAME_CLIENT} + :i + (1 - :r) * {NAME_FLIP}",
+        "BEGIN;",
+        "UPDATE nodes SET name = CAST(:new AS text), version = version + 1, updated_at = now() "
+        "WHERE namespace = CAST(:ns AS text) AND parent_id = (SELECT id FROM nodes "
+        "WHERE namespace = CAST(:ns AS text) AND parent_id = CAST(:root AS uuid) "
+        f"AND name = {dir_expr}) AND name = CAST(:old AS text) RETURNING id \\gset",
+        "INSERT INTO events (namespace, position, node_id, type, payload) VALUES "
+        "(CAST(:ns AS text), nextval('event_position_seq'), CAST(:id AS uuid), 'moved', "
+        "CAST(format('{\"id\": \"%s\", \"name\": \"%s\", \"old_name\": \"%s\"}', "
+        "CAST(:id AS text), CAST(:new AS text), CAST(:old AS text)) AS jsonb));",
+        "END;",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def run_pgbench(
     bin_dir: Path, url: str, ns: str, layout: str, clients: int, files: int, duration: float,
-    notify: bool, workdir: Path,
+    notify: bool, workdir: Path, raw: bool = False,
 ) -> float:
     """Transactions/s of pgbench with ``clients`` clients; checks every rename happened."""
-    script = workdir / f"rename_{layout}_{'notify' if notify else 'quiet'}.sql"
-    script.write_text(pgbench_script(layout, files, notify))
+    kind = "raw" if raw else ("notify" if notify else "quiet")
+    script = workdir / f"rename_{layout}_{kind}.sql"
+    script.write_text(raw_script(layout, files) if raw else pgbench_script(layout, files, notify))
+    with psycopg.connect(libpq_url(url)) as conn:
+        found = conn.execute("SELECT root_id FROM namespaces WHERE name = %s", (ns,)).fetchone()
+        assert found is not None
+        root = str(found[0])
     cmd = [
         str(bin_dir / "pgbench"), "-n", "-M", "prepared", "-c", str(clients),
         "-j", str(min(clients, os.cpu_count() or 1)), "-T", str(max(1, round(duration))),
-        "-D", f"ns={ns}", "-D", "g=-1", "-f", str(script), libpq_url(url),
+        "-D", f"ns={ns}", "-D", "g=-1", "-D", f"root={root}", "-f", str(script),
+        libpq_url(url),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     tps = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", proc.stdout)
@@ -353,18 +384,19 @@ def run_pgbench(
 
 @dataclass(frozen=True)
 class Variant:
-    runner: str  # "threads", "procs" or "pgbench"
+    runner: str  # "threads", "procs", "pgbench" or "raw" (pgbench: UPDATE + event only)
     layout: str  # "disjoint" or "shared"
     notify: bool
 
     @property
     def label(self) -> str:
         who = {"threads": "Coordinator, threads", "procs": "Coordinator, processes",
-               "pgbench": "pgbench (ceiling)"}[self.runner]
+               "pgbench": "pgbench (ceiling)",
+               "raw": "pgbench raw UPDATE + event (PostgreSQL's limit)"}[self.runner]
         return f"{who}, {self.layout}, notify {'on' if self.notify else 'off'}"
 
 
-SHORT = {"threads": "T", "procs": "P", "pgbench": "B"}
+SHORT = {"threads": "T", "procs": "P", "pgbench": "B", "raw": "R"}
 
 
 @dataclass
@@ -420,6 +452,9 @@ def run_variant(
         return run_threads(url, ns, v.layout, clients, files, duration, v.notify)
     if v.runner == "procs":
         return run_procs(url, ns, v.layout, clients, files, duration, v.notify)[0]
+    if v.runner == "raw":
+        return run_pgbench(pg_bin, url, ns, v.layout, clients, files, duration, False, workdir,
+                           raw=True)
     return run_pgbench(pg_bin, url, ns, v.layout, clients, files, duration, v.notify, workdir)
 
 
@@ -429,13 +464,21 @@ def report_rates(res: RateResults, clients: int) -> None:
         ceiling = Variant("pgbench", v.layout, v.notify)
         ratio = (
             f"{res.per_round_ratio(v, ceiling):.2f}"
-            if v.runner != "pgbench" and ceiling in res.by_variant else "-"
+            if v.runner not in ("pgbench", "raw") and ceiling in res.by_variant else "-"
         )
         rows.append([v.label, f"{median(values):,.0f}", f"{min(values):,.0f}",
                      f"{max(values):,.0f}", ratio])
     print(f"\nFile renames/s, {clients} clients (median, min, max over rounds; "
           "ratio = median of per-round ratios to pgbench with the same layout and notify):")
     print(table(["variant", "median/s", "min", "max", "vs pgbench"], rows))
+    raw_rows: list[list[object]] = []
+    for v in res.by_variant:
+        raw = Variant("raw", v.layout, False)
+        if v.runner in ("threads", "procs") and raw in res.by_variant:
+            raw_rows.append([v.label, f"{res.per_round_ratio(v, raw):.2f}"])
+    if raw_rows:
+        print("\nvs PostgreSQL's raw rename-with-event rate (same layout, per-round ratios):")
+        print(table(["variant", "vs raw"], raw_rows))
     quiet_rows: list[list[object]] = []
     for runner in ("threads", "procs", "pgbench"):
         for layout in ("disjoint", "shared"):
@@ -593,6 +636,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tree-size", type=int, default=100_000, help="descendants of /big")
     ap.add_argument("--reps", type=int, default=11, help="renames each way in part 2")
     ap.add_argument("--no-procs", action="store_true", help="skip the multi-process variants")
+    ap.add_argument("--quick", action="store_true",
+                    help="only threads and processes (disjoint, notify on) and the raw ceiling")
     ap.add_argument("--parts", default="1,2,3", help="which parts to run, e.g. 1,2")
     args = ap.parse_args(argv)
     parts = {int(p) for p in args.parts.split(",") if p}
@@ -606,6 +651,7 @@ def main(argv: list[str] | None = None) -> int:
         Variant("pgbench", "disjoint", True),
         Variant("pgbench", "disjoint", False),
         Variant("pgbench", "shared", True),
+        Variant("raw", "disjoint", False),
     ]
     if not args.no_procs:
         variants[3:3] = [
@@ -613,6 +659,9 @@ def main(argv: list[str] | None = None) -> int:
             Variant("procs", "disjoint", False),
             Variant("procs", "shared", True),
         ]
+    if args.quick:
+        variants = [Variant("threads", "disjoint", True), Variant("procs", "disjoint", True),
+                    Variant("raw", "disjoint", False)]
     print(f"bench_coordinator {now_utc()}, {os.cpu_count()} CPUs, load {load_average()}, "
           f"python {sys.version.split()[0]}", flush=True)
     with migrated_cluster() as (pg, url):

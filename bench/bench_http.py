@@ -95,12 +95,13 @@ def free_port() -> int:
         return port
 
 
-def start_server(database_url: str, port: int) -> subprocess.Popen[bytes]:
+def start_server(database_url: str, port: int, workers: int = 1) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PATHKEEPER_DATABASE_URL": database_url}
     proc = subprocess.Popen(
         [os.path.join(os.path.dirname(sys.executable), "pathkeeper"), "serve",
          "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
-         "--max-inflight", "256", "--max-inflight-per-key", "256"],
+         "--max-inflight", "256", "--max-inflight-per-key", "256",
+         "--workers", str(workers)],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 30
@@ -120,7 +121,10 @@ def main() -> int:
     parser.add_argument("--database-url")
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--workers", default="1,2",
+                        help="server processes to measure, comma-separated (serve --workers)")
     args = parser.parse_args()
+    worker_counts = [int(w) for w in args.workers.split(",") if w]
     with ExitStack() as stack:
         url = args.database_url
         if url is None:
@@ -136,16 +140,8 @@ def main() -> int:
             coord.mkdir(NS, f"/c{i}/sub", parents=True)
             coord.create_file(NS, f"/c{i}/sub/file.txt", "x" * 200)
         _, secret = create_key(coord.engine, [NS], "write", label="bench")
-        port = free_port()
-        server = start_server(url, port)
-
-        def stop_server() -> None:
-            server.send_signal(signal.SIGTERM)
-            server.wait(10)
-
-        stack.callback(stop_server)
-        base = f"http://127.0.0.1:{port}/v1/namespaces/{NS}"
         headers = {"Authorization": f"Bearer {secret}"}
+        base = ""
 
         def http_stat(i: int) -> Callable[[int], None]:
             http = stack.enter_context(httpx.Client(headers=headers, timeout=30))
@@ -173,32 +169,44 @@ def main() -> int:
                 coord.rename(NS, f"/c{i}/{src}", dst)
             return op
 
-        # Warm up both paths (connections, caches), then measure.
-        run_clients("warmup", args.clients, 1.0, http_stat)
-        run_clients("warmup", args.clients, 1.0, coord_stat)
-        results = []
-        for name, via_http, in_process in (("stat", http_stat, coord_stat),
-                                          ("rename", http_rename, coord_rename)):
-            h = run_clients(f"{name} http", args.clients, args.seconds, via_http)
+        def put_back() -> None:
             # A rename count may be odd: put every directory back before the next phase.
             for i in range(args.clients):
                 if coord.listdir(NS, f"/c{i}")[0].name == "sub2":
                     coord.rename(NS, f"/c{i}/sub2", "sub")
+
+        run_clients("warmup", args.clients, 1.0, coord_stat)
+        results = []
+        for name, via_http, in_process in (("stat", http_stat, coord_stat),
+                                          ("rename", http_rename, coord_rename)):
             c = run_clients(f"{name} in-process", args.clients, args.seconds, in_process)
-            for i in range(args.clients):
-                if coord.listdir(NS, f"/c{i}")[0].name == "sub2":
-                    coord.rename(NS, f"/c{i}/sub2", "sub")
-            results.append((name, h, c))
+            put_back()
+            row = [c]
+            for workers in worker_counts:
+                port = free_port()
+                server = start_server(url, port, workers)
+                try:
+                    base = f"http://127.0.0.1:{port}/v1/namespaces/{NS}"
+                    run_clients("warmup", args.clients, 1.0, http_stat)
+                    row.append(run_clients(f"{name} http, {workers} worker(s)", args.clients,
+                                           args.seconds, via_http))
+                    put_back()
+                finally:
+                    server.send_signal(signal.SIGTERM)
+                    server.wait(10)
+            results.append((name, row))
 
     print(f"{args.clients} concurrent clients, {args.seconds:.0f} s per measurement, "
           f"{os.cpu_count()} CPUs (shared machine: numbers are noisy)")
-    print(f"{'operation':<22}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'errors':>8}")
-    for name, h, c in results:
-        for r in (h, c):
-            print(f"{r.label:<22}{r.rps:>10.0f}{r.pct(0.5):>10.2f}{r.pct(0.99):>10.2f}"
+    print(f"{'operation':<28}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'errors':>8}")
+    for _name, row in results:
+        c = row[0]
+        for r in row:
+            print(f"{r.label:<28}{r.rps:>10.0f}{r.pct(0.5):>10.2f}{r.pct(0.99):>10.2f}"
                   f"{r.errors:>8}")
-        print(f"{name + ' http/in-process':<22}{h.rps / c.rps:>10.2f}x throughput, "
-              f"p50 {h.pct(0.5) / c.pct(0.5):.1f}x")
+        for h in row[1:]:
+            print(f"  {h.label} / in-process: {h.rps / c.rps:.2f}x throughput, "
+                  f"p50 {h.pct(0.5) / c.pct(0.5):.1f}x")
     return 0
 
 

@@ -9,6 +9,7 @@ from .errors import (
     InvalidArgument,
     InvalidConfiguration,
     InvalidContent,
+    InvalidImport,
     InvalidMove,
     InvalidName,
     InvalidPath,
@@ -20,6 +21,7 @@ from .errors import (
     Unavailable,
 )
 from .eventlog import Event, Partition
+from .importer import ImportProgress, ImportResult
 from .tree import MutationResult, Node
 
 __all__ = [
@@ -30,9 +32,12 @@ __all__ = [
     "DirectoryNotEmpty",
     "Event",
     "GroupTx",
+    "ImportProgress",
+    "ImportResult",
     "InvalidArgument",
     "InvalidConfiguration",
     "InvalidContent",
+    "InvalidImport",
     "InvalidMove",
     "InvalidName",
     "InvalidPath",

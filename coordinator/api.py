@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -33,7 +33,9 @@ from .errors import (
     Unavailable,
 )
 from .eventlog import REPORT_AFTER, Event, EventAppender, Partition, Writer, read_events
+from .importer import Importer, ImportResult, ProgressFn
 from .indexing import DEFAULT_CONSUMER, wait_indexed
+from .notifier import Notifier
 from .tree import MutationResult, Node, Retry, TreeTx, check_namespace_exists
 
 T = TypeVar("T")
@@ -120,12 +122,21 @@ def translate(exc: DBAPIError) -> CoordinatorError:
     return CoordinatorError(f"database error {state}: {detail}")
 
 
+class Disconnected(Exception):
+    """The connection died before COMMIT: nothing applied, the transaction may run again."""
+
+    def __init__(self, error: DBAPIError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class Coordinator:
     """Transactional namespace trees in PostgreSQL. Thread-safe: share one per process."""
 
     def __init__(self, engine: Engine, settings: Settings | None = None) -> None:
         self.engine = engine
         self.settings = settings or Settings()
+        self.notifier = Notifier(engine)
 
     @classmethod
     def connect(cls, database_url: str, **settings: Any) -> Coordinator:
@@ -141,7 +152,10 @@ class Coordinator:
             pool_size=s.pool_size,
             max_overflow=s.max_overflow,
             pool_timeout=s.pool_timeout,
-            pool_pre_ping=True,  # recover transparently after a server restart
+            # No pre-ping: it was a round trip on every checkout (one of ten for a
+            # rename). ``run`` re-runs a transaction whose connection turns out dead
+            # before COMMIT instead, which is as transparent after a server restart.
+            pool_pre_ping=False,
             connect_args={
                 "options": options,
                 "connect_timeout": max(1, int(s.connect_timeout)),
@@ -155,6 +169,7 @@ class Coordinator:
         return cls(engine, s)
 
     def close(self) -> None:
+        self.notifier.close()
         self.engine.dispose()
 
     def __enter__(self) -> Coordinator:
@@ -180,6 +195,9 @@ class Coordinator:
                     return fn(tx)
             except Retry:
                 pass
+            except Disconnected as exc:
+                if attempt == self.settings.max_retries:
+                    raise translate(exc.error) from exc.error
             except DBAPIError as exc:
                 state = getattr(exc.orig, "sqlstate", None)
                 if state not in RETRYABLE_SQLSTATES or attempt == self.settings.max_retries:
@@ -191,14 +209,26 @@ class Coordinator:
     def _transaction(self, ns: str) -> Iterator[TreeTx]:
         try:
             with self.engine.begin() as conn:
-                events = EventAppender(conn, self.settings.notify)
-                # A missing namespace shows up as NotFound when the first path is resolved.
-                yield TreeTx(conn, ns, events, self.settings.max_depth)
-                events.flush()  # the last statement before COMMIT (see EventAppender)
+                # The wake-up is sent after COMMIT by the notifier, not in the transaction
+                # (see coordinator/notifier.py).
+                events = EventAppender(conn, notify=False)
+                try:
+                    # A missing namespace shows up as NotFound when the first path is
+                    # resolved.
+                    yield TreeTx(conn, ns, events, self.settings.max_depth)
+                    events.flush()  # the last statement before COMMIT (see EventAppender)
+                except DBAPIError as exc:
+                    if exc.connection_invalidated:
+                        # Before COMMIT, so nothing applied: safe to run again on a new
+                        # connection (a server restart left the pooled one dead).
+                        raise Disconnected(exc) from exc
+                    raise
         except DBAPIError as exc:
             if getattr(exc.orig, "sqlstate", None) in RETRYABLE_SQLSTATES:
                 raise
             raise translate(exc) from exc
+        if events.base is not None and self.settings.notify:
+            self.notifier.poke()
 
     @contextmanager
     def transaction(self, namespace: str) -> Iterator[GroupTx]:
@@ -216,6 +246,8 @@ class Coordinator:
                 group.check_alive()
         except Retry as exc:
             raise Conflict("the group raced with another change; run it again") from exc
+        except Disconnected as exc:
+            raise translate(exc.error) from exc.error
         except DBAPIError as exc:
             raise translate(exc) from exc
 
@@ -248,11 +280,14 @@ class Coordinator:
                     ),
                     {"ns": ns, "root": root},
                 )
-                appender = EventAppender(conn, self.settings.notify)
+                appender = EventAppender(conn, notify=False)
                 seq = appender.append(ns, "namespace_created", root, {"root_id": str(root)})
                 appender.flush()
                 tx = TreeTx(conn, ns, appender)
-                return MutationResult(tx.stat("/"), seq)
+                result = MutationResult(tx.stat("/"), seq)
+            if self.settings.notify:
+                self.notifier.poke()
+            return result
         except DBAPIError as exc:
             err = translate(exc)
             if isinstance(err, AlreadyExists):
@@ -327,6 +362,35 @@ class Coordinator:
         self, ns: str, ref: str, recursive: bool = False, if_version: int | None = None
     ) -> MutationResult:
         return self.run(ns, lambda tx: tx.delete(ref, recursive, if_version))
+
+    # -------------------------------------------------------------- import
+
+    def import_nodes(
+        self,
+        namespace: str,
+        source: Iterable[bytes | str],
+        *,
+        progress: ProgressFn | None = None,
+    ) -> ImportResult:
+        """Import a tree from JSON Lines (an iterable of lines: an open file, a list of
+        strings, ``iter_lines`` of a stream of chunks) in one transaction; missing
+        parent directories are created. All or nothing: bad lines raise a typed error
+        listing them (``exc.lines``) and nothing is written. See ``coordinator.importer``.
+
+        Not re-run on a deadlock (the input is read once): that is ``Conflict``."""
+        ns = paths.validate_namespace(namespace)
+        try:
+            with self.engine.begin() as conn:
+                importer = Importer(
+                    conn, ns, max_depth=self.settings.max_depth, notify=False,
+                    progress=progress,
+                )
+                result = importer.run(source)
+        except DBAPIError as exc:
+            raise translate(exc) from exc
+        if result.created and self.settings.notify:
+            self.notifier.poke()
+        return result
 
     # ---------------------------------------------------------------- reads
 

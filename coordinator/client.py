@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
@@ -97,12 +97,15 @@ def error_of(response: httpx.Response) -> ce.CoordinatorError:
         detail = response.json()["error"]
         code, message = str(detail["code"]), str(detail["message"])
         index = detail.get("index")
+        # A refused import lists its bad lines.
+        lines = tuple((int(x["line"]), str(x["message"])) for x in detail.get("lines") or ())
     except (ValueError, KeyError, TypeError):
-        code, message, index = "http_error", response.text[:500], None
+        code, message, index, lines = "http_error", response.text[:500], None, ()
     cls = ERRORS.get(code)
     if cls is None:
         cls = InvalidRequest if response.status_code in (400, 422) else ce.CoordinatorError
     exc = cls(message)
+    exc.lines = lines
     exc.status = response.status_code  # type: ignore[attr-defined]
     exc.index = index  # type: ignore[attr-defined]
     return exc
@@ -240,6 +243,29 @@ class Client:
         url, params = self._node(ns, ref)
         params.update(recursive=recursive, if_version=if_version)
         return result_of(self.request("DELETE", url, params=params, mutation=True))
+
+    def import_nodes(self, ns: str, source: Iterable[bytes | str]) -> dict[str, Any]:
+        """``Coordinator.import_nodes`` over HTTP: the lines are streamed as the request
+        body (chunked), never held whole. Not retried: the source is read once; a
+        failed import wrote nothing, so running it again is safe. Returns the answer
+        (``created``, ``first_seq``, ``last_seq``, ...)."""
+
+        def body() -> Iterator[bytes]:
+            for line in source:
+                data = line.encode("utf-8") if isinstance(line, str) else line
+                yield data if data.endswith(b"\n") else data + b"\n"
+
+        try:
+            response = self.http.post(
+                f"{self._ns(ns)}/import", content=body(),
+                headers={"Content-Type": "application/x-ndjson"}, timeout=None,
+            )
+        except httpx.TransportError as exc:
+            raise ce.Unavailable(f"POST {self._ns(ns)}/import: {exc}") from exc
+        if response.status_code >= 400:
+            raise error_of(response)
+        result: dict[str, Any] = response.json()
+        return result
 
     def apply(self, namespace: str, ops: Sequence[Operation]) -> list[MutationResult]:
         """Apply operations atomically; a failure raises the error of the first failing

@@ -7,6 +7,8 @@ class CoordinatorError(Exception):
     """A coordinator operation failed."""
 
     code = "error"
+    #: For a refused import: (line number, what is wrong) of the first bad lines.
+    lines: tuple[tuple[int, str], ...] = ()
 
     def __init__(self, message: str | None = None) -> None:
         super().__init__(message or (self.__doc__ or "").strip())
@@ -58,6 +60,13 @@ class InvalidContent(InvalidName):
     """File content or metadata cannot be stored (NUL, lone surrogates, not a JSON object)."""
 
     code = "invalid_content"
+
+
+class InvalidImport(InvalidName):
+    """Lines of an import cannot be imported as given (not JSON, a missing or unknown
+    field, a path twice); ``lines`` lists them."""
+
+    code = "invalid_import"
 
 
 class InvalidMove(CoordinatorError):

@@ -18,6 +18,16 @@ The mechanism (no writer ever waits for another writer or for a reader):
   Writers never conflict on it (all take it shared; nobody takes it exclusive).
   It only marks, in ``pg_locks`` and in this database, the transactions that may
   hold a block: nothing else takes it.
+* Imports (``coordinator/importer.py``) are the one writer with more events than a
+  block holds: in the same kind of claiming statement (id, then lock, then
+  ``nextval``) they take several values and use a run of consecutive ones, so their
+  events are still one contiguous range, made visible by one commit. A reader with
+  a ``limit`` may return such a range over several reads, each of whole blocks.
+  Nothing else changes: the lock is taken before every ``nextval``.
+* Waking readers: the coordinator sends ``pg_notify`` after COMMIT from a thread of
+  its own (``coordinator/notifier.py``), not in this statement, so notifying commits
+  do not serialize on the notify lock; ``TAKE_BLOCK_SQL`` keeps its ``notify``
+  parameter for callers that want the in-transaction form.
 * Reading (``read_events``), in autocommit, each step a separate statement:
   1. read the sequence's ``last_value`` L. Every position ``<= L + BLOCK - 1``
      belongs to a block handed out before this moment;

@@ -115,6 +115,25 @@ RESOLVE_SQL = text(
     """
 )
 
+# Resolve and lock in one statement (one round trip less than resolve, then lock by
+# id): the row at the end of the path, only if the whole path resolves. The id comes
+# from the statement's snapshot, exactly as a separate resolve's would; the lock then
+# waits and re-checks that row by id, as the separate ``SELECT ... FOR UPDATE`` did.
+RESOLVE_AND_LOCK_SQL = """
+    WITH RECURSIVE walk(id, kind, depth) AS (
+        SELECT id, kind, 0 FROM nodes WHERE namespace = :ns AND parent_id IS NULL
+      UNION ALL
+        SELECT n.id, n.kind, w.depth + 1
+        FROM walk w JOIN nodes n
+          ON n.namespace = :ns AND n.parent_id = w.id
+         AND n.name = (CAST(:parts AS text[]))[w.depth + 1]
+        WHERE w.depth < :n
+    )
+    SELECT {columns} FROM nodes
+    WHERE namespace = :ns AND id = (SELECT id FROM walk WHERE depth = :n)
+    FOR {mode}
+"""
+
 # Root first. The depth guard makes a (constraint-violating) cycle end the query.
 ANCESTORS_SQL = text(
     """
@@ -315,11 +334,18 @@ class TreeTx:
                 raise NotFound(f"no node with id {ref}")
             return row, self.path_of(node_id)
         parts = self._split(ref)
+        sql = text(RESOLVE_AND_LOCK_SQL.format(columns=NODE_COLUMNS, mode=mode))
         for _ in range(5):
-            node_id = self.resolve(parts)[-1].id
-            row = self._row(node_id, f"FOR {mode}")
+            row = self.conn.execute(
+                sql, {"ns": self.ns, "parts": parts, "n": len(parts)}
+            ).one_or_none()
+            if row is None:
+                # The path does not resolve (resolve says why, as before), or its row
+                # went away between the walk and the lock: look again.
+                self.resolve(parts)
+                continue
             # Compare-and-swap: the path must still lead to the row we locked.
-            if row is not None and self.resolve(parts)[-1].id == node_id:
+            if self.resolve(parts)[-1].id == row.id:
                 return row, paths.join_path(parts)
         raise Conflict(f"{ref} kept changing while it was being locked")
 

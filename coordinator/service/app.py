@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
+import anyio.from_thread
 import anyio.to_thread
 from fastapi import Depends, FastAPI, Header, Path, Query, Request
 from fastapi.responses import JSONResponse
@@ -25,6 +26,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from .. import paths
 from ..api import Coordinator, GroupTx, Operation, translate
 from ..errors import CoordinatorError, InvalidName, NotADirectory, Unavailable
+from ..importer import iter_lines
 from ..indexing import consumer_for
 from ..tree import MutationResult, TreeTx
 from . import errors as service_errors
@@ -41,6 +43,7 @@ from .schemas import (
     ErrorOut,
     EventsOut,
     HealthOut,
+    ImportOut,
     IndexedOut,
     ListOut,
     MkdirIn,
@@ -531,6 +534,39 @@ def create_app(
 
     # ----------------------------------------------------------------- search
 
+    @app.post("/v1/namespaces/{ns}/import", response_model=ImportOut, status_code=201,
+              tags=["import"],
+              openapi_extra={"requestBody": {"required": True, "content": {
+                  "application/x-ndjson": {"schema": {"type": "string"}}}}})
+    async def import_nodes(request: Request, ns: NsParam, who: Who) -> JSONResponse:
+        """Import JSON Lines (one node a line: ``{"path", "kind", "content", "metadata"}``,
+        any order, missing parents created), streamed: the body is read as it arrives,
+        never held whole. All or nothing; bad lines are listed with their numbers."""
+        who.require(ns, "write")
+        body = request.stream().__aiter__()
+
+        async def next_chunk() -> bytes:
+            return await body.__anext__()
+
+        def chunks() -> Iterator[bytes]:
+            # Runs in the worker thread: each chunk is awaited on the event loop, so the
+            # client is read only as fast as the import consumes it.
+            while True:
+                try:
+                    yield anyio.from_thread.run(next_chunk)
+                except StopAsyncIteration:
+                    return
+
+        result = await anyio.to_thread.run_sync(
+            lambda: coord.import_nodes(ns, iter_lines(chunks()))
+        )
+        out = ImportOut(
+            namespace=result.namespace, lines=result.lines, created=result.created,
+            implied_dirs=result.implied_dirs, first_seq=result.first_seq,
+            last_seq=result.last_seq, seconds=round(result.seconds, 3),
+        )
+        return JSONResponse(out.model_dump(mode="json"), 201)
+
     @app.get("/v1/namespaces/{ns}/search", response_model=SearchOut, tags=["search"])
     def search(
         ns: NsParam,
@@ -626,3 +662,12 @@ def _operation(op: dict[str, Any]) -> Operation:
         return Operation.of("delete", op["ref"], recursive=op["recursive"],
                             if_version=op["if_version"])
     raise InvalidName(f"unknown operation {kind!r}")  # unreachable: the schema is closed
+
+
+def app_from_environment() -> FastAPI:
+    """The app of one ``pathkeeper serve --workers N`` process (a uvicorn factory)."""
+    import os
+
+    from .settings import SETTINGS_ENV, settings_from_json
+
+    return create_app(settings_from_json(os.environ[SETTINGS_ENV]))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
 import sys
 
 import click
@@ -41,17 +42,20 @@ def is_loopback(host: str) -> bool:
 @click.option("--idempotency-ttl", default=24 * 3600.0, show_default=True, type=float,
               help="Seconds an Idempotency-Key is remembered.")
 @click.option("--log-level", default="info", show_default=True)
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64),
+              help="Server processes (uvicorn workers) sharing the port: HTTP throughput "
+                   "grows with cores. Each has its own pool and its own in-flight caps.")
 def serve(
     database_url: str, es_url: str | None, host: str, port: int, no_auth: bool,
     index_alias: str, max_inflight: int, max_inflight_per_key: int, max_long_polls: int,
     max_long_polls_per_key: int, statement_timeout: float,
-    idempotency_ttl: float, log_level: str,
+    idempotency_ttl: float, log_level: str, workers: int,
 ) -> None:
     """Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs)."""
     import uvicorn
 
     from .app import create_app
-    from .settings import ServiceSettings
+    from .settings import SETTINGS_ENV, ServiceSettings, settings_to_json
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s "
                         "%(message)s")
@@ -72,8 +76,15 @@ def serve(
     click.echo(f"serving on http://{host}:{port}  (docs: http://{host}:{port}/docs)")
     auth_header = "" if no_auth else "-H 'Authorization: Bearer <key>' "
     click.echo(f"try: curl {auth_header}http://{host}:{port}/v1/namespaces")
-    uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level,
-                access_log=False)
+    if workers == 1:
+        uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level,
+                    access_log=False)
+        return
+    # Worker processes build their own app (a pool and threads cannot cross a fork):
+    # they find the settings in the environment they inherit.
+    os.environ[SETTINGS_ENV] = settings_to_json(settings)
+    uvicorn.run("coordinator.service.app:app_from_environment", factory=True, host=host,
+                port=port, log_level=log_level, access_log=False, workers=workers)
 
 
 @click.group()

@@ -84,6 +84,8 @@ def coordinator_response(
 ) -> JSONResponse:
     status = status_of(exc)
     headers = {"Retry-After": str(retry_after)} if status in (429, 503) else None
+    if exc.lines:  # a refused import: its bad lines, by number
+        extra = {**extra, "lines": [{"line": n, "message": m} for n, m in exc.lines]}
     return JSONResponse(body(exc.code, str(exc), **extra), status, headers=headers)
 
 

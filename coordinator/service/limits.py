@@ -71,6 +71,10 @@ def _segments_route_as_sent(raw_path: bytes) -> bool:
     return True
 
 
+#: Routes that read their body as a stream (an import of any size, bounded in memory by
+#: the importer): not buffered here and not capped by ``max_body_bytes``.
+STREAMED_PATH = re.compile(r"/v1/namespaces/[^/]+/import")
+
 LONG_POLL_PATH = re.compile(r"/v1/namespaces/[^/]+/(events|search)|/v1/indexed")
 
 
@@ -186,6 +190,9 @@ class LimitsMiddleware:
             pool.give_back(caller)
 
     async def _with_body_cap(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if STREAMED_PATH.fullmatch(scope.get("path", "")):
+            await self.app(scope, receive, send)
+            return
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:

@@ -73,6 +73,24 @@ class MutationOut(BaseModel):
         return cls(node=NodeOut.of(result.node), version=result.node.version, seq=result.seq)
 
 
+class ImportOut(BaseModel):
+    """A committed import: nodes created (lines plus missing parents) and the event
+    positions of the first and last of them (null when nothing was created)."""
+
+    namespace: str
+    lines: int
+    created: int
+    implied_dirs: int
+    first_seq: int | None
+    last_seq: int | None
+    seconds: float
+
+
+class ErrorLine(BaseModel):
+    line: int
+    message: str
+
+
 class ListOut(BaseModel):
     nodes: list[NodeOut]
     #: Pass back as ``cursor`` for the next page; null on the last page.

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .. import paths
@@ -51,3 +52,15 @@ class ServiceSettings:
     indexer_consumer: str | None = None
     #: Extra keyword arguments for ``Coordinator.connect``.
     coordinator_options: dict[str, Any] = field(default_factory=dict)
+
+
+#: ``pathkeeper serve --workers N`` hands the settings to its worker processes here.
+SETTINGS_ENV = "PATHKEEPER_SERVE_SETTINGS"
+
+
+def settings_to_json(settings: ServiceSettings) -> str:
+    return json.dumps(asdict(settings))
+
+
+def settings_from_json(value: str) -> ServiceSettings:
+    return ServiceSettings(**json.loads(value))

@@ -41,3 +41,45 @@ def test_serve_refuses_no_auth_off_loopback(database_url: str) -> None:
                                        "0.0.0.0", "--no-auth"])
     assert result.exit_code == 2
     assert "--no-auth is refused" in result.output
+
+
+def test_serve_with_two_workers_answers_from_both(database_url: str,
+                                                  coord: Coordinator) -> None:
+    """``serve --workers 2``: two real server processes behind one port, each with the
+    settings of the command line (here --no-auth), both serving the same database."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "coordinator", "serve", "--database-url", database_url,
+         "--no-auth", "--port", str(port), "--workers", "2", "--log-level", "warning"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "serve --workers 2 did not come up"
+            time.sleep(0.2)
+        assert httpx.post(f"{url}/v1/namespaces", json={"name": "w"}).status_code == 201
+        for i in range(20):  # fresh connections: the kernel spreads them over both
+            r = httpx.post(f"{url}/v1/namespaces/w/dirs", json={"path": f"/d{i}"})
+            assert r.status_code == 201, r.text
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    assert len(coord.listdir("w", "/")) == 20

@@ -1,0 +1,543 @@
+"""Bulk import of an existing tree: JSON Lines in, one transaction, COPY-class speed.
+
+Each line is one node, ``{"path": "/a/b", "kind": "dir" | "file", "content": ...,
+"metadata": {...}}``, lines in any order. Missing parent directories are created; a
+path that already exists in the namespace, or twice in the input, is an error naming
+its line. All or nothing: any bad line and nothing is written.
+
+How, and why this way:
+
+1. **Validate in Python, streaming.** Each line is parsed and checked (JSON, fields,
+   names with the same rules as ``paths``) and written at once into a temporary table
+   with ``COPY``; nothing of the input stays in Python's memory, so memory is bounded
+   whatever the file's size. A bad line stops the COPY but not the reading: every bad
+   line is reported (the first ``MAX_REPORTED`` in full), with its number.
+2. **Resolve set-based in SQL.** Missing parents, duplicates, a file under a file and
+   paths that already exist are found by joins over the staged rows, not row by row.
+   Existing nodes are found by walking the staged paths from the root (a recursive
+   join that only descends where the namespace already has a directory of that name),
+   so importing into an empty namespace costs one index probe per top-level name.
+3. **Insert set-based**: one ``INSERT ... SELECT`` into ``nodes`` (the foreign key to
+   the parent takes ``FOR KEY SHARE`` on existing parents, as a create does, so the
+   lock rules of ``tree.py`` hold unchanged), then, as the last statements, the
+   events.
+4. **Events**: one ``created`` event per new node, parents before children (path
+   order), with the same payload a ``mkdir``/``create_file`` writes, so the fold of
+   the log (replay, verify) rebuilds exactly these rows. A transaction normally takes
+   one block of ``POSITION_BLOCK`` positions; an import with more events takes a run
+   of consecutive blocks in its claiming statement (transaction id, then the position
+   lock, then ``nextval`` for each block: the protocol of ``coordinator/eventlog.py``
+   unchanged, only more than one ``nextval``). Its events are still one contiguous
+   range that becomes visible at one commit; a reader with a ``limit`` may hand it
+   out in several batches of whole blocks, which keeps an indexer's batch bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import time
+import unicodedata
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, text
+from sqlalchemy.exc import DBAPIError
+
+from . import paths
+from .errors import (
+    AlreadyExists,
+    Conflict,
+    CoordinatorError,
+    InvalidImport,
+    NotADirectory,
+    NotFound,
+)
+from .eventlog import NOTIFY_CHANNEL, POSITION_LOCK_SQL
+from .models import POSITION_BLOCK
+from .tree import check_content, metadata_json
+
+#: Bad lines reported in full (the rest are counted): enough to fix a file in one go,
+#: few enough that a file of garbage does not produce a garbage-sized answer.
+MAX_REPORTED = 20
+#: How often (lines) the progress callback is called while reading.
+PROGRESS_EVERY = 2000
+
+FIELDS = frozenset({"path", "kind", "content", "metadata"})
+# What paths.validate_name refuses besides '.', '..', '/', length and normalization.
+_BAD_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    """``created``: nodes inserted (lines plus the missing parents made for them);
+    ``first_seq``/``last_seq``: positions of the first and last event (None when
+    nothing was created). ``wait_indexed(result.seq)`` waits for all of them."""
+
+    namespace: str
+    lines: int
+    created: int
+    implied_dirs: int
+    first_seq: int | None
+    last_seq: int | None
+    seconds: float
+
+    @property
+    def seq(self) -> int | None:
+        return self.last_seq
+
+
+@dataclass(frozen=True)
+class ImportProgress:
+    """What a progress callback sees: the phase, lines and bytes read so far."""
+
+    phase: str  # "read", "resolve", "insert", "events", "done"
+    lines: int
+    bytes: int
+
+
+ProgressFn = Callable[[ImportProgress], None]
+
+
+def fast_parts(path: object, max_depth: int) -> list[str]:
+    """``paths.split_path(path, max_depth)`` with a fast path for the common case.
+
+    The rules are checked on the whole string at once: NFC normalization of a path is
+    the path of the normalized names ('/' never composes with a neighbour), control
+    characters and NUL are one regex, and only '.', '..' and the byte length are per
+    name. Anything unusual goes through ``split_path`` itself, which gives the exact
+    error (or the normalized names)."""
+    if (
+        isinstance(path, str)
+        and len(path) > 1
+        and path[0] == "/"
+        and path[-1] != "/"
+        and "//" not in path
+        and (path.isascii() or unicodedata.is_normalized("NFC", path))
+        and not _BAD_CHARS.search(path)
+    ):
+        try:
+            size = len(path) if path.isascii() else len(path.encode("utf-8"))
+        except UnicodeEncodeError:
+            size = paths.MAX_PATH_BYTES + 1  # lone surrogate: split_path says so
+        if size <= paths.MAX_PATH_BYTES:
+            parts = path[1:].split("/")
+            if len(parts) <= max_depth and all(
+                p not in (".", "..") and (len(p) <= 63 or len(p.encode("utf-8")) <= 255)
+                for p in parts
+            ):
+                return parts
+    return paths.split_path(path, max_depth)
+
+
+def parse_line(raw: bytes | str, max_depth: int) -> tuple[str, str, str, str, str | None, str, int]:
+    """One input line as (path, parent_path, name, kind, content, metadata JSON, depth);
+    raises a ``CoordinatorError`` saying what is wrong with it."""
+    try:
+        obj = json.loads(raw)
+    except UnicodeDecodeError:
+        raise InvalidImport("not valid UTF-8") from None
+    except ValueError as exc:
+        raise InvalidImport(f"not valid JSON ({exc})") from None
+    if not isinstance(obj, dict):
+        raise InvalidImport("not a JSON object")
+    unknown = obj.keys() - FIELDS
+    if unknown:
+        raise InvalidImport(f"unknown field(s) {', '.join(sorted(map(repr, unknown)))}")
+    if "path" not in obj:
+        raise InvalidImport("no 'path'")
+    parts = fast_parts(obj["path"], max_depth)
+    if not parts:
+        raise InvalidImport("the root cannot be imported (it exists with the namespace)")
+    kind = obj.get("kind")
+    if kind == "file":
+        raw_content = obj.get("content", "")
+        content: str | None = check_content("" if raw_content is None else raw_content)
+    elif kind == "dir":
+        if obj.get("content") is not None:
+            raise InvalidImport("a directory has no content")
+        content = None
+    else:
+        raise InvalidImport(f"'kind' must be \"dir\" or \"file\", not {kind!r}")
+    md = obj.get("metadata")
+    metadata = "{}" if md is None or md == {} else metadata_json(md)
+    depth = len(parts)
+    path = "/" + "/".join(parts)
+    parent = "/" + "/".join(parts[:-1])
+    return path, parent, parts[-1], kind, content, metadata, depth
+
+
+class _Problems:
+    """Bad lines: the first ``MAX_REPORTED`` kept, all counted; the error class of the
+    first one is the class raised (a typed error for the caller to branch on)."""
+
+    def __init__(self) -> None:
+        self.kept: list[tuple[int, str]] = []
+        self.count = 0
+        self.kind: type[CoordinatorError] | None = None
+
+    def add(self, line: int, message: str, kind: type[CoordinatorError]) -> None:
+        self.count += 1
+        if self.kind is None:
+            self.kind = kind
+        if len(self.kept) < MAX_REPORTED:
+            self.kept.append((line, message))
+
+    def raise_if_any(self) -> None:
+        if self.kind is None:
+            return
+        listed = "; ".join(f"line {n}: {m}" for n, m in self.kept)
+        more = f" (and {self.count - len(self.kept)} more)" if self.count > len(self.kept) else ""
+        noun = "bad line" if self.count == 1 else "bad lines"
+        err = self.kind(f"import refused, nothing written: {self.count} {noun}: {listed}{more}")
+        err.lines = tuple(self.kept)
+        raise err
+
+
+def iter_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """Lines (without the end of line) of a stream of byte chunks, for a streamed body."""
+    rest = b""
+    for chunk in chunks:
+        if not chunk:
+            continue
+        data = rest + chunk
+        lines = data.split(b"\n")
+        rest = lines.pop()
+        yield from lines
+    if rest:
+        yield rest
+
+
+STAGE_SQL = """
+    CREATE TEMP TABLE pk_import_stage (
+        line bigint NOT NULL,
+        path text COLLATE "C" NOT NULL,
+        parent_path text COLLATE "C" NOT NULL,
+        name text NOT NULL,
+        kind text NOT NULL,
+        content text,
+        metadata jsonb NOT NULL,
+        depth integer NOT NULL,
+        implied boolean NOT NULL DEFAULT false,
+        seq bigint  -- numbers a missing parent's id (a line's is its line number)
+    ) ON COMMIT DROP
+"""
+
+COPY_SQL = (
+    "COPY pk_import_stage (line, path, parent_path, name, kind, content, metadata, depth) "
+    "FROM STDIN"
+)
+
+# The missing parents of the staged paths, each once, with the first line that needs
+# it (for error messages). A parent of '/x/y' is found by cutting its last name.
+IMPLIED_SQL = """
+    INSERT INTO pk_import_stage (line, path, parent_path, name, kind, content, metadata,
+                                 depth, implied, seq)
+    WITH RECURSIVE missing(path, line) AS (
+        SELECT s.parent_path, min(s.line)
+        FROM pk_import_stage s
+        WHERE s.depth > 1
+          AND NOT EXISTS (SELECT FROM pk_import_stage t WHERE t.path = s.parent_path)
+        GROUP BY s.parent_path
+      UNION
+        SELECT p.parent, m.line
+        FROM missing m,
+             LATERAL (SELECT substring(m.path FROM '^(.*)/[^/]*$') AS parent) AS p
+        WHERE p.parent <> ''
+          AND NOT EXISTS (SELECT FROM pk_import_stage t WHERE t.path = p.parent)
+    )
+    SELECT min(line), path,
+           coalesce(nullif(substring(path FROM '^(.*)/[^/]*$'), ''), '/'),
+           substring(path FROM '[^/]*$'), 'dir', NULL, '{}',
+           array_length(string_to_array(path, '/'), 1) - 1, true,
+           (SELECT max(line) FROM pk_import_stage) + row_number() OVER ()
+    FROM missing GROUP BY path
+"""
+
+DUPLICATES_SQL = """
+    SELECT path, array_agg(line ORDER BY line) AS lines
+    FROM pk_import_stage WHERE NOT implied
+    GROUP BY path HAVING count(*) > 1
+    ORDER BY min(line) LIMIT :limit
+"""
+
+FILE_UNDER_FILE_SQL = """
+    SELECT s.line, p.path, p.line AS parent_line
+    FROM pk_import_stage s JOIN pk_import_stage p ON p.path = s.parent_path
+    WHERE p.kind = 'file'
+    ORDER BY s.line LIMIT :limit
+"""
+
+# The staged paths that exist already, walking down from the root only where the
+# namespace has a directory of that name.
+EXISTING_SQL = """
+    CREATE TEMP TABLE pk_import_existing ON COMMIT DROP AS
+    WITH RECURSIVE m(path, id, kind) AS (
+        SELECT s.path, n.id, n.kind
+        FROM pk_import_stage s
+        JOIN nodes n ON n.namespace = :ns AND n.parent_id = :root AND n.name = s.name
+        WHERE s.depth = 1
+      UNION ALL
+        SELECT s.path, n.id, n.kind
+        FROM m
+        JOIN pk_import_stage s ON s.parent_path = m.path
+        JOIN nodes n ON n.namespace = :ns AND n.parent_id = m.id AND n.name = s.name
+        WHERE m.kind = 'dir'
+    )
+    SELECT path COLLATE "C" AS path, id, kind FROM m
+"""
+
+CLASHES_SQL = """
+    SELECT s.line, s.path, s.implied
+    FROM pk_import_stage s JOIN pk_import_existing e ON e.path = s.path
+    WHERE NOT s.implied OR e.kind <> 'dir'
+    ORDER BY s.line LIMIT :limit
+"""
+
+# Node ids: the UUIDv7 layout (RFC 9562: milliseconds, version, variant, random bits)
+# with the last 48 bits a counter from a random start, numbered by input line (missing
+# parents after the last line). Rows go into ``nodes`` in that order, so the indexes on
+# ids grow at one edge instead of splitting pages all over: a third of the insert's
+# time with random ids (measured). Ids stay unique across imports and with the random
+# (v4) ids of single creates: 26 random bits after the timestamp and the random
+# counter start make two imports of the same millisecond overlap with a probability
+# around 2**-50, and the primary key would refuse that rather than merge.
+_ID = (
+    "CAST(:id_prefix || lpad(to_hex(CAST(:id_start AS bigint) + coalesce({t}.seq, {t}.line)),"
+    " 12, '0') AS uuid)"
+)
+
+# The new nodes with their parent's id: an existing node's, a staged one's, or the root's.
+NEW_ROWS = """
+    FROM pk_import_stage s
+    LEFT JOIN pk_import_existing pe ON pe.path = s.parent_path
+    LEFT JOIN pk_import_stage ps ON ps.path = s.parent_path
+    WHERE NOT EXISTS (SELECT FROM pk_import_existing e WHERE e.path = s.path)
+"""
+_PARENT = f"coalesce(pe.id, CASE WHEN ps.path IS NOT NULL THEN {_ID.format(t='ps')} END, " \
+    "CAST(:root AS uuid))"
+
+INSERT_NODES_SQL = f"""
+    INSERT INTO nodes (namespace, id, parent_id, name, kind, content, metadata)
+    SELECT :ns, {_ID.format(t='s')}, {_PARENT}, s.name, s.kind, s.content, s.metadata
+    {NEW_ROWS}
+"""
+
+# Positions by depth: a parent's 'created' event comes before its children's, the
+# order the fold needs.
+INSERT_EVENTS_SQL = f"""
+    INSERT INTO events (namespace, position, node_id, type, payload)
+    SELECT :ns, :base + row_number() OVER (ORDER BY s.depth, s.line, s.seq) - 1, x.id,
+           'created',
+           jsonb_build_object('id', CAST(x.id AS text), 'parent_id', CAST(x.parent AS text),
+                              'name', s.name, 'kind', s.kind, 'path', s.path,
+                              'content', s.content, 'metadata', s.metadata, 'version', 1)
+    {NEW_ROWS.replace("WHERE", ", LATERAL (SELECT " + _ID.format(t='s') + " AS id, "
+                      + _PARENT + " AS parent) AS x WHERE")}
+"""
+
+
+def id_prefix() -> tuple[str, int]:
+    """The first 20 hex digits of this import's ids and the counter's start."""
+    ms = int(time.time() * 1000) & (2**48 - 1)
+    rand = secrets.randbits(26)
+    rand_a, var, rand_b = rand >> 14, 0x8 | ((rand >> 12) & 0x3), rand & 0xFFF
+    prefix = f"{ms:012x}7{rand_a:03x}{var:x}{rand_b:03x}"
+    # Room for 2**40 nodes after the start: the counter never wraps into the prefix.
+    return prefix, secrets.randbelow(2**48 - 2**40)
+
+
+# The claiming statement: transaction id, then the position lock, then one nextval per
+# block, in that order (the structure of eventlog.TAKE_BLOCK_SQL: OFFSET 0 keeps each
+# step a plan node of its own; MATERIALIZED runs the claim once, before any nextval).
+CLAIM_BLOCKS_SQL = f"""
+    WITH claim AS MATERIALIZED (
+        SELECT {POSITION_LOCK_SQL} AS locked
+        FROM (SELECT pg_current_xact_id() AS xid OFFSET 0) AS xact
+        WHERE xact.xid IS NOT NULL
+        OFFSET 0
+    )
+    SELECT nextval('event_position_seq') AS base
+    FROM claim, generate_series(1, :k) AS g
+"""
+
+def contiguous_run(values: list[int], k: int) -> int | None:
+    """The first of ``k`` consecutive blocks among ``values``, if there is such a run."""
+    ordered = sorted(values)
+    start = 0
+    for j in range(1, len(ordered) + 1):
+        if j - start >= k:
+            return ordered[start]
+        if j < len(ordered) and ordered[j] != ordered[j - 1] + POSITION_BLOCK:
+            start = j
+    return ordered[start] if len(ordered) - start >= k else None
+
+
+class Importer:
+    """One import on one connection, inside the caller's transaction."""
+
+    def __init__(
+        self,
+        conn: Connection,
+        namespace: str,
+        *,
+        max_depth: int = paths.MAX_DEPTH,
+        notify: bool = True,
+        progress: ProgressFn | None = None,
+    ) -> None:
+        self.conn = conn
+        self.ns = namespace
+        self.max_depth = max_depth
+        self.notify = notify
+        self.progress = progress
+        self.lines = 0
+        self.bytes = 0
+        self._implied = 0
+        self._params: dict[str, Any] = {}
+
+    def _report(self, phase: str) -> None:
+        if self.progress is not None:
+            self.progress(ImportProgress(phase, self.lines, self.bytes))
+
+    def run(self, source: Iterable[bytes | str]) -> ImportResult:
+        started = time.monotonic()
+        root = self.conn.execute(
+            text("SELECT root_id FROM namespaces WHERE name = :ns"), {"ns": self.ns}
+        ).scalar_one_or_none()
+        if root is None:
+            raise NotFound(f"no namespace {self.ns!r}")
+        self.conn.execute(text(STAGE_SQL))
+        self._stage(source)
+        self._report("resolve")
+        staged = self._resolve(root)
+        self._report("insert")
+        created = self._insert()
+        self._report("events")
+        first = self._events(created)
+        self._report("done")
+        return ImportResult(
+            namespace=self.ns, lines=staged, created=created,
+            implied_dirs=self._implied, first_seq=first,
+            last_seq=None if first is None else first + created - 1,
+            seconds=time.monotonic() - started,
+        )
+
+    def _stage(self, source: Iterable[bytes | str]) -> None:
+        """Parse, validate and COPY every line; raise with every bad line at the end."""
+        problems = _Problems()
+        dbapi = self.conn.connection.driver_connection
+        assert dbapi is not None
+        try:
+            self._copy(dbapi, source, problems)
+        except _Abort:
+            pass
+        problems.raise_if_any()
+        self._report("read")
+
+    def _copy(self, dbapi: Any, source: Iterable[bytes | str], problems: _Problems) -> None:
+        max_depth = self.max_depth
+        with dbapi.cursor() as cur, cur.copy(COPY_SQL) as copy:
+            for number, raw in enumerate(source, 1):
+                self.lines = number
+                self.bytes += len(raw)
+                if number % PROGRESS_EVERY == 0:
+                    self._report("read")
+                if not raw.strip():
+                    continue  # blank lines (a trailing newline, spacing) carry no node
+                try:
+                    row = parse_line(raw, max_depth)
+                except CoordinatorError as exc:
+                    problems.add(number, str(exc), type(exc))
+                    continue
+                if problems.kind is None:  # after a bad line only validate: nothing is kept
+                    copy.write_row((number, *row))
+            if problems.kind is not None:
+                # Ends the COPY with an error: the server discards what it received.
+                raise _Abort()
+
+    def _resolve(self, root: Any) -> int:
+        conn = self.conn
+        staged = int(conn.execute(text("SELECT count(*) FROM pk_import_stage")).scalar_one())
+        problems = _Problems()
+        try:
+            # Unique: building it is the duplicate check; the query that names the
+            # lines runs only when it fails.
+            with conn.begin_nested():
+                conn.execute(text("CREATE UNIQUE INDEX ON pk_import_stage (path)"))
+        except DBAPIError as exc:
+            if getattr(exc.orig, "sqlstate", None) != "23505":
+                raise
+            for path, lines in conn.execute(text(DUPLICATES_SQL), {"limit": MAX_REPORTED}):
+                where = ", ".join(map(str, lines[1:]))
+                problems.add(lines[0], f"{path} appears again on line(s) {where}",
+                             InvalidImport)
+            problems.raise_if_any()
+        conn.execute(text("CREATE INDEX ON pk_import_stage (parent_path)"))
+        conn.execute(text(IMPLIED_SQL))
+        for line, parent, parent_line in conn.execute(
+            text(FILE_UNDER_FILE_SQL), {"limit": MAX_REPORTED}
+        ):
+            problems.add(line, f"{parent} is a file (line {parent_line})", NotADirectory)
+        problems.raise_if_any()
+        conn.execute(text(EXISTING_SQL), {"ns": self.ns, "root": root})
+        for line, path, implied in conn.execute(
+            text(CLASHES_SQL), {"limit": MAX_REPORTED}
+        ):
+            if implied:  # a parent this line needs is an existing file
+                problems.add(line, f"{path} is a file", NotADirectory)
+            else:
+                problems.add(line, f"{path} already exists", AlreadyExists)
+        problems.raise_if_any()
+        self._implied = int(conn.execute(text(
+            "SELECT count(*) FROM pk_import_stage s WHERE implied AND NOT EXISTS "
+            "(SELECT FROM pk_import_existing e WHERE e.path = s.path)")).scalar_one())
+        prefix, start = id_prefix()
+        self._params = {"ns": self.ns, "root": root, "id_prefix": prefix, "id_start": start}
+        return staged
+
+    def _insert(self) -> int:
+        try:
+            with self.conn.begin_nested():
+                return int(self.conn.execute(text(INSERT_NODES_SQL), self._params).rowcount)
+        except DBAPIError as exc:
+            state = getattr(exc.orig, "sqlstate", None)
+            # A concurrent change since the existence check: a create of one of our paths,
+            # a delete of a directory we import into, a dropped namespace.
+            if state == "23505":
+                raise Conflict(
+                    "a path of the import was created concurrently; run the import again "
+                    "to see which line"
+                ) from exc
+            if state == "23503":
+                raise NotFound(
+                    "a directory the import adds to was deleted concurrently (or the "
+                    "namespace was dropped)"
+                ) from exc
+            raise
+
+    def _events(self, count: int) -> int | None:
+        """Take a run of consecutive blocks (the last statements before COMMIT) and
+        write the events into it; the base position, or None without events."""
+        if count == 0:
+            return None
+        k = -(-count // POSITION_BLOCK)
+        claimed: list[int] = []
+        base = None
+        for _ in range(100):
+            claimed += [int(v) for v in self.conn.execute(text(CLAIM_BLOCKS_SQL), {"k": k})
+                        .scalars()]
+            base = contiguous_run(claimed, k)
+            if base is not None:
+                break
+        if base is None:  # blocks unused are holes, which readers skip
+            raise Conflict("could not claim consecutive event positions; run it again")
+        self.conn.execute(text(INSERT_EVENTS_SQL), {**self._params, "base": base})
+        if self.notify:
+            self.conn.execute(text("SELECT pg_notify(:c, '')"), {"c": NOTIFY_CHANNEL})
+        return base
+
+
+class _Abort(Exception):
+    """Raised inside the COPY block to end it with an error (bad lines were found)."""
