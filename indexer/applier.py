@@ -126,6 +126,8 @@ class SubtreeWork:
     version: int
     namespaces: dict[str, NamespaceWork] = field(default_factory=dict)
     batches: int = 1
+    #: Seconds spent per phase by the last ``apply_subtrees`` (for the log).
+    timings: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def from_plan(cls, plan: BatchPlan, after: int, cursor: int, version: int) -> SubtreeWork:
@@ -236,38 +238,73 @@ class Applier:
         )
 
     def apply_nodes(
-        self, plan: BatchPlan, version: int, stop: threading.Event | None = None
+        self, plan: BatchPlan, version: int, stop: threading.Event | None = None,
+        timings: dict[str, float] | None = None,
     ) -> BulkStats:
-        """The nodes the batch's events name, at ``version``, from one snapshot."""
+        """The nodes the batch's events name, at ``version``, from one snapshot.
+
+        A batch of at most ``ID_CHUNK`` nodes (the node lane's usual one) is read
+        whole, and the snapshot closed, before the bulk request: the same documents,
+        a shorter transaction."""
         check = self._checker(stop)
+        t0 = time.monotonic()
         with self.engine.connect() as raw:
             conn = raw.execution_options(isolation_level="REPEATABLE READ")
             with conn.begin():
-                return self._send(self._node_actions(conn, plan, version, check))
+                actions = self._node_actions(conn, plan, version, check)
+                if sum(len(p.nodes) for p in plan.namespaces.values()) > ID_CHUNK:
+                    return self._send(actions)
+                ready = list(actions)
+        t1 = time.monotonic()
+        stats = self._send(ready)
+        if timings is not None:
+            timings.update(read_nodes=t1 - t0, bulk=time.monotonic() - t1)
+        return stats
 
-    def apply_subtrees(self, work: SubtreeWork, stop: threading.Event | None = None) -> BulkStats:
+    def apply_subtrees(
+        self,
+        work: SubtreeWork,
+        stop: threading.Event | None = None,
+        *,
+        chunk_size: int | None = None,
+        yield_to: Callable[[], None] | None = None,
+    ) -> BulkStats:
         """Rewrite the moved subtrees of ``work``, then (one refresh, one sweep)
         reconcile what is left under stale paths. Call it only after the node part
         of every batch merged in was acknowledged: their writes are what let the
-        subtree skip those nodes."""
+        subtree skip those nodes.
+
+        ``yield_to`` is called before each bulk request of ``chunk_size`` actions and
+        before the refresh: the worker uses it to let the node lane's small, latency-
+        bound batches go first (``indexer.worker.SubtreeLane``)."""
         check = self._checker(stop)
+        size = chunk_size or self.chunk_size
+        pause = yield_to or (lambda: None)
+        t0 = time.monotonic()
         with self.engine.connect() as raw:
             conn = raw.execution_options(isolation_level="REPEATABLE READ")
             with conn.begin():
-                stats = self._send(self._subtree_actions(conn, work, check))
+                stats = self._send(
+                    self._subtree_actions(conn, work, check, size, pause), chunk_size=size
+                )
+                t1 = t2 = time.monotonic()
                 if work.needs_sweep:
                     check()
+                    pause()
                     # A search sees only refreshed writes: make the rewrites visible, so
                     # the sweep does not find (and rewrite again) their older copies.
                     self.es.indices.refresh(index=self.alias)
+                    t2 = time.monotonic()
                     stats += self._send(self._sweep_actions(conn, work, check))
+        t3 = time.monotonic()
+        work.timings = {"rewrite": t1 - t0, "refresh": t2 - t1, "sweep": t3 - t2}
         return stats
 
-    def _send(self, actions: Iterable[dict[str, Any]]) -> BulkStats:
+    def _send(self, actions: Iterable[dict[str, Any]], chunk_size: int | None = None) -> BulkStats:
         def reject(r: Rejected) -> None:
             self.on_reject(r)
 
-        return send(self.es, actions, reject, chunk_size=self.chunk_size)
+        return send(self.es, actions, reject, chunk_size=chunk_size or self.chunk_size)
 
     def _write_or_delete(
         self, ns: str, ids: list[str], found: dict[str, Node], version: int
@@ -288,8 +325,10 @@ class Applier:
                 yield from self._write_or_delete(ns, ids, fetch_nodes(conn, ns, ids), version)
 
     def _subtree_actions(
-        self, conn: Connection, work: SubtreeWork, check: Callable[[], None]
+        self, conn: Connection, work: SubtreeWork, check: Callable[[], None], chunk: int,
+        pause: Callable[[], None],
     ) -> Iterator[dict[str, Any]]:
+        sent = 0
         for ns, w in work.namespaces.items():
             if not w.moves:
                 continue
@@ -302,6 +341,9 @@ class Applier:
                     if i % self.stream_chunk == 0:
                         check()
                     if w.written.get(node.id, 0) < version and is_indexed(node):
+                        if sent % chunk == 0:
+                            pause()  # between two bulk requests of this pass
+                        sent += 1
                         yield index_action(self.alias, node, version)
 
     def _sweep_actions(
