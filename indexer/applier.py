@@ -17,10 +17,12 @@ change ``<= C``, and maybe later ones):
   descendant); then ONE refresh (search is near-real-time) and ONE sweep: the
   documents under each deleted path / moved directory's old path / dropped
   namespace whose ``seq`` is below the position of the event that made that path
-  stale (``indexer.plan``); each is rewritten from its current row or deleted if
-  gone (at the version of the last merged batch). This finds the descendants of
-  deleted subtrees, which PostgreSQL no longer has, and the documents of a
-  subtree moved and then deleted, which still carry the old path.
+  stale (``indexer.plan``; one search for all paths uses the highest of those
+  positions, which can only add documents to reconcile); each is rewritten from
+  its current row or deleted if gone (at the version of the last merged batch).
+  This finds the descendants of deleted subtrees, which PostgreSQL no longer
+  has, and the documents of a subtree moved and then deleted, which still carry
+  the old path.
 
 The one rule every write follows, whichever part or worker thread makes it:
 
@@ -78,14 +80,14 @@ from coordinator import Event, Node
 
 from .bulk import BulkStats, Rejected, send
 from .documents import delete_action, index_action, is_indexed
-from .mapping import MAX_BATCH_AGE, subtree_filter
+from .mapping import MAX_BATCH_AGE, TREE_FIELD
 from .plan import BatchPlan, minimal_sweeps, plan_batch
 from .snapshot import fetch_nodes, stream_subtree_versions
 
 ID_CHUNK = 1000
 SWEEP_PAGE = 1000
-#: Paths per sweep search (one ``should`` clause each).
-SWEEP_CLAUSES = 256
+#: Paths per sweep search (values of one ``terms`` filter).
+SWEEP_CLAUSES = 1024
 
 
 class Abandoned(Exception):
@@ -359,23 +361,22 @@ class Applier:
                     )
 
     def _stale_docs(self, ns: str, sweep_before: dict[str, int]) -> Iterator[list[str]]:
-        """Ids of documents of ``ns`` under any of the paths with ``seq`` below that
-        path's position, a page at a time (search_after on the unique node_id:
-        stable while we rewrite them). One search for all the paths."""
-        clauses: list[dict[str, Any]] = []
-        for path, before in sweep_before.items():
-            filters: list[dict[str, Any]] = [{"range": {"seq": {"lt": before}}}]
-            under = subtree_filter(path)
-            if under is not None:
-                filters.append(under)
-            clauses.append({"bool": {"filter": filters}})
-        query = {
-            "bool": {
-                "filter": [{"term": {"namespace": ns}}],
-                "should": clauses,
-                "minimum_should_match": 1,
-            }
-        }
+        """Ids of documents of ``ns`` under any of the paths with ``seq`` below the
+        highest of their positions, a page at a time (search_after on the unique
+        node_id: stable while we rewrite them). One search for all the paths: one
+        ``terms`` filter and one range, not a clause per path (hundreds of moves merge
+        into one pass; a clause each made the search itself the slow part on
+        noida-db). Using the highest position for every path can only add documents
+        that were already written from a state holding the event (reconciled again
+        from PostgreSQL: harmless); it never leaves a stale one out."""
+        before = max(sweep_before.values())
+        filters: list[dict[str, Any]] = [
+            {"term": {"namespace": ns}},
+            {"range": {"seq": {"lt": before}}},
+        ]
+        if "/" not in sweep_before:  # "/" is the whole namespace: no path filter
+            filters.append({"terms": {TREE_FIELD: sorted(sweep_before)}})
+        query = {"bool": {"filter": filters}}
         after: list[Any] | None = None
         while True:
             resp = self.es.search(
