@@ -9,12 +9,22 @@ import time
 
 import psycopg
 from elasticsearch import Elasticsearch
-from indexer_support import assert_index_matches, bulk_subtree, run_once, running_worker
+from indexer_support import (
+    assert_index_matches,
+    bulk_subtree,
+    expected_docs,
+    index_docs,
+    last_position,
+    run_once,
+    running_worker,
+)
 
 from coordinator import Coordinator
 from coordinator.api import libpq_url
 from coordinator.eventlog import NOTIFY_CHANNEL, notified_partitions
 from coordinator.indexing import consumer_for
+from indexer.applier import Abandoned, Applier, SubtreeWork
+from indexer.plan import plan_batch
 
 
 def test_file_renames_flow_past_a_big_subtree_rewrite(
@@ -96,3 +106,50 @@ def test_notification_names_the_partitions_of_its_namespaces(
             assert [notified_partitions(p, count) for p in got] == want
     assert notified_partitions("", 4) is None  # no payload: wake everyone
     assert notified_partitions(None, 4) is None
+
+
+def test_subtree_pass_cut_short_resumes_with_409s_even_merged_with_later_batches(
+    coord: Coordinator, es: Elasticsearch, alias: str, database_url: str, es_url: str
+) -> None:
+    """The restart property without a cut at directory moves: descendants are written at
+    their move's position, so a pass stopped midway and applied again, even merged with
+    a later batch (hence a larger batch version), finds what it wrote answered by 409."""
+    coord.create_namespace("r")
+    coord.mkdir("r", "/home")
+    _, count = bulk_subtree(coord, "r", "/home", "t", dirs=5, files_per_dir=399)
+    run_once(database_url, es_url, alias, partitions=1)
+    before = last_position(coord)
+    coord.rename("r", "/home", "house")
+    first, cursor1 = coord.read_events(after=before)
+    coord.create_file("r", "/later", "a later batch")
+    second, cursor2 = coord.read_events(after=cursor1)
+    applier = Applier(coord.engine, es, alias, lambda r: None, chunk_size=500,
+                      stream_chunk=500)
+    plan1, plan2 = plan_batch(first), plan_batch(second)
+    applier.apply_nodes(plan1, first[-1].position)
+    stop = threading.Event()
+    pauses = 0
+
+    def pause() -> None:  # called before each 500-action request: stop after two
+        nonlocal pauses
+        pauses += 1
+        if pauses == 3:
+            stop.set()
+
+    work = SubtreeWork.from_plan(plan1, after=before, cursor=cursor1, version=first[-1].position)
+    try:
+        applier.apply_subtrees(work, stop, chunk_size=500, yield_to=pause)
+        raise AssertionError("the pass was not cut short")
+    except Abandoned:
+        pass
+    applier.apply_nodes(plan2, second[-1].position)
+    again = SubtreeWork.from_plan(plan1, after=before, cursor=cursor1,
+                                  version=first[-1].position)
+    again.merge(SubtreeWork.from_plan(plan2, after=cursor1, cursor=cursor2,
+                                      version=second[-1].position))
+    stats = applier.apply_subtrees(again)
+    assert stats.already_newer >= 1000, stats  # the two requests sent before the stop
+    assert stats.indexed + stats.already_newer == count, stats  # /home itself: node part
+    want = expected_docs(coord, "r")
+    got = index_docs(es, alias, "r")
+    assert {k: {f: v for f, v in d.items() if f != "seq"} for k, d in got.items()} == want
