@@ -228,7 +228,7 @@ class Coordinator:
                 raise
             raise translate(exc) from exc
         if events.base is not None and self.settings.notify:
-            self.notifier.poke()
+            self.notifier.poke(ns)
 
     @contextmanager
     def transaction(self, namespace: str) -> Iterator[GroupTx]:
@@ -286,7 +286,7 @@ class Coordinator:
                 tx = TreeTx(conn, ns, appender)
                 result = MutationResult(tx.stat("/"), seq)
             if self.settings.notify:
-                self.notifier.poke()
+                self.notifier.poke(ns)
             return result
         except DBAPIError as exc:
             err = translate(exc)
@@ -389,7 +389,7 @@ class Coordinator:
         except DBAPIError as exc:
             raise translate(exc) from exc
         if result.created and self.settings.notify:
-            self.notifier.poke()
+            self.notifier.poke(ns)
         return result
 
     # ---------------------------------------------------------------- reads

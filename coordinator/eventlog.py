@@ -167,7 +167,10 @@ TAKE_BLOCK_SQL = text(
                            CAST(:types AS text[]), CAST(:payloads AS text[]))
              WITH ORDINALITY AS e(ns, node, type, payload, i)
     )
-    SELECT base, CASE WHEN :notify THEN pg_notify(:channel, '') END
+    SELECT base, CASE WHEN :notify THEN pg_notify(:channel, (
+        SELECT string_agg(DISTINCT CAST(hashtext(ns)::bigint & 2147483647 AS text), ',')
+        FROM unnest(CAST(:nss AS text[])) AS u(ns)
+    )) END
     FROM block
     """
 )
@@ -224,7 +227,9 @@ class EventAppender:
                     "nodes": node_ids,
                     "types": types,
                     "payloads": payloads,
-                    "notify": self._notify,  # delivered at commit, once per transaction
+                    # Delivered at commit, once per transaction; the payload names the
+                    # partition hashes of its namespaces (``notified_partitions``).
+                    "notify": self._notify,
                     "channel": NOTIFY_CHANNEL,
                 },
             ).scalar_one()
@@ -252,6 +257,23 @@ class Partition:
     count: int
 
     SQL = "mod(hashtext(namespace)::bigint & 2147483647, :p_count) = :p_index"
+
+
+def notified_partitions(payload: str | None, count: int) -> set[int] | None:
+    """The partitions (of ``count``) a ``pathkeeper_events`` notification concerns.
+
+    A writing transaction's notification carries ``hashtext(namespace) & 0x7fffffff``
+    of each namespace it wrote, comma-separated: the hash ``Partition.SQL`` takes
+    modulo the partition count, so a consumer with any partition count can tell
+    which of its partitions to wake. None (wake every partition) for an empty or
+    unreadable payload: a notification without one (an older writer, a test
+    helper) still wakes everyone, as before."""
+    if not payload:
+        return None
+    try:
+        return {int(h) % count for h in payload.split(",")}
+    except ValueError:
+        return None
 
 
 # Rows of pg_locks that are a writer's hold on the position lock, in this database.

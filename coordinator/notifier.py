@@ -9,9 +9,11 @@ every writer that committed since its last one. That notify is its own tiny
 transaction: it has a transaction id but writes no other WAL, so PostgreSQL commits it
 without waiting for a flush and the lock is held for microseconds.
 
-Same channel and payload ('') as before, so listeners (indexer/wakeup.py, the HTTP
-change feed) see no difference but one wake-up for several commits, which is all a
-wake-up means: "read the log". Latency: one round trip after the commit. If the
+Same channel and payload as a notify inside the transaction (the partition hashes of
+the namespaces written, see ``eventlog.notified_partitions``; here of every namespace
+written since the last one), so listeners (indexer/wakeup.py, the HTTP change feed)
+see no difference but one wake-up for several commits, which is all a wake-up means:
+"read the log", here for these partitions. Latency: one round trip after the commit. If the
 process dies between a commit and its notify, the indexer's polling interval covers
 it, exactly as for a lost notification before.
 """
@@ -27,6 +29,12 @@ from .eventlog import NOTIFY_CHANNEL
 
 log = logging.getLogger("pathkeeper.notifier")
 
+NOTIFY_SQL = text(
+    "SELECT pg_notify(:c, coalesce((SELECT string_agg(DISTINCT "
+    "CAST(hashtext(ns)::bigint & 2147483647 AS text), ',') "
+    "FROM unnest(CAST(:nss AS text[])) AS u(ns)), ''))"
+)
+
 
 class Notifier:
     """Coalesces "a transaction with events committed" into NOTIFYs on its own thread."""
@@ -36,15 +44,17 @@ class Notifier:
         self._channel = channel
         self._cond = threading.Condition()
         self._pending = False
+        self._namespaces: set[str] = set()
         self._closed = False
         self._thread: threading.Thread | None = None
 
-    def poke(self) -> None:
-        """Called after a commit that wrote events; returns at once."""
+    def poke(self, namespace: str) -> None:
+        """Called after a commit that wrote events in ``namespace``; returns at once."""
         with self._cond:
             if self._closed:
                 return
             self._pending = True
+            self._namespaces.add(namespace)
             if self._thread is None:  # started on first use: readers-only processes never
                 self._thread = threading.Thread(
                     target=self._run, name="pathkeeper-notify", daemon=True
@@ -69,12 +79,14 @@ class Notifier:
                 if not self._pending:  # closed, nothing left to send
                     break
                 self._pending = False
+                namespaces = sorted(self._namespaces)
+                self._namespaces.clear()
             try:
                 if conn is None:
                     conn = self._engine.connect().execution_options(
                         isolation_level="AUTOCOMMIT"
                     )
-                conn.execute(text("SELECT pg_notify(:c, '')"), {"c": self._channel})
+                conn.execute(NOTIFY_SQL, {"c": self._channel, "nss": namespaces})
             except Exception as exc:  # the server restarted, or is down: next poke retries
                 log.warning("could not notify %s: %s", self._channel, exc)
                 if conn is not None:

@@ -1,56 +1,76 @@
-"""Applying one batch of events to Elasticsearch: the heart of the indexer.
+"""Applying batches of events to Elasticsearch: the heart of the indexer.
 
 "Events say WHAT changed; PostgreSQL says what it IS now."
 
 For a batch read with ``read_events(after=checkpoint)`` and its cursor ``C``
 (every event ``<= C`` has committed, none above it was read), let ``V`` be the
-position of the batch's last event. The applier opens ONE REPEATABLE READ
-transaction; its snapshot is taken after ``read_events`` returned, so it
-contains every change ``<= C`` (and maybe some later ones). From that snapshot
-it writes, with ``version_type=external, version=V`` and ``seq = V``:
+position of the batch's last event. Work comes in two parts, each applied from
+ONE REPEATABLE READ snapshot taken after the batch was read (so it contains every
+change ``<= C``, and maybe later ones):
 
-* each node an event names (created, written, moved, deleted): its current row
-  and path, or a ``delete`` if the row is gone;
-* for each moved directory: its whole current subtree, streamed from a
-  server-side cursor (this rewrites ``path`` of every descendant);
-* then, if the batch deleted a directory recursively, moved a directory, or
-  dropped a namespace: it refreshes the index (search is near-real-time) and
-  sweeps the documents under the deleted path / the old path / the whole
-  namespace whose ``seq < V`` (written by an older batch, not rewritten by this
-  one); each is rewritten from its current row or deleted if gone. This finds
-  the descendants of deleted subtrees, which PostgreSQL no longer has (and the
-  documents of a subtree moved and then deleted within one batch, which still
-  carry the old path).
+* **nodes** (``apply_nodes``): each node an event names (created, written,
+  moved, deleted): its current row and path at external version ``V``, or a
+  ``delete`` at ``V`` if the row is gone. One document per event at most: fast.
+* **subtrees** (``apply_subtrees``, a ``SubtreeWork`` that may merge several
+  consecutive batches): for each moved directory its whole current subtree,
+  streamed from a server-side cursor (this rewrites ``path`` of every
+  descendant); then ONE refresh (search is near-real-time) and ONE sweep: the
+  documents under each deleted path / moved directory's old path / dropped
+  namespace whose ``seq`` is below the position of the event that made that path
+  stale (``indexer.plan``; one search for all paths uses the highest of those
+  positions, which can only add documents to reconcile); each is rewritten from
+  its current row or deleted if gone (at the version of the last merged batch).
+  This finds the descendants of deleted subtrees, which PostgreSQL no longer
+  has, and the documents of a subtree moved and then deleted, which still carry
+  the old path.
 
-``V`` rather than ``C`` (the lead's first sketch): both work, as every later
-batch's events, hence its ``V``, are above ``C``; but ``V`` depends only on the
-batch's events, so a batch read again after a crash keeps its version and the
-documents already written answer 409 instead of being rewritten (a restarted
-100,000-descendant rename resumes instead of starting over).
+The one rule every write follows, whichever part or worker thread makes it:
 
-Why this is safe:
+    a document is written at a version ``v <= C`` of a batch read BEFORE the
+    snapshot it was read from was taken, and every event that changes a
+    document (its own, a move of an ancestor, a recursive delete of an
+    ancestor) leads to a write of it at a version ``>=`` that event's position.
 
-* Every write carries ``V``. A later batch has a larger ``V`` and a snapshot at
-  least as new, and Elasticsearch keeps an external-versioned write only if its
-  version is greater than the stored one: a document never goes backwards, even
+Then the write with the highest version comes from a snapshot holding every
+event up to that version, and any later event would have led to a higher one:
+Elasticsearch's external versioning ("keep the write with the greater version")
+ends with the document as PostgreSQL has it, whatever order the writes arrive
+in. That is why the two parts can run in different threads (``indexer.worker``:
+the node lane never waits for a big subtree) and why several batches' subtree
+work can be merged into one pass with one refresh and one sweep.
+
+**Which version a subtree document gets.** Not ``V``: a descendant is written at
+the position of the last move (among those being applied) of a directory on its
+way down from the subtree's top (``snapshot.stream_subtree_versions``). That
+position lies in ``(previous checkpoint, C]``, so the rule above holds, and it
+depends only on the events, not on where a batch ended or how many were merged:
+a worker killed in the middle of a 100,000-descendant rename re-reads from the
+checkpoint and finds every document it already wrote answered by 409 (cheap)
+instead of rewriting them all. A descendant whose own event the node part wrote
+at a version at least as high is skipped.
+
+Why this is safe, in the terms of the rule:
+
+* Every write carries a version within its batch's range, above every earlier
+  batch's and at most its read cursor, so a document never goes backwards, even
   if two workers briefly apply the same partition.
-* Re-applying a batch after a crash rewrites the same or newer state at the same
-  version: idempotent. A 409 version conflict means "newer already there".
+* Re-applying after a crash rewrites the same or newer state at the same or a
+  higher version: idempotent. A 409 version conflict means "newer already there".
 * Deleted, then recreated: node ids are UUIDs never reused, so a recreated path
   is a new document. A delete leaves a tombstone (with its version) that rejects
   older writes for ``index.gc_deletes``; we set it to 1 h (``indexer.mapping``)
-  and abandon any batch attempt older than ``MAX_BATCH_AGE`` (30 min), so a write
+  and abandon any attempt older than ``MAX_BATCH_AGE`` (30 min), so a write
   from a stale snapshot can never outlive the tombstone it must lose against.
-* The checkpoint moves to ``C`` only after Elasticsearch acknowledged every
-  action of the batch (``indexer.worker``).
+* The checkpoint moves past a batch only after Elasticsearch acknowledged both
+  parts of it (``indexer.worker``).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from elasticsearch import Elasticsearch
@@ -60,12 +80,14 @@ from coordinator import Event, Node
 
 from .bulk import BulkStats, Rejected, send
 from .documents import delete_action, index_action, is_indexed
-from .mapping import MAX_BATCH_AGE, subtree_filter
-from .plan import BatchPlan, plan_batch
-from .snapshot import fetch_nodes, stream_subtree
+from .mapping import MAX_BATCH_AGE, TREE_FIELD
+from .plan import BatchPlan, minimal_sweeps, plan_batch
+from .snapshot import fetch_nodes, stream_subtree_versions
 
 ID_CHUNK = 1000
 SWEEP_PAGE = 1000
+#: Paths per sweep search (values of one ``terms`` filter).
+SWEEP_CLAUSES = 1024
 
 
 class Abandoned(Exception):
@@ -80,6 +102,73 @@ class BatchResult:
     stats: BulkStats
     swept: bool
     seconds: float
+
+
+@dataclass
+class NamespaceWork:
+    #: moved directory id -> position of its last move.
+    moves: dict[str, int] = field(default_factory=dict)
+    #: path -> sweep documents below it with ``seq`` under this position.
+    sweep_before: dict[str, int] = field(default_factory=dict)
+    #: node id -> version the node part already wrote it at (skipped when high enough).
+    written: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class SubtreeWork:
+    """The subtree rewrites and sweeps of one batch, or of several consecutive
+    batches merged (``merge``): one snapshot, one refresh, one sweep for all."""
+
+    #: The checkpoint before the first batch merged in: the partition's checkpoint
+    #: may not pass it until this work is done.
+    after: int
+    #: The read cursor after the last batch merged in.
+    cursor: int
+    #: ``V`` of the last batch merged in: the version of the sweep's reconciling writes.
+    version: int
+    namespaces: dict[str, NamespaceWork] = field(default_factory=dict)
+    batches: int = 1
+    #: Seconds spent per phase by the last ``apply_subtrees`` (for the log).
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def from_plan(cls, plan: BatchPlan, after: int, cursor: int, version: int) -> SubtreeWork:
+        work = cls(after=after, cursor=cursor, version=version)
+        for ns, p in plan.namespaces.items():
+            if p.moves or p.sweep_before:
+                work.namespaces[ns] = NamespaceWork(
+                    dict(p.moves), dict(p.sweep_before), dict.fromkeys(p.nodes, version)
+                )
+        return work
+
+    @property
+    def empty(self) -> bool:
+        return not self.namespaces
+
+    @property
+    def needs_sweep(self) -> bool:
+        return any(w.sweep_before for w in self.namespaces.values())
+
+    def merge(self, later: SubtreeWork) -> SubtreeWork:
+        """This work followed by ``later``'s (the batches right after it), as one.
+
+        Moves and sweeps keep their highest position; the versions of documents the
+        node part wrote keep the latest. Safe because the merged work is applied
+        from a snapshot taken after the last merged batch was read, and every
+        version in it is at most that batch's cursor."""
+        assert later.after >= self.cursor, "merged out of order"
+        for ns, w in later.namespaces.items():
+            mine = self.namespaces.setdefault(ns, NamespaceWork())
+            for d, pos in w.moves.items():
+                mine.moves[d] = max(pos, mine.moves.get(d, 0))
+            for path, pos in w.sweep_before.items():
+                mine.sweep_before[path] = max(pos, mine.sweep_before.get(path, 0))
+            mine.sweep_before = minimal_sweeps(mine.sweep_before)
+            mine.written.update(w.written)
+        self.cursor = later.cursor
+        self.version = later.version
+        self.batches += later.batches
+        return self
 
 
 def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
@@ -98,7 +187,7 @@ def _outermost(tops: Iterable[Node]) -> list[Node]:
 
 class Applier:
     """Applies batches for one consumer to the index behind ``alias``. Thread-safe
-    (one batch per call; share it between partition runners)."""
+    (one batch per call; share it between partition runners and their lanes)."""
 
     def __init__(
         self,
@@ -117,18 +206,9 @@ class Applier:
         self.chunk_size = chunk_size
         self.stream_chunk = stream_chunk
 
-    def apply(
-        self, events: list[Event], version: int, stop: threading.Event | None = None
-    ) -> BatchResult:
-        """Apply ``events`` (one batch) at external version ``version`` (the position of
-        its last event).
-
-        Raises ``Abandoned`` if ``stop`` is set meanwhile, and lets errors of
-        PostgreSQL or Elasticsearch through; either way nothing needs undoing, and
-        the caller simply applies the batch again later.
-        """
+    @staticmethod
+    def _checker(stop: threading.Event | None) -> Callable[[], None]:
         started = time.monotonic()
-        plan = plan_batch(events)
 
         def check() -> None:
             if stop is not None and stop.is_set():
@@ -136,24 +216,97 @@ class Applier:
             if time.monotonic() - started > MAX_BATCH_AGE:
                 raise Abandoned("batch attempt older than MAX_BATCH_AGE")
 
+        return check
+
+    def apply(
+        self, events: list[Event], version: int, stop: threading.Event | None = None
+    ) -> BatchResult:
+        """Apply ``events`` (one batch) whole, both parts in turn: the nodes at
+        external version ``version`` (the position of its last event), then its
+        subtrees and sweeps.
+
+        Raises ``Abandoned`` if ``stop`` is set meanwhile, and lets errors of
+        PostgreSQL or Elasticsearch through; either way nothing needs undoing, and
+        the caller simply applies the batch again later.
+        """
+        started = time.monotonic()
+        plan = plan_batch(events)
+        stats = self.apply_nodes(plan, version, stop)
+        work = SubtreeWork.from_plan(plan, after=0, cursor=version, version=version)
+        if not work.empty:
+            stats += self.apply_subtrees(work, stop)
+        return BatchResult(
+            len(events), version, stats, work.needs_sweep, time.monotonic() - started
+        )
+
+    def apply_nodes(
+        self, plan: BatchPlan, version: int, stop: threading.Event | None = None,
+        timings: dict[str, float] | None = None,
+    ) -> BulkStats:
+        """The nodes the batch's events name, at ``version``, from one snapshot.
+
+        A batch of at most ``ID_CHUNK`` nodes (the node lane's usual one) is read
+        whole, and the snapshot closed, before the bulk request: the same documents,
+        a shorter transaction."""
+        check = self._checker(stop)
+        t0 = time.monotonic()
         with self.engine.connect() as raw:
             conn = raw.execution_options(isolation_level="REPEATABLE READ")
             with conn.begin():
-                stats = self._send(self._actions(conn, plan, version, check))
-                if plan.needs_sweep:
-                    check()
-                    # A search sees only refreshed writes: make this batch's visible.
-                    self.es.indices.refresh(index=self.alias)
-                    stats += self._send(self._sweep_actions(conn, plan, version, check))
-        return BatchResult(
-            len(events), version, stats, plan.needs_sweep, time.monotonic() - started
-        )
+                actions = self._node_actions(conn, plan, version, check)
+                if sum(len(p.nodes) for p in plan.namespaces.values()) > ID_CHUNK:
+                    return self._send(actions)
+                ready = list(actions)
+        t1 = time.monotonic()
+        stats = self._send(ready)
+        if timings is not None:
+            timings.update(read_nodes=t1 - t0, bulk=time.monotonic() - t1)
+        return stats
 
-    def _send(self, actions: Iterable[dict[str, Any]]) -> BulkStats:
+    def apply_subtrees(
+        self,
+        work: SubtreeWork,
+        stop: threading.Event | None = None,
+        *,
+        chunk_size: int | None = None,
+        yield_to: Callable[[], None] | None = None,
+    ) -> BulkStats:
+        """Rewrite the moved subtrees of ``work``, then (one refresh, one sweep)
+        reconcile what is left under stale paths. Call it only after the node part
+        of every batch merged in was acknowledged: their writes are what let the
+        subtree skip those nodes.
+
+        ``yield_to`` is called before each bulk request of ``chunk_size`` actions and
+        before the refresh: the worker uses it to let the node lane's small, latency-
+        bound batches go first (``indexer.worker.SubtreeLane``)."""
+        check = self._checker(stop)
+        size = chunk_size or self.chunk_size
+        pause = yield_to or (lambda: None)
+        t0 = time.monotonic()
+        with self.engine.connect() as raw:
+            conn = raw.execution_options(isolation_level="REPEATABLE READ")
+            with conn.begin():
+                stats = self._send(
+                    self._subtree_actions(conn, work, check, size, pause), chunk_size=size
+                )
+                t1 = t2 = time.monotonic()
+                if work.needs_sweep:
+                    check()
+                    pause()
+                    # A search sees only refreshed writes: make the rewrites visible, so
+                    # the sweep does not find (and rewrite again) their older copies.
+                    self.es.indices.refresh(index=self.alias)
+                    t2 = time.monotonic()
+                    stats += self._send(self._sweep_actions(conn, work, check))
+        t3 = time.monotonic()
+        work.timings = {"rewrite": t1 - t0, "refresh": t2 - t1, "sweep": t3 - t2}
+        return stats
+
+    def _send(self, actions: Iterable[dict[str, Any]], chunk_size: int | None = None) -> BulkStats:
         def reject(r: Rejected) -> None:
             self.on_reject(r)
 
-        return send(self.es, actions, reject, chunk_size=self.chunk_size)
+        return send(self.es, actions, reject, chunk_size=chunk_size or self.chunk_size)
 
     def _write_or_delete(
         self, ns: str, ids: list[str], found: dict[str, Node], version: int
@@ -165,48 +318,71 @@ class Applier:
             elif is_indexed(node):
                 yield index_action(self.alias, node, version)
 
-    def _actions(
-        self, conn: Connection, plan: BatchPlan, version: int, check: Any
+    def _node_actions(
+        self, conn: Connection, plan: BatchPlan, version: int, check: Callable[[], None]
     ) -> Iterator[dict[str, Any]]:
         for ns, p in plan.namespaces.items():
             for ids in _chunks(sorted(p.nodes), ID_CHUNK):
                 check()
                 yield from self._write_or_delete(ns, ids, fetch_nodes(conn, ns, ids), version)
-            if not p.subtrees:
+
+    def _subtree_actions(
+        self, conn: Connection, work: SubtreeWork, check: Callable[[], None], chunk: int,
+        pause: Callable[[], None],
+    ) -> Iterator[dict[str, Any]]:
+        sent = 0
+        for ns, w in work.namespaces.items():
+            if not w.moves:
                 continue
-            tops = fetch_nodes(conn, ns, sorted(p.subtrees))  # gone ones: covered by sweeps
+            tops = fetch_nodes(conn, ns, sorted(w.moves))  # gone ones: covered by sweeps
             for top in _outermost(tops.values()):
-                for i, node in enumerate(stream_subtree(conn, top, self.stream_chunk)):
+                stream = stream_subtree_versions(
+                    conn, top, w.moves[top.id], w.moves, self.stream_chunk
+                )
+                for i, (node, version) in enumerate(stream):
                     if i % self.stream_chunk == 0:
                         check()
-                    if node.id not in p.nodes and is_indexed(node):
+                    if w.written.get(node.id, 0) < version and is_indexed(node):
+                        if sent % chunk == 0:
+                            pause()  # between two bulk requests of this pass
+                        sent += 1
                         yield index_action(self.alias, node, version)
 
     def _sweep_actions(
-        self, conn: Connection, plan: BatchPlan, version: int, check: Any
+        self, conn: Connection, work: SubtreeWork, check: Callable[[], None]
     ) -> Iterator[dict[str, Any]]:
-        for ns, p in plan.namespaces.items():
-            for path in sorted(p.sweeps):
-                for ids in self._older_docs_under(ns, path, version):
+        for ns, w in work.namespaces.items():
+            paths = sorted(w.sweep_before.items())
+            for start in range(0, len(paths), SWEEP_CLAUSES):
+                for ids in self._stale_docs(ns, dict(paths[start : start + SWEEP_CLAUSES])):
                     check()
-                    yield from self._write_or_delete(ns, ids, fetch_nodes(conn, ns, ids), version)
+                    yield from self._write_or_delete(
+                        ns, ids, fetch_nodes(conn, ns, ids), work.version
+                    )
 
-    def _older_docs_under(self, ns: str, path: str, version: int) -> Iterator[list[str]]:
-        """Ids of documents of ``ns`` at or under ``path`` with ``seq < version``, a page
-        at a time (search_after on the unique node_id: stable while we rewrite them)."""
+    def _stale_docs(self, ns: str, sweep_before: dict[str, int]) -> Iterator[list[str]]:
+        """Ids of documents of ``ns`` under any of the paths with ``seq`` below the
+        highest of their positions, a page at a time (search_after on the unique
+        node_id: stable while we rewrite them). One search for all the paths: one
+        ``terms`` filter and one range, not a clause per path (hundreds of moves merge
+        into one pass; a clause each made the search itself the slow part on
+        noida-db). Using the highest position for every path can only add documents
+        that were already written from a state holding the event (reconciled again
+        from PostgreSQL: harmless); it never leaves a stale one out."""
+        before = max(sweep_before.values())
         filters: list[dict[str, Any]] = [
             {"term": {"namespace": ns}},
-            {"range": {"seq": {"lt": version}}},
+            {"range": {"seq": {"lt": before}}},
         ]
-        under = subtree_filter(path)
-        if under is not None:
-            filters.append(under)
+        if "/" not in sweep_before:  # "/" is the whole namespace: no path filter
+            filters.append({"terms": {TREE_FIELD: sorted(sweep_before)}})
+        query = {"bool": {"filter": filters}}
         after: list[Any] | None = None
         while True:
             resp = self.es.search(
                 index=self.alias,
                 routing=ns,
-                query={"bool": {"filter": filters}},
+                query=query,
                 sort=[{"node_id": "asc"}],
                 size=SWEEP_PAGE,
                 source=False,

@@ -5,16 +5,26 @@ collects, per namespace:
 
 * ``nodes``: node ids whose own document must be rewritten from their current
   row (or deleted if the row is gone): every created, written, moved and deleted
-  node;
-* ``subtrees``: directories moved (renamed or re-parented) whose whole current
-  subtree must be rewritten, because every descendant's ``path`` changed;
+  node. Cheap (one document each): the worker's *node lane* writes them at once.
+* ``moves``: directories moved (renamed or re-parented), each with the position
+  of its last move in the batch, whose whole current subtree must be rewritten
+  because every descendant's ``path`` changed (``subtrees`` is their id set);
 * ``sweeps``: paths under which Elasticsearch may still hold documents of nodes
-  that no longer exist, or no longer live there: the path of a recursively
-  deleted directory, the old path of a moved directory (a subtree moved and then
-  deleted in the same batch has no rows left to rewrite, and its documents still
-  carry the old path), and "/" for a dropped namespace. The worker searches
-  these, after writing the rest of the batch, for documents older than the batch
-  and reconciles each with PostgreSQL.
+  that no longer exist, or no longer live there, each with the position of the
+  event that made them stale: the path of a recursively deleted directory, the
+  old path of a moved directory (a subtree moved and then deleted in the same
+  batch has no rows left to rewrite, and its documents still carry the old
+  path), and "/" for a dropped namespace. A document found there with
+  ``seq`` below that position was written from a state older than the event,
+  so it is reconciled with PostgreSQL; one at or above it was written from a
+  snapshot that already held the event, and is left alone. (That test depends
+  only on the event, not on where a batch happened to end: a restarted or
+  merged batch sweeps exactly the same documents.)
+
+Subtrees and sweeps are the expensive part (a refresh and a search, and up to a
+whole subtree of writes): the worker's *subtree lane* does them, merged across
+batches (``SubtreeWork``), so a directory move no longer costs a batch of its
+own.
 """
 
 from __future__ import annotations
@@ -29,8 +39,18 @@ from coordinator.eventlog import block_end
 @dataclass
 class NamespacePlan:
     nodes: set[str] = field(default_factory=set)
-    subtrees: set[str] = field(default_factory=set)
-    sweeps: set[str] = field(default_factory=set)
+    #: moved directory id -> position of its last move in the batch.
+    moves: dict[str, int] = field(default_factory=dict)
+    #: swept path -> position of the (last) event that made documents under it stale.
+    sweep_before: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def subtrees(self) -> set[str]:
+        return set(self.moves)
+
+    @property
+    def sweeps(self) -> set[str]:
+        return set(self.sweep_before)
 
 
 @dataclass
@@ -42,17 +62,27 @@ class BatchPlan:
 
     @property
     def needs_sweep(self) -> bool:
-        return any(p.sweeps for p in self.namespaces.values())
+        return any(p.sweep_before for p in self.namespaces.values())
+
+    @property
+    def has_subtree_work(self) -> bool:
+        return any(p.moves or p.sweep_before for p in self.namespaces.values())
 
 
-def _minimal_prefixes(paths: set[str]) -> set[str]:
-    """Drop paths already covered by a shorter one (``/a`` covers ``/a/b``)."""
-    if "/" in paths:
-        return {"/"}
-    kept: set[str] = set()
-    for p in sorted(paths):
-        if not any(p == k or p.startswith(k + "/") for k in kept):
-            kept.add(p)
+def minimal_sweeps(sweeps: dict[str, int]) -> dict[str, int]:
+    """Drop paths covered by a shorter one (``/a`` covers ``/a/b``); the covering path
+    keeps the highest position of those it covers. Searching ``/a`` for ``seq < p``
+    with a larger ``p`` than ``/a`` itself needed only adds documents to reconcile
+    (rewritten from PostgreSQL as they are: harmless), never leaves one out."""
+    if "/" in sweeps:
+        return {"/": max(sweeps.values())}
+    kept: dict[str, int] = {}
+    for p in sorted(sweeps):
+        cover = next((k for k in kept if p == k or p.startswith(k + "/")), None)
+        if cover is None:
+            kept[p] = sweeps[p]
+        else:
+            kept[cover] = max(kept[cover], sweeps[p])
     return kept
 
 
@@ -65,23 +95,25 @@ def plan_batch(events: Iterable[Event]) -> BatchPlan:
             continue  # the root is not indexed
         ns = plan.of(ev.namespace)
         if ev.type == "namespace_dropped":
-            ns.sweeps.add("/")
+            ns.sweep_before["/"] = ev.position
             continue
         node_id = ev.node_id or p.get("id")
         if node_id is None:
             continue
         ns.nodes.add(str(node_id))
+        sweep: str | None = None
         if ev.type == "moved" and p.get("kind") == "dir":
-            ns.subtrees.add(str(node_id))
-            if p.get("old_path"):
-                ns.sweeps.add(str(p["old_path"]))
+            ns.moves[str(node_id)] = ev.position  # events come in position order
+            sweep = str(p["old_path"]) if p.get("old_path") else None
         elif (
             ev.type == "deleted" and p.get("kind") == "dir" and p.get("recursive")
             and int(p.get("count", 2)) > 1
         ):
-            ns.sweeps.add(str(p["path"]))
+            sweep = str(p["path"])
+        if sweep is not None:
+            ns.sweep_before[sweep] = ev.position
     for ns in plan.namespaces.values():
-        ns.sweeps = _minimal_prefixes(ns.sweeps)
+        ns.sweep_before = minimal_sweeps(ns.sweep_before)
     return plan
 
 
@@ -93,14 +125,15 @@ def moves_subtree(ev: Event) -> bool:
 def cut_after_subtree_move(events: list[Event], cursor: int) -> tuple[list[Event], int]:
     """End the batch with the first transaction that moves a directory.
 
+    No longer used by the worker (it was how the worker kept a big rename
+    restartable, at the price of one batch, refresh and sweep per directory move;
+    subtree documents are now written at the position of their move instead, see
+    ``indexer.applier``). Kept for callers that want one move per batch.
+
     Returns the events to apply now and the cursor that goes with them. A
     transaction's events share one block of positions and no other transaction
     uses that block, so every event up to the end of the block is in the batch:
-    the shorter cursor is just as safe. This keeps a big rename in a batch of its
-    own, with the same events (and so the same version) however often it is read
-    again: a worker restarted in its middle finds the documents it already wrote
-    answered by 409 (cheap) instead of rewriting them all. (Recursive deletes need
-    no such care: a restarted sweep finds only the documents not yet deleted.)
+    the shorter cursor is just as safe.
     """
     for i, ev in enumerate(events):
         if moves_subtree(ev):

@@ -48,6 +48,30 @@ _SUBTREE = text(
 )
 
 
+# The same walk, carrying each node's write version: the highest position among the
+# moves (of the batch being applied) of the directories on its way down from the top,
+# i.e. the position of the last move that changed its path. Order-independent: the
+# version travels with the row, whatever order the server emits rows in.
+_SUBTREE_VERSIONS = text(
+    """
+    WITH RECURSIVE moves(id, pos) AS (
+        SELECT * FROM unnest(CAST(:move_ids AS uuid[]), CAST(:move_pos AS bigint[]))
+    ), sub AS (
+        SELECT id, parent_id, name, kind, version, content, metadata,
+               CAST(:path AS text) AS path, CAST(:top_version AS bigint) AS write_version
+          FROM nodes WHERE namespace = :ns AND id = :id
+      UNION ALL
+        SELECT n.id, n.parent_id, n.name, n.kind, n.version, n.content, n.metadata,
+               CASE WHEN s.path = '/' THEN '/' || n.name ELSE s.path || '/' || n.name END,
+               GREATEST(s.write_version, COALESCE(m.pos, 0))
+          FROM sub s JOIN nodes n ON n.namespace = :ns AND n.parent_id = s.id
+          LEFT JOIN moves m ON m.id = n.id
+    )
+    SELECT * FROM sub
+    """
+)
+
+
 def _node(ns: str, row: Row[Any]) -> Node:
     return Node(
         id=str(row.id),
@@ -88,5 +112,24 @@ def stream_subtree(conn: Connection, top: Node, chunk: int = 1000) -> Iterator[N
     try:
         for r in rows:
             yield _node(top.namespace, r)
+    finally:
+        rows.close()
+
+
+def stream_subtree_versions(
+    conn: Connection, top: Node, top_version: int, moves: dict[str, int], chunk: int = 1000
+) -> Iterator[tuple[Node, int]]:
+    """Like ``stream_subtree``, with each node's write version: the largest of
+    ``top_version`` and ``moves[d]`` over the directories ``d`` from the top down to
+    the node (itself included)."""
+    ids = [uuid.UUID(i) for i in moves]
+    rows = conn.execution_options(stream_results=True, yield_per=chunk).execute(
+        _SUBTREE_VERSIONS,
+        {"ns": top.namespace, "id": uuid.UUID(top.id), "path": top.path,
+         "top_version": top_version, "move_ids": ids, "move_pos": list(moves.values())},
+    )
+    try:
+        for r in rows:
+            yield _node(top.namespace, r), int(r.write_version)
     finally:
         rows.close()

@@ -1,10 +1,12 @@
 """Waking the worker: LISTEN/NOTIFY first, polling as the fallback.
 
 The coordinator sends ``NOTIFY pathkeeper_events`` in every writing transaction
-(delivered at commit). ``Listener`` holds a dedicated connection in LISTEN and
-calls ``wake()`` on each notification; if that connection breaks it reconnects
-with backoff, and meanwhile the worker's APScheduler interval job (the polling
-fallback) keeps waking it.
+(delivered at commit), its payload the partition hashes of the namespaces it
+wrote (``coordinator.eventlog.notified_partitions``). ``Listener`` holds a
+dedicated connection in LISTEN and calls ``wake(payload)`` on each notification
+(``wake(None)``, "anything may have changed", after (re)connecting); if that
+connection breaks it reconnects with backoff, and meanwhile the worker's
+APScheduler interval job (the polling fallback) keeps waking it.
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ logger = logging.getLogger("pathkeeper.indexer")
 
 
 class Listener:
-    """A daemon thread turning notifications on ``channel`` into ``wake()`` calls."""
+    """A daemon thread turning notifications on ``channel`` into ``wake(payload)`` calls."""
 
     def __init__(
-        self, database_url: str, wake: Callable[[], None], channel: str = NOTIFY_CHANNEL
+        self, database_url: str, wake: Callable[[str | None], None], channel: str = NOTIFY_CHANNEL
     ) -> None:
         self.url = libpq_url(database_url)
         self.wake = wake
@@ -58,12 +60,12 @@ class Listener:
                     conn.execute(f"LISTEN {self.channel}")
                     self.listening.set()
                     # Events may have committed while we were not listening.
-                    self.wake()
+                    self.wake(None)
                     delay = 0.1
                     while not self._stop.is_set():
                         # The timeout only bounds how long a stop request waits.
-                        for _ in conn.notifies(timeout=0.5, stop_after=1):
-                            self.wake()
+                        for note in conn.notifies(timeout=0.5, stop_after=1):
+                            self.wake(note.payload)
             except psycopg.Error as exc:
                 self.listening.clear()
                 log(logger, logging.WARNING, "listen_connection_lost", error=str(exc),

@@ -1,0 +1,155 @@
+"""The two lanes of a partition and targeted wake-ups, on real PostgreSQL and a real
+search server: small changes flow past a big subtree rewrite, the checkpoint (and so
+``wait_indexed``) still waits for it, and a notification names its partitions."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+from elasticsearch import Elasticsearch
+from indexer_support import (
+    assert_index_matches,
+    bulk_subtree,
+    expected_docs,
+    index_docs,
+    last_position,
+    run_once,
+    running_worker,
+)
+
+from coordinator import Coordinator
+from coordinator.api import libpq_url
+from coordinator.eventlog import NOTIFY_CHANNEL, notified_partitions
+from coordinator.indexing import consumer_for
+from indexer.applier import Abandoned, Applier, SubtreeWork
+from indexer.plan import plan_batch
+
+
+def test_file_renames_flow_past_a_big_subtree_rewrite(
+    coord: Coordinator, es: Elasticsearch, alias: str, database_url: str, es_url: str
+) -> None:
+    coord.create_namespace("lane")
+    coord.mkdir("lane", "/home")
+    _, count = bulk_subtree(coord, "lane", "/home", "big", dirs=20, files_per_dir=999)
+    small = coord.create_file("lane", "/notes", "n").node.id
+    run_once(database_url, es_url, alias, partitions=1)
+    consumer = consumer_for(alias)
+    with running_worker(database_url, es_url, alias, partitions=1, chunk_size=500):
+        big = coord.rename("lane", "/home", "house")
+        assert big.seq is not None
+        seen_before_big_done = 0
+        renames = 0
+        # Rename a file of the same namespace (same partition) again and again while the
+        # 20,000-document rewrite runs; each must become visible on its own.
+        while not coord.wait_indexed(big.seq, 0.0, consumer=consumer):
+            renames += 1
+            r = coord.rename("lane", small, f"notes-{renames}")
+            assert r.seq is not None
+            deadline = time.monotonic() + 30
+            while True:
+                doc = es.get(index=alias, id=small, routing="lane", realtime=True)["_source"]
+                if doc["seq"] >= r.seq:
+                    break
+                assert time.monotonic() < deadline, "file rename never became visible"
+                time.sleep(0.005)
+            assert doc["path"] == f"/notes-{renames}"
+            if not coord.wait_indexed(big.seq, 0.0, consumer=consumer):
+                # Visible, and read-your-writes still refuses: the rename's seq is above
+                # the big rename's, which is not fully in the index yet.
+                assert not coord.wait_indexed(r.seq, 0.0, consumer=consumer)
+                seen_before_big_done += 1
+        assert seen_before_big_done >= 2, (seen_before_big_done, renames)
+        assert assert_index_matches(coord, es, alias) == count + 2  # + /home, /notes
+
+
+def test_notification_names_the_partitions_of_its_namespaces(
+    coord: Coordinator, database_url: str
+) -> None:
+    names = [f"ns-{i}" for i in range(12)]
+    got: list[str] = []
+    listening = threading.Event()
+    done = threading.Event()
+
+    def listen() -> None:
+        with psycopg.connect(libpq_url(database_url), autocommit=True) as conn:
+            conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            listening.set()
+            while not done.is_set():
+                for note in conn.notifies(timeout=0.2, stop_after=1):
+                    got.append(note.payload)
+
+    thread = threading.Thread(target=listen, daemon=True)
+    thread.start()
+    assert listening.wait(10)
+    for ns in names:
+        coord.create_namespace(ns)
+    with coord.transaction(names[0]) as tx:  # one transaction, one namespace, 2 events
+        tx.mkdir("/a")
+        tx.mkdir("/b")
+    deadline = time.monotonic() + 10
+    while len(got) < len(names) + 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    done.set()
+    thread.join(5)
+    assert len(got) == len(names) + 1, got
+    with coord.engine.connect() as conn:
+        for count in (1, 3, 4, 7):
+            want = [
+                {int(conn.exec_driver_sql(
+                    "SELECT mod(hashtext(%(ns)s)::bigint & 2147483647, %(n)s)",
+                    {"ns": ns, "n": count},
+                ).scalar_one())}
+                for ns in [*names, names[0]]
+            ]
+            assert [notified_partitions(p, count) for p in got] == want
+    assert notified_partitions("", 4) is None  # no payload: wake everyone
+    assert notified_partitions(None, 4) is None
+
+
+def test_subtree_pass_cut_short_resumes_with_409s_even_merged_with_later_batches(
+    coord: Coordinator, es: Elasticsearch, alias: str, database_url: str, es_url: str
+) -> None:
+    """The restart property without a cut at directory moves: descendants are written at
+    their move's position, so a pass stopped midway and applied again, even merged with
+    a later batch (hence a larger batch version), finds what it wrote answered by 409."""
+    coord.create_namespace("r")
+    coord.mkdir("r", "/home")
+    _, count = bulk_subtree(coord, "r", "/home", "t", dirs=5, files_per_dir=399)
+    run_once(database_url, es_url, alias, partitions=1)
+    before = last_position(coord)
+    coord.rename("r", "/home", "house")
+    first, cursor1 = coord.read_events(after=before)
+    coord.create_file("r", "/later", "a later batch")
+    second, cursor2 = coord.read_events(after=cursor1)
+    applier = Applier(coord.engine, es, alias, lambda r: None, chunk_size=500,
+                      stream_chunk=500)
+    plan1, plan2 = plan_batch(first), plan_batch(second)
+    applier.apply_nodes(plan1, first[-1].position)
+    stop = threading.Event()
+    pauses = 0
+
+    def pause() -> None:  # called before each 500-action request: stop after two
+        nonlocal pauses
+        pauses += 1
+        if pauses == 3:
+            stop.set()
+
+    work = SubtreeWork.from_plan(plan1, after=before, cursor=cursor1, version=first[-1].position)
+    try:
+        applier.apply_subtrees(work, stop, chunk_size=500, yield_to=pause)
+        raise AssertionError("the pass was not cut short")
+    except Abandoned:
+        pass
+    applier.apply_nodes(plan2, second[-1].position)
+    again = SubtreeWork.from_plan(plan1, after=before, cursor=cursor1,
+                                  version=first[-1].position)
+    again.merge(SubtreeWork.from_plan(plan2, after=cursor1, cursor=cursor2,
+                                      version=second[-1].position))
+    stats = applier.apply_subtrees(again)
+    assert stats.already_newer >= 1000, stats  # the two requests sent before the stop
+    assert stats.indexed + stats.already_newer == count, stats  # /home itself: node part
+    want = expected_docs(coord, "r")
+    got = index_docs(es, alias, "r")
+    assert {k: {f: v for f, v in d.items() if f != "seq"} for k, d in got.items()} == want
