@@ -254,6 +254,8 @@ LEFT JOIN log_snapshot_nodes s
        ON g.since IS NULL AND s.snapshot_id = :sid AND s.namespace = a.namespace
       AND s.id = a.node_id
 WHERE a.ns_created IS NULL AND a.ns_dropped IS NULL
+  -- nodes of an earlier generation of the namespace are gone with it, whatever they did
+  AND a.last_pos > coalesce(g.since, -1)
   AND (a.unknown > 0 OR a.c_count > 1 OR a.last_pos > a.d_pos
        OR (a.first_change IS NOT NULL AND s.id IS NULL
            AND (a.c_pos IS NULL OR a.first_change < a.c_pos)))
