@@ -1,8 +1,8 @@
 """Load benchmark: a sustained mixed workload with the indexer worker running.
 
 Run: ``python bench/bench_load.py`` (60 s by default; ``--seconds 180`` for the figures
-in RELIABILITY.md; starts its own PostgreSQL and local search node, see ``indexer.local_search``, or uses
-``ES_URL``).
+in RELIABILITY.md; starts its own PostgreSQL and local search node, see
+``indexer.local_search``, or uses ``ES_URL``).
 
 * ``--clients`` (16) client **processes** (``spawn``, one ``Coordinator`` each, so no
   shared GIL), spread over ``--namespaces`` (8) namespaces. Each owns a directory
