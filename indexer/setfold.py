@@ -52,6 +52,8 @@ the ``nodes`` table.
 from __future__ import annotations
 
 import itertools
+import os
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -62,8 +64,11 @@ from coordinator import Node
 
 from .fold import Anomalies
 
-#: Memory PostgreSQL may use per sort or hash of the fold, before it spills to disk.
-WORK_MEM = "64MB"
+#: Memory PostgreSQL may use per sort or hash of the fold before it spills to temporary
+#: files (a hash may use ``hash_mem_multiplier`` times this, 2 by default). The fold's
+#: one big hash is the per-node aggregate (~450 bytes a node): 128MB keeps ~500,000
+#: nodes in memory, larger namespaces spill, which costs time, never memory.
+WORK_MEM = os.environ.get("PATHKEEPER_FOLD_WORK_MEM", "128MB")
 #: Rows per fetch when streaming the folded nodes.
 STREAM_CHUNK = 5000
 
@@ -397,6 +402,8 @@ def fold_into(
         "after": base.position, "until": until, "sid": base.snapshot_id,
         "nss": list(namespaces or ()),
     }
+    if not re.fullmatch(r"\d+\s*(kB|MB|GB)?", WORK_MEM):
+        raise ValueError(f"PATHKEEPER_FOLD_WORK_MEM: not a memory size: {WORK_MEM!r}")
     conn.execute(text(f"SET LOCAL work_mem = '{WORK_MEM}'"))
     # JIT compiles these plans for seconds and gains nothing on them (measured).
     conn.execute(text("SET LOCAL jit = off"))
@@ -409,7 +416,6 @@ def fold_into(
     conn.execute(text(f"CREATE INDEX ON {t['state']} (namespace, parent_id)"))
     conn.execute(text(f"ANALYZE {t['state']}"))
     conn.execute(text(WALK_SQL.format(**t)), params)
-    conn.execute(text(f"ANALYZE {t['nodes']}"))
     fold.events = int(
         conn.execute(text(f"SELECT coalesce(sum(n), 0) FROM {t['agg']}")).scalar_one()
     )
