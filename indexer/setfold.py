@@ -236,18 +236,39 @@ FROM {gen} WHERE since IS NOT NULL
 """
 
 # Paths, once, from the roots down: only what the roots reach is live (see above).
+# Each level of the walk is a hash join of the level's nodes with the state table, i.e.
+# one scan of it per level: cheaper than building an index and probing it once per node
+# (measured 2.4 s against 1.8 s + 4.9 s at 1,000,000 nodes) as long as trees are shallow.
+# Past SHALLOW levels the walk stops; if nodes are left at that depth, the rest of the
+# walk continues from them with an index (one probe per node, whatever the depth: paths
+# may be up to 256 levels deep).
+SHALLOW = 24
 WALK_SQL = """
 CREATE TEMPORARY TABLE {nodes} AS
 WITH RECURSIVE walk AS (
     SELECT s.namespace, s.id, s.parent_id, s.name, s.kind, s.content, s.metadata, s.version,
-           CAST('/' AS text) AS path
+           CAST('/' AS text) AS path, 0 AS depth
     FROM {state} s JOIN {gen} g ON g.namespace = s.namespace AND g.root_id = s.id
   UNION ALL
     SELECT n.namespace, n.id, n.parent_id, n.name, n.kind, n.content, n.metadata, n.version,
-           CASE WHEN w.path = '/' THEN '/' || n.name ELSE w.path || '/' || n.name END
+           CASE WHEN w.path = '/' THEN '/' || n.name ELSE w.path || '/' || n.name END,
+           w.depth + 1
     FROM walk w JOIN {state} n ON n.namespace = w.namespace AND n.parent_id = w.id
+    WHERE w.depth < {shallow}
 )
 SELECT * FROM walk
+"""
+DEEP_WALK_SQL = """
+INSERT INTO {nodes}
+WITH RECURSIVE walk AS (
+    SELECT namespace, id, parent_id, name, kind, content, metadata, version, path, depth
+    FROM {nodes} WHERE depth = {shallow}
+  UNION ALL
+    SELECT n.namespace, n.id, n.parent_id, n.name, n.kind, n.content, n.metadata, n.version,
+           w.path || '/' || n.name, w.depth + 1
+    FROM walk w JOIN {state} n ON n.namespace = w.namespace AND n.parent_id = w.id
+)
+SELECT * FROM walk WHERE depth > {shallow}
 """
 
 ANOMALY_SQL = """
@@ -413,9 +434,15 @@ def fold_into(
     conn.execute(text(f"ANALYZE {t['agg']}"))
     conn.execute(text(GEN_SQL.format(**t, ns_filter=_ns_filter(namespaces))), params)
     conn.execute(text(STATE_SQL.format(**t)), params)
-    conn.execute(text(f"CREATE INDEX ON {t['state']} (namespace, parent_id)"))
     conn.execute(text(f"ANALYZE {t['state']}"))
-    conn.execute(text(WALK_SQL.format(**t)), params)
+    conn.execute(text(WALK_SQL.format(**t, shallow=SHALLOW)), params)
+    deeper = conn.execute(text(
+        f"SELECT EXISTS (SELECT FROM {t['nodes']} WHERE depth = {SHALLOW})"
+    )).scalar_one()
+    if deeper:
+        conn.execute(text(f"CREATE INDEX ON {t['state']} (namespace, parent_id)"))
+        conn.execute(text(f"ANALYZE {t['state']}"))
+        conn.execute(text(DEEP_WALK_SQL.format(**t, shallow=SHALLOW)), params)
     fold.events = int(
         conn.execute(text(f"SELECT coalesce(sum(n), 0) FROM {t['agg']}")).scalar_one()
     )

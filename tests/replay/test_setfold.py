@@ -141,3 +141,22 @@ def test_a_node_moved_out_before_its_directory_is_deleted_survives(
     with setfold.fold(coord.engine, until=current_bound(coord.engine)) as f:
         paths = sorted(n.path for n in f.trees[ns].nodes())
     assert paths == ["/", "/other", "/other/keep"]
+
+
+@pytest.mark.parametrize("shallow", [setfold.SHALLOW, 2])
+def test_deep_trees_are_walked_past_the_shallow_levels(
+    coord: Coordinator, ns: str, shallow: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past ``SHALLOW`` levels the walk goes on with an index: every depth is reached."""
+    monkeypatch.setattr(setfold, "SHALLOW", shallow)
+    deep = "/" + "/".join(f"d{i}" for i in range(40))
+    coord.mkdir(ns, deep, parents=True)
+    for depth in (1, 2, 3, 25, 40):
+        coord.create_file(ns, "/" + "/".join(f"d{i}" for i in range(depth)) + "/f", "x")
+    coord.move(ns, "/d0/d1/d2/d3", "/moved")  # a deep subtree changes depth
+    coord.delete(ns, "/moved/d4/d5/d6/d7/d8/d9/d10/d11/d12/d13/d14/d15/d16/d17/d18/d19/d20/"
+                 "d21/d22/d23/d24/d25/d26/d27/d28/d29/d30", recursive=True)
+    with setfold.fold(coord.engine, until=current_bound(coord.engine)) as f:
+        got = {n.id: (n.parent_id, n.name, n.path) for n in f.trees[ns].nodes()}
+    assert got == {n.id: (n.parent_id, n.name, n.path) for n in coord.walk(ns)}
+    assert max(p.count("/") for _, _, p in got.values()) == 27  # deeper than SHALLOW
