@@ -1,9 +1,13 @@
-"""Replay / reindex / verify: events folded per second, replay end to end against the raw
-bulk rate of the same documents to the same server in the same run, verify of a large
-namespace (seconds, peak memory), and the size of the event log per million renames.
+"""Replay / reindex / verify: events folded per second beside the time PostgreSQL takes
+to merely read the same events (the ceiling), for a namespace below and one above the
+old spill size, from the start, ``--until`` half-way and from a snapshot; replay end to
+end against the raw bulk rate of the same documents to the same server in the same run;
+verify of a large namespace (seconds, peak memory); the event log's size per million
+renames.
 
-    python bench/bench_replay.py                       # 1,000,000 events, 200,000 nodes
-    python bench/bench_replay.py --events 200000 --verify-nodes 50000   # smaller
+    python bench/bench_replay.py                       # everything, default sizes
+    python bench/bench_replay.py --fold-only           # only the fold part (no search)
+    python bench/bench_replay.py --fold-only --big-nodes 1000000 --big-events 5000000
 
 The event log is generated directly in SQL (a valid history: a namespace, its
 directories, its files, then renames and content writes of those files, in blocks
@@ -35,14 +39,16 @@ from sqlalchemy import create_engine, text
 
 from coordinator import Coordinator
 from coordinator.api import sqlalchemy_url
+from coordinator.migrate import upgrade
 from coordinator.models import POSITION_BLOCK
-from indexer import mapping
+from indexer import mapping, setfold
 from indexer.documents import index_action, is_indexed
-from indexer.fold import Folder
+from indexer.fold import DEFAULT_SPILL_THRESHOLD, Folder
 from indexer.local_search import new_local_search
 from indexer.progress import Progress
 from indexer.replay import BULK_BYTES, BULK_CHUNK, current_bound, rebuild, scan_events
-from indexer.verify import verify_index
+from indexer.retention import take_snapshot
+from indexer.verify import verify_index, verify_log
 
 PER_BLOCK = 100
 
@@ -62,7 +68,7 @@ seq AS (
 )
 INSERT INTO events (namespace, position, node_id, type, payload)
 SELECT p.ns,
-       p.first + (s.e / {PER_BLOCK}) * {POSITION_BLOCK} + s.e % {PER_BLOCK},
+       p.first + (CAST(s.e AS bigint) / {PER_BLOCK}) * {POSITION_BLOCK} + s.e % {PER_BLOCK},
        CASE WHEN s.type = 'namespace_created' THEN md5(p.ns || 'root')::uuid
             WHEN s.type = 'created_dir' THEN md5(p.ns || 'd' || s.j)::uuid
             ELSE md5(p.ns || 'f' || s.j)::uuid END,
@@ -138,7 +144,7 @@ def fold_all(url: str, ns: str, spill_threshold: int = 10**12,
     return folder, time.monotonic() - started
 
 
-def materialize_nodes(url: str, folder: Folder, ns: str) -> int:
+def materialize_nodes(url: str, folder: Folder | setfold.SetFold, ns: str) -> int:
     """Write ``nodes`` (and ``namespaces``) as the fold says, so that reindex and verify
     have a table to read; returns the node count."""
     tree = folder.trees[ns]
@@ -165,7 +171,7 @@ def materialize_nodes(url: str, folder: Folder, ns: str) -> int:
     return len(rows)
 
 
-def raw_bulk(es: Elasticsearch, folder: Folder, ns: str, index: str,
+def raw_bulk(es: Elasticsearch, folder: Folder | setfold.SetFold, ns: str, index: str,
              alias: str | None = None) -> tuple[int, float]:
     """The documents of ``ns`` as replay writes them, bulk-loaded with the same client
     settings into an index created the same way; only the bulk is timed."""
@@ -220,6 +226,132 @@ def run_child(*args: str) -> dict[str, Any]:
     return result
 
 
+RAW_READ_SQL = (
+    "COPY (SELECT position, namespace, type, node_id, payload, committed_at FROM events "
+    "WHERE namespace = {ns} AND position <= {until}) TO STDOUT"
+)
+
+
+def raw_read(url: str, ns: str, until: int = 2**62) -> tuple[float, int, int]:
+    """The ceiling: PostgreSQL reading the same events and sending them out as text, to a
+    client that drops them (seconds, rows, bytes). The fold reads what this reads."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(url) as conn:
+        conn.execute("SET jit = off")
+        started = time.monotonic()
+        rows = size = 0
+        query = sql.SQL(RAW_READ_SQL).format(ns=sql.Literal(ns), until=sql.Literal(until))
+        with conn.cursor().copy(query) as copy:
+            for chunk in copy:
+                size += len(chunk)
+                rows += bytes(chunk).count(b"\n")
+        return time.monotonic() - started, rows, size
+
+
+def set_fold(url: str, ns: str, until: int, snapshots: bool = False
+             ) -> tuple[setfold.SetFold, float]:
+    coord = Coordinator.connect(url)
+    started = time.monotonic()
+    folded = setfold.fold(coord.engine, until=until, namespaces=[ns], use_snapshots=snapshots)
+    return folded, time.monotonic() - started
+
+
+def fold_part(args: argparse.Namespace, url: str, report: Callable[..., None]) -> None:
+    """For a namespace below and one above the spill size: raw read vs set fold, twice,
+    alternating; --until half-way; from a snapshot; streaming the result; the old
+    sequential fold on a sample of the small one; verify_log of the big one."""
+    sizes = [("below spill size", "fs", args.small_nodes, args.small_events),
+             ("above spill size", "fb", args.big_nodes, args.big_events)]
+    engine = create_engine(sqlalchemy_url(url))
+    for label, ns, nodes, events in sizes:
+        dirs = max(1, nodes // 100)
+        files = nodes - 1 - dirs
+        t = time.monotonic()
+        n = generate(url, ns, dirs, files, events - nodes)
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text("VACUUM ANALYZE events"))  # a log at rest, as autovacuum leaves it
+        print(f"[{label}] generated {n:,} events ending in {nodes:,} nodes "
+              f"in {time.monotonic() - t:.0f}s; load {load_average()}", flush=True)
+        end = current_bound(engine)
+        for round_ in (1, 2):
+            raw_s, rows, size = raw_read(url, ns)
+            assert rows == n, (rows, n)
+            report(f"raw read, {label} (round {round_})", f"{n:,} events, {size / 2**20:.0f} MiB",
+                   f"{raw_s:.1f}", f"{n / raw_s:,.0f} events/s")
+            folded, fold_s = set_fold(url, ns, end)
+            with folded:
+                assert folded.node_count() == nodes and not folded.anomalies.count
+                report(f"set fold, {label} (round {round_})",
+                       f"{n:,} ev -> {nodes:,} nodes", f"{fold_s:.1f}",
+                       f"{n / fold_s:,.0f} events/s = {raw_s / fold_s:.2f} x raw read "
+                       f"(load {load_average().split()[0]})")
+                if round_ == 2:
+                    t = time.monotonic()
+                    streamed = sum(1 for _ in folded.trees[ns].nodes())
+                    secs = time.monotonic() - t
+                    report(f"  stream the folded nodes to Python, {label}", f"{streamed:,} nodes",
+                           f"{secs:.1f}", f"{streamed / secs:,.0f} nodes/s")
+        with engine.connect() as conn:
+            half = int(conn.execute(text(
+                "SELECT position FROM events WHERE namespace = :ns ORDER BY position "
+                "OFFSET :k LIMIT 1"), {"ns": ns, "k": n // 2}).scalar_one())
+        raw_s, rows, _ = raw_read(url, ns, half)
+        folded, fold_s = set_fold(url, ns, half)
+        folded.close()
+        report(f"--until half-way, {label}", f"{rows:,} events", f"{fold_s:.1f}",
+               f"{rows / fold_s:,.0f} events/s = {raw_s / fold_s:.2f} x raw read "
+               f"({raw_s:.1f} s)")
+        with engine.connect() as conn:
+            at = int(conn.execute(text(
+                "SELECT position FROM events WHERE namespace = :ns ORDER BY position "
+                "OFFSET :k LIMIT 1"), {"ns": ns, "k": n * 4 // 5}).scalar_one())
+        t = time.monotonic()
+        snap = take_snapshot(engine, at)
+        report(f"snapshot at 80 %, {label}", f"{snap.nodes:,} nodes stored",
+               f"{time.monotonic() - t:.1f}", f"(all namespaces folded so far: "
+               f"{snap.events_folded:,} events)")
+        folded, fold_s = set_fold(url, ns, end, snapshots=True)
+        with folded:
+            assert folded.base.snapshot_id == snap.id and folded.node_count() == nodes
+            report(f"fold from snapshot + 20 % tail, {label}",
+                   f"{folded.events:,} tail events", f"{fold_s:.1f}",
+                   f"{n / fold_s:,.0f} log events/s equivalent")
+        with engine.begin() as conn:  # the next namespace's numbers start from the log again
+            conn.execute(text("DELETE FROM log_snapshots"))
+    # The old sequential fold, on a sample of the small namespace (it is slow).
+    folder, secs = fold_all(url, "fs", limit=args.spill_sample)
+    report("sequential fold (indexer.fold), in memory", f"{folder.events:,} events",
+           f"{secs:.1f}", f"{folder.events / secs:,.0f} events/s")
+    folder.close()
+    folder, secs = fold_all(url, "fs", 1000, args.spill_sample // 4)
+    report("sequential fold, spilled to PostgreSQL", f"{folder.events:,} events",
+           f"{secs:.1f}", f"{folder.events / secs:,.0f} events/s")
+    folder.close()
+    # verify_log of the big namespace: nodes written from the fold, in SQL (setup only).
+    folded, _ = set_fold(url, "fb", current_bound(engine))
+    with folded:
+        conn = folded.conn
+        conn.execute(text("SET LOCAL session_replication_role = replica"))
+        conn.execute(text("INSERT INTO namespaces (name, root_id) SELECT namespace, id FROM "
+                          f"{folded.tables['nodes']} WHERE parent_id IS NULL"))
+        conn.execute(text("INSERT INTO nodes (namespace, id, parent_id, name, kind, content, "
+                          "metadata, version) SELECT namespace, id, parent_id, name, kind, "
+                          f"content, metadata, version FROM {folded.tables['nodes']}"))
+        conn.commit()
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM ANALYZE nodes"))
+    coord = Coordinator.connect(url)
+    rep = verify_log(coord, namespaces=["fb"])
+    assert rep.ok, (rep.drift[:3], rep.anomalies[:3])
+    report("verify_log (set fold + join with nodes), above spill size",
+           f"{rep.events:,} events, {rep.nodes:,} nodes", f"{rep.seconds:.1f}",
+           f"{rep.events / rep.seconds:,.0f} events/s")
+    coord.close()
+    engine.dispose()
+
+
 def replay_part(
     args: argparse.Namespace, url: str, es: Elasticsearch, report: Callable[..., None]
 ) -> None:
@@ -244,13 +376,12 @@ def replay_part(
           f"({size / 2**20:.0f} MiB); a rename row is {float(moved):.0f} bytes "
           f"-> ~{size / n * 1e6 / 2**30:.2f} GiB per million renames")
 
-    folder, secs = fold_all(url, "r")
-    report("fold, in memory", f"{folder.events:,} events", f"{secs:.1f}",
-           f"{folder.events / secs:,.0f} events/s")
-    spilled, secs = fold_all(url, "r", 1000, args.spill_sample)
-    report("fold, spilled to PostgreSQL", f"{spilled.events:,} events", f"{secs:.1f}",
-           f"{spilled.events / secs:,.0f} events/s")
-    spilled.close()
+    raw_s, _, _ = raw_read(url, "r")
+    report("raw read of the log (COPY)", f"{n:,} events", f"{raw_s:.1f}",
+           f"{n / raw_s:,.0f} events/s")
+    folder, secs = set_fold(url, "r", current_bound(create_engine(sqlalchemy_url(url))))
+    report("set fold", f"{folder.events:,} events", f"{secs:.1f}",
+           f"{folder.events / secs:,.0f} events/s = {raw_s / secs:.2f} x raw read")
 
     docs, secs = raw_bulk(es, folder, "r", "bench-raw")
     report("raw streaming_bulk, same docs", f"{docs:,} docs", f"{secs:.1f}",
@@ -282,7 +413,16 @@ def main() -> None:
                         help="live documents the replay history ends with")
     parser.add_argument("--verify-nodes", type=int, default=200_000)
     parser.add_argument("--spill-sample", type=int, default=100_000,
-                        help="events folded with the PostgreSQL backend (it is slower)")
+                        help="events folded by the old sequential fold (it is slower)")
+    parser.add_argument("--small-nodes", type=int, default=DEFAULT_SPILL_THRESHOLD // 5,
+                        help="nodes of the namespace below the spill size")
+    parser.add_argument("--small-events", type=int, default=DEFAULT_SPILL_THRESHOLD)
+    parser.add_argument("--big-nodes", type=int, default=1_000_000,
+                        help="nodes of the namespace above the spill size")
+    parser.add_argument("--big-events", type=int, default=5_000_000)
+    parser.add_argument("--fold-only", action="store_true",
+                        help="only the fold part (no search server)")
+    parser.add_argument("--skip-fold", action="store_true", help="skip the fold part")
     parser.add_argument("--verify-only", action="store_true",
                         help="skip the fold/replay/reindex parts")
     parser.add_argument("--verify-child", nargs=4, metavar=("URL", "ES", "ALIAS", "NS"),
@@ -298,21 +438,32 @@ def main() -> None:
     if args.events - 1 - args.docs < 0:
         parser.error("--events must exceed --docs")
     rows: list[list[object]] = []
+
+    def report(*row: object) -> None:
+        rows.append(list(row))
+        print("  ".join(str(c) for c in row), flush=True)
+
+    if args.fold_only:
+        with migrated_cluster("bench_replay") as (_pg, url):
+            fold_part(args, url, report)
+        print(table(["what", "size", "seconds", "rate"], rows))
+        print(f"load average at the end {load_average()}")
+        return
     with migrated_cluster("bench_replay") as (_pg, url), new_local_search() as search:
         es_url = os.environ.get("ES_URL") or search.url
         es = Elasticsearch(es_url, request_timeout=600)
-
-        def report(*row: object) -> None:
-            rows.append(list(row))
-            print("  ".join(str(c) for c in row), flush=True)
-
+        if not args.verify_only and not args.skip_fold:
+            # A database of its own: its million nodes must not weigh on the replay below.
+            fold_url = _pg.create_database("bench_fold")
+            upgrade(fold_url)
+            fold_part(args, fold_url, report)
         if not args.verify_only:
             replay_part(args, url, es, report)
 
 
         vdirs = max(1, args.verify_nodes // 100)
         generate(url, "v", vdirs, args.verify_nodes - vdirs - 1, 0)
-        vfolder, _ = fold_all(url, "v")
+        vfolder, _ = set_fold(url, "v", current_bound(create_engine(sqlalchemy_url(url))))
         materialize_nodes(url, vfolder, "v")
         docs, secs = raw_bulk(es, vfolder, "v", "bench-verify-v1", alias="bench-verify")
         vfolder.close()

@@ -103,6 +103,9 @@ def _register() -> None:
     main.add_command(replay)
     main.add_command(reindex)
     main.add_command(verify)
+    from indexer.retention_cli import compact, snapshot  # snapshots, compaction (issue 14)
+    main.add_command(snapshot)
+    main.add_command(compact)
 
 
 _register()

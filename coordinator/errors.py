@@ -110,3 +110,19 @@ class InvalidArgument(CoordinatorError, ValueError):
     """An argument of a call is out of range (e.g. ``read_events(limit=0)``)."""
 
     code = "invalid_argument"
+
+
+class CursorExpired(CoordinatorError):
+    """The cursor points into the part of the event log that compaction deleted: the events
+    right after it are gone, so reading on would skip them. Rebuild from a snapshot
+    (``pathkeeper replay``) and follow the log from the compaction horizon instead."""
+
+    code = "cursor_expired"
+
+    def __init__(self, cursor: int, horizon: int) -> None:
+        self.cursor = cursor
+        self.horizon = horizon
+        super().__init__(
+            f"cursor {cursor} is older than the event log: events up to position {horizon} "
+            f"were compacted (replay from a snapshot, then read after {horizon})"
+        )

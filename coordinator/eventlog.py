@@ -107,7 +107,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, text
 
-from .errors import InvalidArgument, TooLarge
+from .errors import CursorExpired, InvalidArgument, TooLarge
 from .models import POSITION_BLOCK
 
 NOTIFY_CHANNEL = "pathkeeper_events"
@@ -466,6 +466,17 @@ def safe_bound(
         return None
 
 
+HORIZON_SQL = text("SELECT position FROM log_horizon WHERE id = 1")
+
+
+def check_horizon(conn: Connection, cursor: int) -> None:
+    """Raise ``CursorExpired`` if compaction deleted events after ``cursor`` (see
+    ``indexer.retention``): a reader must never skip them silently."""
+    horizon = conn.execute(HORIZON_SQL).scalar()
+    if horizon is not None and cursor < int(horizon):
+        raise CursorExpired(cursor, int(horizon))
+
+
 def read_events(
     engine: Engine,
     after: int | None = None,
@@ -483,7 +494,8 @@ def read_events(
     Whole transactions only: the batch may exceed ``limit`` to finish the last
     transaction it started. ``until`` caps the positions read (for replays as of
     a past position). Waits up to ``wait`` seconds for writers in flight (then returns
-    no events and the same cursor); ``on_slow`` as in ``wait_for_bound``.
+    no events and the same cursor); ``on_slow`` as in ``wait_for_bound``. A cursor below
+    the compaction horizon raises ``CursorExpired`` (``indexer.retention``).
     """
     # A batch must be able to hold one event, or a reader would never move on.
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
@@ -518,6 +530,9 @@ def read_events(
                 text(sql),
                 {**params, "after": last, "bound": next_cursor},
             ).all()
+        # After the reads, not before: a compaction that committed before them shows
+        # here; one that commits after them deleted nothing they returned.
+        check_horizon(conn, cursor)
     events = [
         Event(
             position=int(r.position),

@@ -213,3 +213,66 @@ class IdempotencyKey(Base):
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
     __table_args__ = (Index("ix_idempotency_keys_expires_at", "expires_at"),)
+
+
+class LogSnapshot(Base):
+    """The folded state of every namespace as of ``position`` (``indexer.retention``):
+    replay and verify start from the newest one and fold only the events after it, and
+    compaction may delete the events it covers."""
+
+    __tablename__ = "log_snapshots"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    position: Mapped[int] = mapped_column(BigInteger)
+    taken_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )
+    namespaces: Mapped[int] = mapped_column(Integer)
+    nodes: Mapped[int] = mapped_column(BigInteger)
+    #: Inconsistencies the fold met (``indexer.setfold``); a snapshot keeps what it folded.
+    anomalies: Mapped[int] = mapped_column(Integer, server_default="0")
+
+    __table_args__ = (Index("ix_log_snapshots_position", "position"),)
+
+
+class LogSnapshotNode(Base):
+    """One live node of a snapshot, as ``nodes`` holds it (paths are computed)."""
+
+    __tablename__ = "log_snapshot_nodes"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["snapshot_id"], ["log_snapshots.id"], ondelete="CASCADE",
+            name="fk_log_snapshot_nodes_snapshot",
+        ),
+        # The fold looks up each snapshot's roots.
+        Index(
+            "ix_log_snapshot_nodes_roots", "snapshot_id", "namespace",
+            postgresql_where=text("parent_id IS NULL"),
+        ),
+    )
+
+    snapshot_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True)
+    parent_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    name: Mapped[str] = mapped_column(Text)
+    kind: Mapped[str] = mapped_column(String(4))
+    content: Mapped[str | None] = mapped_column(Text)
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSONB)
+    version: Mapped[int] = mapped_column(BigInteger)
+
+
+class LogHorizon(Base):
+    """One row: events at or below ``position`` were deleted by compaction. Readers whose
+    cursor is below it get ``CursorExpired``; folds as of a position below it get
+    ``LogCompacted``. Absent: the log is whole."""
+
+    __tablename__ = "log_horizon"
+    __table_args__ = (CheckConstraint("id = 1", name="single_row"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    position: Mapped[int] = mapped_column(BigInteger)
+    snapshot_id: Mapped[int] = mapped_column(BigInteger)
+    compacted_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )

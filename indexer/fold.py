@@ -1,7 +1,9 @@
-"""Fold the event log into trees: the set of live nodes, with full paths, as of a position.
+"""Fold the event log into trees, one event at a time: the REFERENCE fold.
 
-Replay rebuilds search from this, and ``verify`` compares it with the ``nodes``
-table (the log is the source of truth only if folding it reproduces the table).
+Replay, ``verify`` and snapshots use ``indexer.setfold`` (the same fold done by
+PostgreSQL set at a time, an order of magnitude faster); this sequential fold is kept
+as the definition it is tested against (``tests/replay/test_setfold.py``,
+``tests/reliability``) and for callers that fold events they hold in memory.
 
 Event semantics (payloads as ``coordinator.tree`` writes them):
 

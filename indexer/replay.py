@@ -36,13 +36,10 @@ swapped in (for audits). ``namespaces`` rebuilds only those namespaces, in place
 in the live index (a partial index cannot replace one serving every namespace):
 see ``rebuild_namespaces``.
 
-Retention: the log is kept whole. It costs about 420 bytes per event on disk
-with its indexes (a rename row is ~390 bytes; ~0.4 GiB per million renames,
-measured by ``bench/bench_replay.py``). There is no ``events compact``: deleting
-events below a position P keeps replay correct only if replay can start from a
-stored snapshot of the state at P, ``--until`` below P becomes impossible, and
-``verify``'s log check needs the same snapshot; none of that exists yet, so
-compaction is left out rather than offered unsafe.
+The state as of V0 comes from ``indexer.setfold``: the newest stored snapshot at or
+below V0 plus the events after it, folded by PostgreSQL. Retention (snapshots,
+compaction, what compaction gives up) is ``indexer.retention``; a replay ``--until``
+below the compaction horizon fails with a ``ReplayError`` saying so.
 """
 
 from __future__ import annotations
@@ -61,12 +58,13 @@ from sqlalchemy import Connection, Engine, text
 from coordinator import Coordinator, Event, Node
 from coordinator.eventlog import BoundTimeout, Writer, wait_for_bound
 
-from . import mapping
+from . import mapping, setfold
 from .applier import Applier
 from .bulk import Rejected
 from .documents import delete_action, document_for, index_action, is_indexed
 from .fold import DEFAULT_SPILL_THRESHOLD, Folder
 from .progress import Progress
+from .setfold import SetFold
 
 log = logging.getLogger("pathkeeper.replay")
 
@@ -203,36 +201,31 @@ def fold_log(
     namespaces: Sequence[str] | None,
     progress: Progress,
     spill_threshold: int = DEFAULT_SPILL_THRESHOLD,
-) -> Folder:
-    """Fold the events <= ``until`` (replay's source); the caller closes the Folder."""
-    folder = Folder(engine, spill_threshold)
+) -> SetFold:
+    """Fold the log as of ``until`` (replay's source), from the newest snapshot at or below
+    it plus the events after it, by PostgreSQL (``indexer.setfold``); the caller closes
+    the result. Raises ``ReplayError`` if compaction deleted events it would need.
+    ``spill_threshold`` is kept for callers of the sequential fold: the set fold keeps
+    every namespace in PostgreSQL whatever its size."""
+    del spill_threshold
+    progress.phase("fold events", unit="events")
     try:
-        folder.on_spill = lambda ns: progress.note(f"namespace {ns} spilled to PostgreSQL")
-        progress.phase("fold events", unit="events")
-        with engine.connect() as conn:
-            # Idle between fetches while a spilled namespace works: not a hung client.
-            conn.execute(text("SET LOCAL idle_in_transaction_session_timeout = 0"))
-            step = 0
-            for event in scan_events(conn, until=until, namespaces=namespaces):
-                folder.apply(event)
-                step += 1
-                if step == 1000:
-                    progress.advance(step)
-                    step = 0
-            progress.advance(step)
-            conn.rollback()
-    except BaseException:
-        folder.close()
-        raise
-    if folder.anomalies.count:
+        folded = setfold.fold(engine, until=until, namespaces=namespaces)
+    except setfold.LogCompacted as exc:
+        raise ReplayError(str(exc)) from exc
+    progress.advance(folded.events)
+    if folded.base.snapshot_id is not None:
+        progress.note(f"started from snapshot {folded.base.snapshot_id} "
+                      f"(position {folded.base.position}) plus {folded.events} events")
+    if folded.anomalies.count:
         progress.note(
-            f"the log has {folder.anomalies.count} inconsistencies, first: "
-            f"{folder.anomalies.first[:3]} (run `pathkeeper verify` for the full story)"
+            f"the log has {folded.anomalies.count} inconsistencies, first: "
+            f"{folded.anomalies.first[:3]} (run `pathkeeper verify` for the full story)"
         )
-    return folder
+    return folded
 
 
-def folded_nodes(folder: Folder) -> Iterator[Node]:
+def folded_nodes(folder: SetFold | Folder) -> Iterator[Node]:
     """Every indexed node of a folded log."""
     for ns in folder.namespaces():
         for node in folder.trees[ns].nodes():

@@ -12,9 +12,11 @@
   ``repair`` rewrites exactly those documents from PostgreSQL at external version
   B (a safe position read after the drift was confirmed: any later event the
   live worker applies carries a higher version and still wins).
-* ``verify_log``: folds the whole log and compares it with ``nodes``, both read
-  in ONE REPEATABLE READ snapshot (each change writes nodes and events in one
-  transaction, so the snapshot is a consistent cut without any position bound).
+* ``verify_log``: folds the whole log (``indexer.setfold``: the newest stored snapshot
+  plus the events after it) and compares it with ``nodes``, both read in ONE
+  REPEATABLE READ snapshot (each change writes nodes and events in one transaction,
+  so the snapshot is a consistent cut without any position bound); the comparison
+  is a join in PostgreSQL.
 
 Ordering note: PostgreSQL sorts uuids by their bytes, which is the order of
 their lowercase hex text, i.e. of the ``node_id`` keyword in Elasticsearch.
@@ -34,12 +36,12 @@ from sqlalchemy import Connection, text
 
 from coordinator import Coordinator, Node, NotFound
 
-from . import mapping
+from . import mapping, setfold
 from .bulk import resolve_conflicts
 from .documents import delete_action, index_action, is_indexed, namespace_filter
-from .fold import DEFAULT_SPILL_THRESHOLD, Folder
+from .fold import DEFAULT_SPILL_THRESHOLD
 from .progress import Progress
-from .replay import ReplayError, current_bound, expected_document, scan_events, walk_nodes
+from .replay import ReplayError, current_bound, expected_document, walk_nodes
 
 log = logging.getLogger("pathkeeper.verify")
 
@@ -345,12 +347,33 @@ def verify_index(
 # ------------------------------------------------------------------ the log
 
 
-def _node_row(node: Node) -> dict[str, Any]:
-    return {
-        "node_id": node.id, "parent_id": node.parent_id, "name": node.name, "kind": node.kind,
-        "content": node.content, "metadata": node.metadata, "version": node.version,
-        "path": node.path,
-    }
+#: The fields ``verify_log`` compares, as ``Drift.fields`` names them.
+LOG_FIELDS = ("content", "kind", "metadata", "name", "parent_id", "path", "version")
+
+# The nodes table with paths, for the namespaces verified (same walk as the fold's).
+_TABLE_WALK = """
+CREATE TEMPORARY TABLE {table} AS
+WITH RECURSIVE walk AS (
+    SELECT namespace, id, parent_id, name, kind, content, metadata, version,
+           CAST('/' AS text) AS path
+    FROM nodes WHERE parent_id IS NULL {ns_filter}
+  UNION ALL
+    SELECT n.namespace, n.id, n.parent_id, n.name, n.kind, n.content, n.metadata, n.version,
+           CASE WHEN w.path = '/' THEN '/' || n.name ELSE w.path || '/' || n.name END
+    FROM walk w JOIN nodes n ON n.namespace = w.namespace AND n.parent_id = w.id
+)
+SELECT * FROM walk
+"""
+
+# One row per node that differs: missing from the fold, extra in it, or which fields.
+_LOG_DIFF = """
+SELECT coalesce(t.namespace, f.namespace) AS namespace, coalesce(t.id, f.id) AS id,
+       f.id IS NULL AS missing, t.id IS NULL AS extra,
+       {flags}
+FROM {table} t FULL JOIN {folded} f ON f.namespace = t.namespace AND f.id = t.id
+WHERE t.id IS NULL OR f.id IS NULL OR {any_differs}
+ORDER BY 1, 2
+"""
 
 
 def verify_log(
@@ -361,40 +384,62 @@ def verify_log(
     progress: Progress | None = None,
 ) -> LogReport:
     """Fold the log and compare it with ``nodes`` (ids, parents, names, kinds, content,
-    metadata, versions, paths), both from one snapshot."""
+    metadata, versions, paths), both from one snapshot.
+
+    The fold is ``indexer.setfold`` (the newest stored snapshot plus the events after
+    it), run in the same REPEATABLE READ transaction as the read of ``nodes``, and the
+    comparison is one join in PostgreSQL: only differences come back to Python.
+    ``spill_threshold`` is ignored (kept for callers of the sequential fold)."""
+    del spill_threshold
     progress = progress or Progress(enabled=False)
     started = time.monotonic()
     report = LogReport()
     engine = coord.engine
-    with Folder(engine, spill_threshold) as folder, engine.connect() as conn, conn.begin():
-        conn.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"))
+    ns_filter = "" if namespaces is None else "AND namespace = ANY(:nss)"
+    with engine.connect() as conn:
+        conn.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))
         conn.execute(text("SET LOCAL idle_in_transaction_session_timeout = 0"))
         progress.phase("fold events", unit="events")
-        for event in scan_events(conn, until=2**62, namespaces=namespaces):
-            folder.apply(event)
-            report.events += 1
-            if report.events % 1000 == 0:
-                progress.advance(1000)
-        progress.advance(report.events % 1000)
-        existing = list(conn.execute(text("SELECT name FROM namespaces ORDER BY name")).scalars())
-        if namespaces is not None:
-            existing = [n for n in existing if n in namespaces]
-        progress.phase("compare with nodes", unit="nodes")
-        for ns in sorted(set(existing) | set(folder.namespaces())):
-            tree = folder.trees.get(ns)
-            folded = (_node_row(n) for n in tree.nodes_by_id()) if tree else iter(())
-            stored = (
-                (_node_row(n) for n in walk_nodes(conn, ns, order_by_id=True))
-                if ns in existing else iter(())
+        try:
+            folded = setfold.fold_into(conn, until=2**62, namespaces=namespaces)
+        except setfold.LogCompacted as exc:
+            raise ReplayError(str(exc)) from exc
+        try:
+            report.events = folded.events
+            progress.advance(folded.events)
+            progress.phase("compare with nodes", unit="nodes")
+            table = f"{folded.tables['nodes']}_table"
+            params = {"nss": list(namespaces or ())}
+            conn.execute(text(f"DROP TABLE IF EXISTS {table}"))
+            conn.execute(text(_TABLE_WALK.format(table=table, ns_filter=ns_filter)), params)
+            conn.execute(text(f"ANALYZE {table}"))
+            flags = ", ".join(
+                f"t.{c} IS DISTINCT FROM f.{c} AS d_{c}" for c in LOG_FIELDS
             )
-            for d in merge(ns, stored, folded):
-                report.nodes += 1
-                progress.advance(1)
-                if d is not None:
-                    # From the log's point of view: "missing" = in nodes, not in the fold.
-                    report.drift.append(d)
-        report.anomaly_count = folder.anomalies.count
-        report.anomalies = list(folder.anomalies.first)
+            any_differs = " OR ".join(f"t.{c} IS DISTINCT FROM f.{c}" for c in LOG_FIELDS)
+            report.nodes = int(conn.execute(text(
+                f"SELECT count(*) FROM {table} t FULL JOIN {folded.tables['nodes']} f "
+                "ON f.namespace = t.namespace AND f.id = t.id"
+            )).scalar_one())
+            progress.advance(report.nodes)
+            rows = conn.execute(text(_LOG_DIFF.format(
+                flags=flags, any_differs=any_differs, table=table,
+                folded=folded.tables["nodes"],
+            )))
+            for r in rows:
+                # From the log's point of view: "missing" = in nodes, not in the fold.
+                if r.missing:
+                    report.drift.append(Drift("missing", r.namespace, str(r.id)))
+                elif r.extra:
+                    report.drift.append(Drift("extra", r.namespace, str(r.id)))
+                else:
+                    fields = tuple(c for c in LOG_FIELDS if getattr(r, f"d_{c}"))
+                    report.drift.append(Drift("differs", r.namespace, str(r.id), fields))
+            report.anomaly_count = folded.anomalies.count
+            report.anomalies = list(folded.anomalies.first)
+            conn.execute(text(f"DROP TABLE IF EXISTS {table}"))
+        finally:
+            conn.rollback()  # the temporary tables were made in this transaction: gone
     report.seconds = time.monotonic() - started
     return report
 

@@ -30,6 +30,8 @@ STATUS: list[tuple[type[ce.CoordinatorError], int]] = [
     (ce.InvalidMove, 400),
     (ce.TooLarge, 413),
     (ce.Unavailable, 503),
+    # The change feed's cursor is below the compaction horizon: those events are gone.
+    (ce.CursorExpired, 410),
 ]
 
 

@@ -7,6 +7,8 @@ from typing import Any
 from sqlalchemy import Engine, text
 
 from coordinator import Coordinator, Event
+from coordinator.eventlog import block_end
+from indexer import setfold
 from indexer.fold import fold as indexer_fold
 
 from .fold_check import Fold
@@ -120,3 +122,26 @@ def indexer_fold_rows(events: list[Event], ns: str) -> dict[str, Row]:
             n.id: (n.parent_id, n.name, n.kind, n.version, n.content, dict(n.metadata))
             for n in folder.trees[ns].nodes_by_id()
         }
+
+
+def set_fold_violations(engine: Engine, events: list[Event], ns: str,
+                        table: dict[str, Row], samples: int = 12) -> list[str]:
+    """``indexer.setfold`` (replay's and verify's fold, in PostgreSQL) against the
+    sequential ``indexer.fold`` of the same prefix of the log, at a sample of the
+    transaction boundaries of ``events``, and against ``nodes`` at the end."""
+    out: list[str] = []
+    ends = sorted({block_end(e.position) for e in events})
+    for until in [*ends[:: max(1, len(ends) // samples)], ends[-1]]:
+        with indexer_fold([e for e in events if e.position <= until], strict=True) as ref:
+            want = {n.id: (n.parent_id, n.name, n.kind, n.version, n.content,
+                           dict(n.metadata), n.path) for n in ref.trees[ns].nodes_by_id()}
+        with setfold.fold(engine, until=until, namespaces=[ns], use_snapshots=False) as got:
+            have = {n.id: (n.parent_id, n.name, n.kind, n.version, n.content,
+                           dict(n.metadata), n.path) for n in got.trees[ns].nodes_by_id()}
+            if got.anomalies.count:
+                out.append(f"setfold as of {until}: anomalies {got.anomalies.first[:3]}")
+        if have != want:
+            out.append(f"setfold as of {until} differs from indexer.fold of the same prefix")
+    if {k: v[:6] for k, v in have.items()} != table:
+        out.append("setfold of the whole log differs from the nodes table")
+    return out

@@ -9,7 +9,8 @@ pytest) with its own ``Coordinator`` and pool. After the run:
   acknowledged change lost, nothing in the log that no client acknowledged
   except the in-flight calls of killed clients;
 * folding the whole log read through ``read_events`` (as a consumer reads it)
-  reproduces the ``nodes`` table exactly.
+  reproduces the ``nodes`` table exactly, and replay's set fold (``indexer.setfold``)
+  equals the sequential fold at a sample of the log's transaction boundaries.
 
 The fault variant sends SIGKILL to a random client several times mid-run and
 starts a new incarnation in its place; the killed call may have committed or
@@ -31,7 +32,13 @@ from sqlalchemy import text
 
 from coordinator import Coordinator
 
-from .dbcheck import fold_log, indexer_fold_rows, table_rows, tree_violations
+from .dbcheck import (
+    fold_log,
+    indexer_fold_rows,
+    set_fold_violations,
+    table_rows,
+    tree_violations,
+)
 from .history_check import Ev, check_history, read_log
 from .history_client import TOPS, client_main
 
@@ -124,6 +131,9 @@ def run_history(
         violations.append("the folded event log differs from the nodes table")
     if indexer_fold_rows(read, NS) != table:
         violations.append("indexer.fold of the event log differs from the nodes table")
+    # Replay's and verify's fold (set-based, in PostgreSQL) agrees with the sequential one
+    # at transaction boundaries of this concurrent history, and with the table at its end.
+    violations += set_fold_violations(coord.engine, read, NS, table)
     counters = report.counters
     counters["stale_payload_paths"] = len(fold.stale_paths)
     counters["kills"] = kills

@@ -1,0 +1,162 @@
+"""The set fold (``indexer.setfold``) equals the sequential fold (``indexer.fold``, the
+reference) on random histories, at every position a reader can stop at, from the start
+of the log and from a stored snapshot; and on concurrent histories of the real
+coordinator."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import Engine, text
+
+from coordinator import Coordinator, Event
+from coordinator.models import POSITION_BLOCK
+from indexer import setfold
+from indexer.fold import Folder
+from indexer.replay import current_bound, scan_events
+from indexer.retention import compact, take_snapshot
+
+from .histories import build, insert
+from .replay_workload import concurrent_ops
+
+EXAMPLES = 200 if os.environ.get("PATHKEEPER_LONG", "") not in ("", "0") else 30
+_examples = itertools.count()
+
+Rows = dict[str, dict[str, tuple[Any, ...]]]
+
+
+def rows_of(fold: Any) -> Rows:
+    """Every namespace's live nodes, by id: everything a document is made of."""
+    return {
+        ns: {n.id: (n.parent_id, n.name, n.kind, n.content, n.metadata, n.version, n.path)
+             for n in fold.trees[ns].nodes_by_id()}
+        for ns in fold.namespaces()
+    }
+
+
+def reference(events: list[Event], until: int, namespaces: list[str]) -> Rows:
+    folder = Folder(strict=True).fold(
+        e for e in events if e.position <= until and e.namespace in namespaces
+    )
+    with folder:
+        return rows_of(folder)
+
+
+def set_fold(engine: Engine, until: int, namespaces: list[str], snapshots: bool) -> Rows:
+    with setfold.fold(engine, until=until, namespaces=namespaces,
+                      use_snapshots=snapshots) as f:
+        assert f.anomalies.count == 0, f.anomalies.first
+        return rows_of(f)
+
+
+def next_block(engine: Engine) -> int:
+    with engine.connect() as conn:
+        last = conn.execute(text("SELECT last_value FROM event_position_seq")).scalar_one()
+    return int(last) // POSITION_BLOCK + 1
+
+
+step = st.tuples(st.integers(0, 5), st.integers(0, 50), st.integers(0, 50),
+                 st.integers(0, 50))
+
+
+@settings(max_examples=EXAMPLES, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                 HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(steps=st.lists(step, min_size=1, max_size=60), picks=st.data())
+def test_set_fold_equals_the_sequential_fold_on_random_histories(
+    coord: Coordinator, steps: list[tuple[int, int, int, int]], picks: st.DataObject
+) -> None:
+    # One database for every example: each example has namespaces of its own and
+    # positions above the ones before (a snapshot covers all of them, which is fine).
+    engine = coord.engine
+    k = next(_examples)
+    nss = [f"h{k}a", f"h{k}b"]
+    hist = build(steps, nss, next_block(engine))
+    insert(engine, hist)
+    end = hist.ends[-1]
+    mid = picks.draw(st.sampled_from(hist.ends), label="until")
+    for until in sorted({mid, end}):
+        expected = reference(hist.events, until, nss)
+        assert set_fold(engine, until, nss, snapshots=False) == expected
+    # From a snapshot plus the tail: the same state, as of any position above it.
+    at = picks.draw(st.sampled_from(hist.ends), label="snapshot at")
+    snap = take_snapshot(engine, at, wait=10)
+    assert snap.position == at
+    for until in sorted({at, mid, end}):
+        expected = reference(hist.events, until, nss)
+        with setfold.fold(engine, until=until, namespaces=nss) as f:
+            assert (f.base.snapshot_id == snap.id) == (until >= at)
+            assert rows_of(f) == expected
+    if picks.draw(st.booleans(), label="compact"):
+        # Compaction keeps every state at or above the snapshot, refuses the ones below.
+        done = compact(engine, timedelta(0), force=True)
+        assert done.horizon == at
+        assert set_fold(engine, end, nss, snapshots=True) == reference(hist.events, end, nss)
+        if hist.ends[0] < at:
+            with pytest.raises(setfold.LogCompacted):
+                set_fold(engine, hist.ends[0], nss, snapshots=True)
+
+
+def test_set_fold_equals_the_sequential_fold_on_concurrent_histories(
+    coord: Coordinator,
+) -> None:
+    """4 clients at once on two namespaces (moves, recursive deletes, races): at a sample
+    of the transaction boundaries of the log, both folds agree; at the end, the set fold
+    equals the nodes table."""
+    for ns in ("x", "y"):
+        coord.create_namespace(ns)
+    assert concurrent_ops(coord, ["x", "y"], clients=4, ops_each=50, seed=11) > 100
+    bound = current_bound(coord.engine)
+    with coord.engine.connect() as conn:
+        events = list(scan_events(conn, until=bound))
+    ends = sorted({e.transaction_block * POSITION_BLOCK + POSITION_BLOCK - 1 for e in events})
+    sample = [*ends[:: max(1, len(ends) // 12)], bound]
+    for until in sample:
+        expected = reference(events, until, ["x", "y"])
+        assert set_fold(coord.engine, until, ["x", "y"], snapshots=False) == expected, until
+    final = set_fold(coord.engine, bound, ["x", "y"], snapshots=False)
+    for ns in ("x", "y"):
+        table = {n.id: (n.parent_id, n.name, n.kind, n.content, n.metadata, n.version, n.path)
+                 for n in coord.walk(ns)}
+        assert final[ns] == table
+
+
+def test_a_node_moved_out_before_its_directory_is_deleted_survives(
+    coord: Coordinator, ns: str
+) -> None:
+    coord.mkdir(ns, "/d/e", parents=True)
+    keep = coord.create_file(ns, "/d/e/keep", "k")
+    coord.create_file(ns, "/d/e/gone", "g")
+    coord.mkdir(ns, "/other")
+    coord.move(ns, keep.node.id, "/other/keep")
+    moved_in = coord.create_file(ns, "/other/late", "l")
+    coord.move(ns, moved_in.node.id, "/d/e/late")
+    coord.delete(ns, "/d", recursive=True)
+    with setfold.fold(coord.engine, until=current_bound(coord.engine)) as f:
+        paths = sorted(n.path for n in f.trees[ns].nodes())
+    assert paths == ["/", "/other", "/other/keep"]
+
+
+@pytest.mark.parametrize("shallow", [setfold.SHALLOW, 2])
+def test_deep_trees_are_walked_past_the_shallow_levels(
+    coord: Coordinator, ns: str, shallow: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past ``SHALLOW`` levels the walk goes on with an index: every depth is reached."""
+    monkeypatch.setattr(setfold, "SHALLOW", shallow)
+    deep = "/" + "/".join(f"d{i}" for i in range(40))
+    coord.mkdir(ns, deep, parents=True)
+    for depth in (1, 2, 3, 25, 40):
+        coord.create_file(ns, "/" + "/".join(f"d{i}" for i in range(depth)) + "/f", "x")
+    coord.move(ns, "/d0/d1/d2/d3", "/moved")  # a deep subtree changes depth
+    coord.delete(ns, "/moved/d4/d5/d6/d7/d8/d9/d10/d11/d12/d13/d14/d15/d16/d17/d18/d19/d20/"
+                 "d21/d22/d23/d24/d25/d26/d27/d28/d29/d30", recursive=True)
+    with setfold.fold(coord.engine, until=current_bound(coord.engine)) as f:
+        got = {n.id: (n.parent_id, n.name, n.path) for n in f.trees[ns].nodes()}
+    assert got == {n.id: (n.parent_id, n.name, n.path) for n in coord.walk(ns)}
+    assert max(p.count("/") for _, _, p in got.values()) == 27  # deeper than SHALLOW
