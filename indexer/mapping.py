@@ -175,6 +175,11 @@ def ensure_alias(es: Elasticsearch, alias: str = DEFAULT_ALIAS, *, indexed: bool
     if targets:
         return targets[-1]
     leftovers = our_indices(es, alias)
+    # Another process may have created index and alias between our two reads: they
+    # appear together, so reading the alias again after the indices tells.
+    targets = alias_targets(es, alias)
+    if targets:
+        return targets[-1]
     if leftovers or indexed:
         raise IndexMissing(missing_alias_message(alias, indexed, leftovers))
     name = concrete_name(alias, 1)

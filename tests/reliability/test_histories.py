@@ -25,6 +25,7 @@ import random
 import signal
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -46,9 +47,14 @@ NS = "hist"
 
 
 def run_history(
-    url: str, coord: Coordinator, logs: Path, clients: int, seconds: float, kill: bool
+    url: str, coord: Coordinator, logs: Path, clients: int, seconds: float, kill: bool,
+    keep_going: Callable[[], bool] | None = None,
 ) -> tuple[Counter[str], list[str]]:
-    """Run the workload, kill clients if asked, and check it; returns (counters, violations)."""
+    """Run the workload, kill clients if asked, and check it; returns (counters, violations).
+
+    ``keep_going``: after ``seconds``, the workload goes on while it answers True (at most a
+    minute more): for a caller whose own fault, injected meanwhile, needs a loaded machine
+    more time to happen often enough."""
     setup = [coord.create_namespace(NS).seq] + [coord.mkdir(NS, f"/{t}").seq for t in TOPS]
     ctx = multiprocessing.get_context("spawn")
     rng = random.Random(os.getpid())
@@ -97,6 +103,9 @@ def run_history(
             kills += 1
             start(i)
         time.sleep(max(0.0, stop_at - time.monotonic()))  # the workload's duration
+        longest = time.monotonic() + 60.0
+        while keep_going is not None and keep_going() and time.monotonic() < longest:
+            time.sleep(0.1)  # waiting on the caller's fault injection, in another thread
         stop_file.touch()
         for p in procs.values():
             p.join(60)
