@@ -156,7 +156,7 @@ class ErrorProxy:
         self._listener: socket.socket | None = None
         self._relayed: list[socket.socket] = []
         self._lock = threading.Lock()
-        self._turn = 0
+        self._turns = {True: 0, False: 0}
 
     def start(self) -> str:
         listener = socket.socket()
@@ -221,10 +221,13 @@ class ErrorProxy:
                 if request is None:
                     return
                 line, body = request
-                with self._lock:
-                    self._turn += 1
-                    turn = self._turn
                 bulk = "/_bulk" in line
+                # A turn of its own for bulk requests: with one shared counter, a worker
+                # whose retries interleave one bulk with one other request would see its
+                # bulks only on even turns and never get the bulk-429 answer.
+                with self._lock:
+                    self._turns[bulk] += 1
+                    turn = self._turns[bulk]
                 kind = ("503", "429", "close", "bulk-429")[turn % (4 if bulk else 3)]
                 self.answered[kind] = self.answered.get(kind, 0) + 1
                 if kind == "close":
