@@ -612,7 +612,7 @@ def rebuild_namespaces(
 
         result.documents, _ = bulk_index(es, actions(), progress, ignore_conflicts=True)
         es.indices.refresh(index=index)
-        from .verify import stream_index_docs
+        from .index_scan import stream_index_docs
 
         progress.phase("delete extras", unit="documents")
         deletions: list[dict[str, Any]] = []

@@ -38,8 +38,9 @@ from coordinator import Coordinator, Node, NotFound
 
 from . import mapping, setfold
 from .bulk import resolve_conflicts
-from .documents import delete_action, index_action, is_indexed, namespace_filter
+from .documents import delete_action, index_action, is_indexed
 from .fold import DEFAULT_SPILL_THRESHOLD
+from .index_scan import stream_index_docs
 from .progress import Progress
 from .replay import ReplayError, current_bound, expected_document, walk_nodes
 
@@ -52,10 +53,6 @@ VERIFY_DRIFT = Gauge(
 )
 
 PAGE = 1000
-#: Documents per search_after page: large pages, because every page costs a search
-#: (the stand-in's grows with the index size) and 5,000 documents are a few MB at most.
-SCAN_PAGE = 5000
-PIT_KEEP_ALIVE = "2m"
 #: Compare every field but ``seq`` (it records when, not what).
 IGNORED_FIELDS = ("seq",)
 
@@ -125,45 +122,6 @@ def differing_fields(expected: dict[str, Any], actual: dict[str, Any]) -> tuple[
 
 
 # ------------------------------------------------------------------ streams
-
-
-def stream_index_docs(
-    es: Elasticsearch,
-    index: str,
-    namespace: str | None = None,
-    *,
-    exclude_namespaces: Sequence[str] = (),
-    page: int = SCAN_PAGE,
-) -> Iterator[dict[str, Any]]:
-    """Every document's ``_source`` in ``index`` (an alias is fine) for ``namespace``
-    (or every namespace but ``exclude_namespaces``), sorted by ``node_id``, from one
-    point in time."""
-    filters: list[dict[str, Any]] = []
-    if namespace is not None:
-        filters.append(namespace_filter(namespace))
-    query: dict[str, Any] = {"bool": {"filter": filters}}
-    if exclude_namespaces:
-        query["bool"]["must_not"] = [{"terms": {"namespace": list(exclude_namespaces)}}]
-    pit_id = es.open_point_in_time(index=index, keep_alive=PIT_KEEP_ALIVE)["id"]
-    after: list[Any] | None = None
-    try:
-        while True:
-            kwargs: dict[str, Any] = {}
-            if after is not None:
-                kwargs["search_after"] = after
-            res = es.search(
-                pit={"id": pit_id, "keep_alive": PIT_KEEP_ALIVE}, size=page, query=query,
-                sort=[{"node_id": "asc"}], track_total_hits=False, **kwargs,
-            )
-            pit_id = res.get("pit_id", pit_id)
-            hits = res["hits"]["hits"]
-            for hit in hits:
-                yield hit["_source"]
-            if len(hits) < page:
-                return
-            after = hits[-1]["sort"]
-    finally:
-        es.close_point_in_time(id=pit_id)
 
 
 def expected_docs(conn: Connection, namespace: str) -> Iterator[dict[str, Any]]:

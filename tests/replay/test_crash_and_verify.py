@@ -21,8 +21,9 @@ from coordinator.indexing import consumer_for, wait_indexed
 from indexer import mapping
 from indexer.bulk import send
 from indexer.documents import index_action
+from indexer.index_scan import stream_index_docs
 from indexer.replay import ReplayBusy, building_marker, rebuild, rebuild_namespaces
-from indexer.verify import Drift, scheduled_verify, stream_index_docs, verify_index
+from indexer.verify import Drift, scheduled_verify, verify_index
 
 from .conftest import RunningWorker, diff_summary, expected_index, index_docs
 from .replay_workload import random_ops
