@@ -100,8 +100,8 @@ class MutationResult:
 
 NODE_COLUMNS = "id, parent_id, name, kind, version, content, metadata, created_at, updated_at"
 
-RESOLVE_SQL = text(
-    """
+# The nodes along a path, root first: one step per name, so a missing name ends the walk.
+WALK_CTE = """
     WITH RECURSIVE walk(id, kind, depth) AS (
         SELECT id, kind, 0 FROM nodes WHERE namespace = :ns AND parent_id IS NULL
       UNION ALL
@@ -111,25 +111,15 @@ RESOLVE_SQL = text(
          AND n.name = (CAST(:parts AS text[]))[w.depth + 1]
         WHERE w.depth < :n
     )
-    SELECT id, kind FROM walk ORDER BY depth
-    """
-)
+"""
+
+RESOLVE_SQL = text(WALK_CTE + "    SELECT id, kind FROM walk ORDER BY depth\n")
 
 # Resolve and lock in one statement (one round trip less than resolve, then lock by
 # id): the row at the end of the path, only if the whole path resolves. The id comes
 # from the statement's snapshot, exactly as a separate resolve's would; the lock then
 # waits and re-checks that row by id, as the separate ``SELECT ... FOR UPDATE`` did.
-RESOLVE_AND_LOCK_SQL = """
-    WITH RECURSIVE walk(id, kind, depth) AS (
-        SELECT id, kind, 0 FROM nodes WHERE namespace = :ns AND parent_id IS NULL
-      UNION ALL
-        SELECT n.id, n.kind, w.depth + 1
-        FROM walk w JOIN nodes n
-          ON n.namespace = :ns AND n.parent_id = w.id
-         AND n.name = (CAST(:parts AS text[]))[w.depth + 1]
-        WHERE w.depth < :n
-    )
-    SELECT {columns} FROM nodes
+RESOLVE_AND_LOCK_SQL = WALK_CTE + """    SELECT {columns} FROM nodes
     WHERE namespace = :ns AND id = (SELECT id FROM walk WHERE depth = :n)
     FOR {mode}
 """
