@@ -4,6 +4,7 @@ WORKDIR /app
 COPY pyproject.toml alembic.ini ./
 COPY coordinator ./coordinator
 COPY indexer ./indexer
+COPY pathkeeper ./pathkeeper
 COPY migrations ./migrations
 RUN pip install --no-cache-dir -e .
 USER nobody

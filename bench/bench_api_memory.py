@@ -27,7 +27,7 @@ import httpx
 from common import load_average, median, migrated_cluster, now_utc, percentile, table
 
 from coordinator import Coordinator
-from coordinator.service.auth import create_key
+from pathkeeper.http.auth import create_key
 
 
 def rss_mib(pid: int) -> float:
@@ -95,7 +95,7 @@ def main() -> None:
             _, key = create_key(coord.engine, [ns], "write", "bench")
         port = free_port()
         server = subprocess.Popen(
-            [sys.executable, "-m", "coordinator", "serve", "--database-url", url,
+            [sys.executable, "-m", "pathkeeper", "serve", "--database-url", url,
              "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
              "--max-inflight-per-key", "64"],
             env={**os.environ, "PYTHONUNBUFFERED": "1"},

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 import httpx
 
 from coordinator import Coordinator
-from coordinator.local_postgres import LocalPostgres
 from coordinator.migrate import upgrade
-from coordinator.service.auth import create_key
+from pathkeeper.http.auth import create_key
+from pathkeeper.local.postgres import LocalPostgres
 
 NS = "bench"
 

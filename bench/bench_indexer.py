@@ -49,8 +49,8 @@ from coordinator import Coordinator, Node
 from coordinator.indexing import consumer_for
 from indexer import mapping
 from indexer.documents import index_action
-from indexer.local_search import new_local_search
 from indexer.worker import Worker, WorkerConfig
+from pathkeeper.local.search import new_local_search
 
 
 @contextmanager

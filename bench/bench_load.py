@@ -2,7 +2,7 @@
 
 Run: ``python bench/bench_load.py`` (60 s by default; ``--seconds 180`` for the figures
 in RELIABILITY.md; starts its own PostgreSQL and local search node, see
-``indexer.local_search``, or uses ``ES_URL``).
+``pathkeeper.local.search``, or uses ``ES_URL``).
 
 * ``--clients`` (16) client **processes** (``spawn``, one ``Coordinator`` each, so no
   shared GIL), spread over ``--namespaces`` (8) namespaces. Each owns a directory
@@ -13,7 +13,7 @@ in RELIABILITY.md; starts its own PostgreSQL and local search node, see
   namespace (contention) 8 %, stat 5 %, listdir 5 %. ``--dir-renames 0`` gives the
   subdirectory renames' 4 % to the shared directory instead (each directory rename
   ends a worker batch and costs a sweep: see RELIABILITY.md, "Load").
-* The indexer worker runs as its own process (``python -m indexer run``), so that its
+* The indexer worker runs as its own process (``python -m pathkeeper indexer run``), so that its
   memory can be read from ``/proc``.
 * Sampled every ``--sample`` seconds: indexer lag (events committed after the
   checkpoints, and the age of the oldest such event: ``indexer.status``) and the
@@ -51,8 +51,8 @@ from coordinator import Coordinator
 from coordinator.errors import CoordinatorError
 from coordinator.indexing import consumer_for
 from indexer import status
-from indexer.local_search import new_local_search
 from indexer.mapping import drop_alias_and_indices
+from pathkeeper.local.search import new_local_search
 
 ALIAS = "bench-load"
 SUBDIRS = 4
@@ -190,7 +190,7 @@ def main() -> None:
             log_path = workdir / "worker.log"
             with open(log_path, "ab") as log:
                 worker = subprocess.Popen(
-                    [sys.executable, "-m", "indexer", "run", "--database-url", url,
+                    [sys.executable, "-m", "pathkeeper", "indexer", "run", "--database-url", url,
                      "--es-url", es_url, "--alias", ALIAS, "--partitions",
                      str(args.partitions), "--poll-interval", "0.5"],
                     stdout=log, stderr=log, cwd=ROOT,

@@ -10,7 +10,7 @@ nodes, ``/big`` (10 directories of 1,000 files: 10,011 nodes) and 100 directorie
 (one shared ``Coordinator``) rename for ``--seconds`` as fast as they can: a random
 directory (any of the 211, ``/big`` included) with probability ``--dir-share``,
 else a random file, by node id, to a fresh name. The indexer worker runs as its own
-process (``python -m indexer run``, default options) and is already caught up when
+process (``python -m pathkeeper indexer run``, default options) and is already caught up when
 the load starts.
 
 Measured, in one run, against the same server:
@@ -64,7 +64,7 @@ from coordinator import Coordinator, CoordinatorError, Node
 from coordinator.indexing import consumer_for
 from indexer import mapping
 from indexer.documents import index_action, is_indexed
-from indexer.local_search import new_local_search, search_kind
+from pathkeeper.local.search import new_local_search, search_kind
 
 NS = "load"
 ALIAS = "bench-rename-load"

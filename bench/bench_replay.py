@@ -14,7 +14,7 @@ directories, its files, then renames and content writes of those files, in block
 of 100 events per transaction, as the coordinator writes them), because creating a
 million events through the API would take most of the run on these machines; the
 fold and replay read it exactly as they read a real log. Elasticsearch is a
-throwaway local node (``indexer.local_search``: Elasticsearch, or noida-db with
+throwaway local node (``pathkeeper.local.search``: Elasticsearch, or noida-db with
 ``PATHKEEPER_SEARCH=noida``, whose search cost grows with index size, which weighs on
 verify), or ``ES_URL``.
 """
@@ -44,11 +44,11 @@ from coordinator.models import POSITION_BLOCK
 from indexer import mapping, setfold
 from indexer.documents import index_action, is_indexed
 from indexer.fold import DEFAULT_SPILL_THRESHOLD, Folder
-from indexer.local_search import new_local_search
 from indexer.progress import Progress
 from indexer.replay import BULK_BYTES, BULK_CHUNK, current_bound, rebuild, scan_events
 from indexer.retention import take_snapshot
 from indexer.verify import verify_index, verify_log
+from pathkeeper.local.search import new_local_search
 
 PER_BLOCK = 100
 

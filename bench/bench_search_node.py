@@ -21,14 +21,14 @@ from pathlib import Path
 
 from common import load_average, median, now_utc, table
 
-from indexer.local_elasticsearch import (
+from pathkeeper.local.elasticsearch import (
     ELASTICSEARCH_VERSION,
     LocalElasticsearch,
     distribution,
     find_java,
 )
-from indexer.local_noida import LocalNoida
-from indexer.local_server import LocalServer
+from pathkeeper.local.noida import LocalNoida
+from pathkeeper.local.server import LocalServer
 
 
 def group_rss_mb(pgid: int) -> float:

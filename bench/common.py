@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere, without installing
     sys.path.insert(0, str(ROOT))
 
-from coordinator.local_postgres import LocalPostgres  # noqa: E402
 from coordinator.migrate import upgrade  # noqa: E402
+from pathkeeper.local.postgres import LocalPostgres  # noqa: E402
 
 
 @contextmanager

@@ -54,7 +54,6 @@ from typing import Any
 import psycopg
 
 from coordinator import Coordinator
-from coordinator.cli_errors import open_search
 from coordinator.errors import NotMigrated
 from coordinator.eventlog import Event, Partition, Writer, notified_partitions, wait_for_bound
 from coordinator.indexing import consumer_for, wait_indexed
@@ -77,6 +76,7 @@ from .mapping import (
     our_indices,
 )
 from .plan import plan_batch
+from .search_client import open_search
 from .wakeup import Listener
 
 logger = logging.getLogger("pathkeeper.indexer")

@@ -16,11 +16,11 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from coordinator import Coordinator
-from coordinator.local_postgres import LocalPostgres
 from coordinator.migrate import upgrade
-from indexer.local_search import new_local_search
 from indexer.mapping import drop_alias_and_indices
 from indexer.worker import Worker, WorkerConfig
+from pathkeeper.local.postgres import LocalPostgres
+from pathkeeper.local.search import new_local_search
 
 _counter = itertools.count()
 _aliases = itertools.count()

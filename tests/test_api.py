@@ -26,7 +26,7 @@ from coordinator import (
     TooLarge,
     Unavailable,
 )
-from coordinator.local_postgres import free_port
+from pathkeeper.local.postgres import free_port
 
 
 def last_event(coord: Coordinator) -> tuple[object, ...]:

@@ -24,7 +24,7 @@ from coordinator import (
     NotADirectory,
     NotFound,
 )
-from coordinator.local_postgres import LocalPostgres
+from pathkeeper.local.postgres import LocalPostgres
 
 # (label, call(coordinator, ids of the fixture tree), expected error). The calls take
 # their case's data as default arguments, hence the loose callable type.

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_demo_indexes_and_finds_every_renamed_file() -> None:
-    cmd = [sys.executable, "-m", "coordinator", "demo", "--seconds", "1", "--clients", "4",
+    cmd = [sys.executable, "-m", "pathkeeper", "demo", "--seconds", "1", "--clients", "4",
            "--no-serve"]
     if os.environ.get("ES_URL"):
         cmd += ["--es-url", os.environ["ES_URL"]]

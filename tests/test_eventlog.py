@@ -19,9 +19,9 @@ from tree_checks import node_rows, run_threads, wait_for_lock_waiter
 
 from coordinator import Coordinator, Event
 from coordinator.eventlog import TAKE_BLOCK_SQL, safe_bound
-from coordinator.local_postgres import LocalPostgres
 from coordinator.models import POSITION_BLOCK
 from coordinator.tree import TreeTx
+from pathkeeper.local.postgres import LocalPostgres
 
 SHORT = 0.2  # how long a read may wait for in-flight transactions in "must see nothing" checks
 

@@ -34,9 +34,9 @@ from coordinator import (
     NotADirectory,
     NotFound,
 )
-from coordinator.cli import main as cli_main
 from coordinator.importer import contiguous_run, iter_lines
 from coordinator.models import POSITION_BLOCK
+from pathkeeper.cli.main import main as cli_main
 
 
 def jl(*objs: dict[str, Any]) -> list[str]:

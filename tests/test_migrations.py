@@ -16,10 +16,10 @@ from sqlalchemy import create_engine, inspect, text
 
 from coordinator import Coordinator
 from coordinator.api import sqlalchemy_url
-from coordinator.cli import main
-from coordinator.local_postgres import LocalPostgres
 from coordinator.migrate import alembic_config, downgrade, upgrade
 from coordinator.models import Base
+from pathkeeper.cli.main import main
+from pathkeeper.local.postgres import LocalPostgres
 
 _ids = itertools.count()
 

@@ -20,7 +20,7 @@ import pytest
 
 from coordinator import Coordinator, CoordinatorError
 from coordinator.errors import InvalidArgument, InvalidConfiguration, NotMigrated
-from coordinator.local_postgres import LocalPostgres, free_port
+from pathkeeper.local.postgres import LocalPostgres, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 EXIT_CANNOT_RUN = 2
@@ -29,7 +29,7 @@ EXIT_CANNOT_RUN = 2
 def run_cli(*args: str, timeout: float = 90.0) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PATHKEEPER_")}
     return subprocess.run(
-        [sys.executable, "-m", "coordinator", *args], cwd=ROOT, env=env,
+        [sys.executable, "-m", "pathkeeper", *args], cwd=ROOT, env=env,
         capture_output=True, text=True, timeout=timeout,
     )
 
@@ -109,7 +109,7 @@ def test_indexer_run_on_an_unmigrated_database_stops_and_says_upgrade(
     unmigrated_url: str, es_url: str
 ) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "indexer", "run", "--database-url", unmigrated_url,
+        [sys.executable, "-m", "pathkeeper", "indexer", "run", "--database-url", unmigrated_url,
          "--es-url", es_url, "--alias", f"pk-unmigrated-{os.getpid()}"],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )
@@ -120,7 +120,7 @@ def test_indexer_run_stops_cleanly_on_sigterm_while_waiting_for_the_database(
     dead_db_url: str, es_url: str
 ) -> None:
     child = subprocess.Popen(
-        [sys.executable, "-m", "indexer", "run", "--database-url", dead_db_url,
+        [sys.executable, "-m", "pathkeeper", "indexer", "run", "--database-url", dead_db_url,
          "--es-url", es_url, "--alias", f"pk-dead-{os.getpid()}"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )

@@ -19,9 +19,9 @@ with warnings.catch_warnings():
     from fastapi.testclient import TestClient
 
 from coordinator import Coordinator
-from coordinator.service.app import create_app
-from coordinator.service.auth import create_key
-from coordinator.service.settings import ServiceSettings
+from pathkeeper.http.app import create_app
+from pathkeeper.http.auth import create_key
+from pathkeeper.http.settings import ServiceSettings
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ from __future__ import annotations
 from click.testing import CliRunner
 
 from coordinator import Coordinator
-from coordinator.cli import main
-from coordinator.service.auth import Authenticator, hash_secret
+from pathkeeper.cli.main import main
+from pathkeeper.http.auth import Authenticator, hash_secret
 
 
 def test_keys_create_list_revoke(database_url: str, coord: Coordinator) -> None:
@@ -60,7 +60,7 @@ def test_serve_with_two_workers_answers_from_both(database_url: str,
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "coordinator", "serve", "--database-url", database_url,
+        [sys.executable, "-m", "pathkeeper", "serve", "--database-url", database_url,
          "--no-auth", "--port", str(port), "--workers", "2", "--log-level", "warning"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )

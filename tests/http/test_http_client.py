@@ -1,4 +1,4 @@
-"""coordinator.client.Client: the Coordinator's method names, results and error types over
+"""pathkeeper.client.Client: the Coordinator's method names, results and error types over
 HTTP, and retries that reuse the Idempotency-Key."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from coordinator import (
     NotFound,
     Operation,
 )
-from coordinator.client import Client, Forbidden, Unauthorized
+from pathkeeper.client import Client, Forbidden, Unauthorized
 
 
 def scenario(api: Any, ns: str) -> list[Any]:

@@ -16,7 +16,7 @@ import pytest
 from http_support import Keys, LiveServer
 
 from coordinator import Coordinator, InvalidName, NotFound
-from coordinator.client import Client, InvalidRequest
+from pathkeeper.client import Client, InvalidRequest
 
 
 @pytest.mark.parametrize("ref", ["..", ".", "a/..", "../a", "x/children"])

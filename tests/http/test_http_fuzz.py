@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from coordinator import Coordinator
-from coordinator.local_postgres import LocalPostgres
-from coordinator.service.app import create_app
-from coordinator.service.auth import create_key
-from coordinator.service.settings import ServiceSettings
+from pathkeeper.http.app import create_app
+from pathkeeper.http.auth import create_key
+from pathkeeper.http.settings import ServiceSettings
+from pathkeeper.local.postgres import LocalPostgres
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")

@@ -15,11 +15,11 @@ from http_support import Keys, LiveServer, err, ok
 from sqlalchemy import text
 
 from coordinator import Coordinator, NotFound
-from coordinator.service.app import create_app
-from coordinator.service.auth import Authenticator
-from coordinator.service.idempotency import request_hash, run_idempotent
-from coordinator.service.settings import ServiceSettings
 from coordinator.tree import TreeTx
+from pathkeeper.http.app import create_app
+from pathkeeper.http.auth import Authenticator
+from pathkeeper.http.idempotency import request_hash, run_idempotent
+from pathkeeper.http.settings import ServiceSettings
 
 A = "/v1/namespaces/a"
 
@@ -75,7 +75,7 @@ def test_keys_expire(make_client: Callable[..., TestClient], keys: Keys,
     # The expired row is not replayed: the request runs again.
     err(client.post(f"{A}/files", json={"path": "/f"}, headers=h), 409, "already_exists")
     ok(client.post(f"{A}/dirs", json={"path": "/d"}, headers=h), 201)  # and the key is reusable
-    from coordinator.service.idempotency import purge
+    from pathkeeper.http.idempotency import purge
 
     assert purge(coord.engine) == 1
     with coord.engine.connect() as conn:

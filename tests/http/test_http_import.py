@@ -10,7 +10,7 @@ import httpx
 from http_support import Keys, LiveServer
 
 from coordinator import AlreadyExists, Coordinator, InvalidImport
-from coordinator.client import Client, Forbidden
+from pathkeeper.client import Client, Forbidden
 
 
 def lines(n: int, pad: int = 0) -> Iterator[str]:

@@ -19,8 +19,8 @@ import pytest
 from http_support import Keys, LiveServer
 
 from coordinator import Coordinator
-from coordinator.service.app import create_app
-from coordinator.service.settings import ServiceSettings
+from pathkeeper.http.app import create_app
+from pathkeeper.http.settings import ServiceSettings
 
 DEFAULTS = ServiceSettings(database_url="")
 

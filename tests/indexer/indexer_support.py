@@ -79,13 +79,13 @@ def run_once(database_url: str, es_url: str, alias: str, partitions: int = 2) ->
 
 
 class WorkerProcess:
-    """``python -m indexer run ...`` as a real child process (so it can be ``kill -9``'d)."""
+    """``python -m pathkeeper indexer run ...`` as a real child process (``kill -9``-able)."""
 
     def __init__(
         self, database_url: str, es_url: str, alias: str, log_path: Path, *args: str
     ) -> None:
         self.cmd = [
-            sys.executable, "-m", "indexer", "run", "--database-url", database_url,
+            sys.executable, "-m", "pathkeeper", "indexer", "run", "--database-url", database_url,
             "--es-url", es_url, "--alias", alias, "--poll-interval", "0.2", *args,
         ]
         self.log_path = log_path

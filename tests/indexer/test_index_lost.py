@@ -21,11 +21,11 @@ from indexer_support import assert_index_matches
 from prometheus_client import REGISTRY
 
 from coordinator import Coordinator
-from coordinator.service.app import create_app
-from coordinator.service.settings import ServiceSettings
 from indexer import mapping
 from indexer.replay import rebuild
 from indexer.worker import Worker, WorkerConfig
+from pathkeeper.http.app import create_app
+from pathkeeper.http.settings import ServiceSettings
 
 with warnings.catch_warnings():  # starlette's own deprecation notice about httpx
     warnings.filterwarnings("ignore", message=".*httpx2")
@@ -46,7 +46,7 @@ def missing_gauge(worker: Worker) -> float | None:
 
 def status(database_url: str, es_url: str, alias: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "indexer", "status", "--database-url", database_url,
+        [sys.executable, "-m", "pathkeeper", "indexer", "status", "--database-url", database_url,
          "--es-url", es_url, "--alias", alias],
         capture_output=True, text=True, timeout=60, env={**os.environ},
     )

@@ -11,10 +11,10 @@ from elasticsearch import Elasticsearch
 from indexer_support import run_once, running_worker
 
 from coordinator import Coordinator
-from coordinator.cli import main
 from coordinator.indexing import consumer_for
-from coordinator.local_postgres import free_port
 from indexer import deadletters, mapping
+from pathkeeper.cli.main import main
+from pathkeeper.local.postgres import free_port
 
 
 def test_rejected_document_goes_to_dead_letters_and_the_worker_goes_on(

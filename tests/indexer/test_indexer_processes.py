@@ -26,7 +26,7 @@ from sqlalchemy import text
 from coordinator import Coordinator, CoordinatorError
 from coordinator.indexing import consumer_for
 from indexer.leases import MEMBER_BASE, consumer_key
-from indexer.local_search import new_local_search
+from pathkeeper.local.search import new_local_search
 
 TIMEOUT = 90.0
 

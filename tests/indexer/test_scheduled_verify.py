@@ -16,9 +16,9 @@ from elasticsearch import Elasticsearch
 from indexer_support import running_worker, wait_caught_up
 
 from coordinator import Coordinator
-from coordinator.cli import main
 from indexer.verify import VERIFY_DRIFT, cron_trigger
 from indexer.worker import WorkerConfig
+from pathkeeper.cli.main import main
 
 
 def gauge() -> float:

@@ -17,9 +17,9 @@ from coordinator.indexing import consumer_for
 from indexer import mapping
 from indexer.bulk import Rejected, send
 from indexer.documents import delete_action, index_action
-from indexer.local_search import search_kind
 from indexer.replay import rebuild
 from indexer.worker import Worker, WorkerConfig
+from pathkeeper.local.search import search_kind
 
 ON_NOIDA = search_kind() == "noida" and not os.environ.get("ES_URL")
 

@@ -26,8 +26,8 @@ from prometheus_client import REGISTRY
 from sqlalchemy import text
 
 from coordinator import Coordinator
-from coordinator.local_postgres import LocalPostgres
 from coordinator.migrate import upgrade
+from pathkeeper.local.postgres import LocalPostgres
 
 from .fault_support import (
     ErrorProxy,

@@ -36,11 +36,11 @@ import pytest
 
 from coordinator import Coordinator
 from coordinator.errors import CoordinatorError, NotFound
-from coordinator.service.app import create_app
-from coordinator.service.auth import create_key
-from coordinator.service.errors import status_of
-from coordinator.service.settings import ServiceSettings
 from indexer.worker import Worker
+from pathkeeper.http.app import create_app
+from pathkeeper.http.auth import create_key
+from pathkeeper.http.errors import status_of
+from pathkeeper.http.settings import ServiceSettings
 
 from . import corpus
 from .dbcheck import counts

@@ -1,6 +1,6 @@
 """Fixtures for replay / reindex / verify: a search server per session, an alias per test.
 
-The search server is the session's local node from ``indexer.local_search`` (real
+The search server is the session's local node from ``pathkeeper.local.search`` (real
 Elasticsearch; noida-db with ``PATHKEEPER_SEARCH=noida``), or the cluster at ``ES_URL``. Each test
 gets its own alias (and so its own concrete indices), deleted afterwards.
 """

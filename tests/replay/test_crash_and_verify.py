@@ -16,7 +16,6 @@ from elasticsearch import Elasticsearch
 from prometheus_client import REGISTRY
 
 from coordinator import Coordinator
-from coordinator.cli import main
 from coordinator.indexing import consumer_for, wait_indexed
 from indexer import mapping
 from indexer.bulk import send
@@ -24,6 +23,7 @@ from indexer.documents import index_action
 from indexer.index_scan import stream_index_docs
 from indexer.replay import ReplayBusy, building_marker, rebuild, rebuild_namespaces
 from indexer.verify import Drift, scheduled_verify, verify_index
+from pathkeeper.cli.main import main
 
 from .conftest import RunningWorker, diff_summary, expected_index, index_docs
 from .replay_workload import random_ops

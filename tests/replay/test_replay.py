@@ -11,10 +11,10 @@ from elasticsearch import Elasticsearch
 from tree_checks import writer_holding_its_block
 
 from coordinator import Coordinator
-from coordinator.cli import main
 from indexer import mapping
 from indexer.replay import ReplayBusy, ReplayError, ReplayLease, current_bound, rebuild
 from indexer.verify import verify_index, verify_log
+from pathkeeper.cli.main import main
 
 from .conftest import RunningWorker, diff_summary, expected_index, index_docs
 from .replay_workload import concurrent_ops, random_ops

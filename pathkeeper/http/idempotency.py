@@ -29,9 +29,9 @@ from typing import Any
 
 from sqlalchemy import Engine, text
 
-from ..api import Coordinator
-from ..tree import Retry, TreeTx
-from .errors import ServiceError
+from coordinator.api import Coordinator
+from coordinator.tree import Retry, TreeTx
+from pathkeeper.http.errors import ServiceError
 
 MAX_KEY_LENGTH = 200
 

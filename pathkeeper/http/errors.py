@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .. import errors as ce
+from coordinator import errors as ce
 
 #: Checked in order: subclasses before their bases.
 STATUS: list[tuple[type[ce.CoordinatorError], int]] = [

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .local_server import LocalServer, LocalServerError, free_port
+from pathkeeper.local.server import LocalServer, LocalServerError, free_port
 
 #: The Elasticsearch version the project is tested with, and its archive's SHA-256.
 ELASTICSEARCH_VERSION = "8.19.21"

@@ -21,8 +21,8 @@ from urllib.parse import parse_qs, unquote_to_bytes
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .. import paths
-from ..errors import InvalidPath
+from coordinator import paths
+from coordinator.errors import InvalidPath
 
 #: Never refused by the in-flight cap: an overloaded server must still answer probes.
 UNLIMITED_PATHS = ("/healthz", "/readyz")

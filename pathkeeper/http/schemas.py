@@ -7,9 +7,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .. import paths
-from ..eventlog import Event
-from ..tree import MutationResult, Node
+from coordinator import paths
+from coordinator.eventlog import Event
+from coordinator.tree import MutationResult, Node
 
 # Lengths in characters; the coordinator enforces the byte limits and answers 422.
 PathStr = Annotated[str, Field(min_length=1, max_length=paths.MAX_PATH_BYTES)]

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import click
 
-from coordinator.cli_options import database_url_option
+from pathkeeper.cli.options import database_url_option
 
 RETAIN_ENV = "PATHKEEPER_RETENTION"
 EXIT_ERROR = 2
@@ -17,9 +17,8 @@ EXIT_ERROR = 2
 
 def _run(fn: Callable[[], None]) -> None:
     from coordinator import CoordinatorError
-
-    from .replay import ReplayError
-    from .retention import RetentionError
+    from indexer.replay import ReplayError
+    from indexer.retention import RetentionError
 
     try:
         fn()
@@ -47,7 +46,7 @@ def snapshot() -> None:
               help="Snapshot the state as of this position (default: the safe end of the log).")
 def snapshot_take(database_url: str, until: int | None) -> None:
     """Fold the log (from the previous snapshot) and store the state of every namespace."""
-    from .retention import take_snapshot
+    from indexer.retention import take_snapshot
 
     def body() -> None:
         engine = _engine(database_url)
@@ -70,7 +69,7 @@ def snapshot_take(database_url: str, until: int | None) -> None:
 @database_url_option
 def snapshot_list(database_url: str) -> None:
     """The stored snapshots, oldest first, and the compaction horizon."""
-    from .retention import current_horizon, list_snapshots
+    from indexer.retention import current_horizon, list_snapshots
 
     def body() -> None:
         engine = _engine(database_url)
@@ -100,8 +99,8 @@ def snapshot_list(database_url: str) -> None:
 def compact(database_url: str, retain: str, force: bool, dry_run: bool) -> None:
     """Delete the events a stored snapshot covers. Afterwards replay --until below the
     horizon and change-feed cursors below it fail with a clear error."""
-    from .retention import compact as do_compact
-    from .retention import parse_duration
+    from indexer.retention import compact as do_compact
+    from indexer.retention import parse_duration
 
     def body() -> None:
         keep = parse_duration(retain)

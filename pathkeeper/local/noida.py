@@ -21,7 +21,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from .local_server import LocalServer, LocalServerError
+from pathkeeper.local.server import LocalServer, LocalServerError
 
 URL_LINE = re.compile(r"elasticsearch\s+(http://\S+)")
 

@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from ..cli_options import DATABASE_URL_ENV, database_url_option
+from pathkeeper.cli.options import DATABASE_URL_ENV, database_url_option
 
 
 def is_loopback(host: str) -> bool:
@@ -54,8 +54,8 @@ def serve(
     """Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs)."""
     import uvicorn
 
-    from .app import create_app
-    from .settings import SETTINGS_ENV, ServiceSettings, settings_to_json
+    from pathkeeper.http.app import create_app
+    from pathkeeper.http.settings import SETTINGS_ENV, ServiceSettings, settings_to_json
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s "
                         "%(message)s")
@@ -83,7 +83,7 @@ def serve(
     # Worker processes build their own app (a pool and threads cannot cross a fork):
     # they find the settings in the environment they inherit.
     os.environ[SETTINGS_ENV] = settings_to_json(settings)
-    uvicorn.run("coordinator.service.app:app_from_environment", factory=True, host=host,
+    uvicorn.run("pathkeeper.http.app:app_from_environment", factory=True, host=host,
                 port=port, log_level=log_level, access_log=False, workers=workers)
 
 
@@ -100,8 +100,8 @@ def keys() -> None:
 @click.option("--label", default="", help="A note to recognise the key by.")
 def keys_create(database_url: str, namespaces: tuple[str, ...], scope: str, label: str) -> None:
     """Create a key and print its secret (shown once; only a hash is stored)."""
-    from ..api import Coordinator
-    from .auth import create_key
+    from coordinator.api import Coordinator
+    from pathkeeper.http.auth import create_key
 
     with Coordinator.connect(database_url) as coord:
         try:
@@ -118,8 +118,8 @@ def keys_create(database_url: str, namespaces: tuple[str, ...], scope: str, labe
 @click.argument("key_id")
 def keys_revoke(database_url: str, key_id: str) -> None:
     """Revoke a key by id (takes effect within the server's auth cache time)."""
-    from ..api import Coordinator
-    from .auth import revoke_key
+    from coordinator.api import Coordinator
+    from pathkeeper.http.auth import revoke_key
 
     with Coordinator.connect(database_url) as coord:
         if not revoke_key(coord.engine, key_id):
@@ -132,8 +132,8 @@ def keys_revoke(database_url: str, key_id: str) -> None:
 @database_url_option
 def keys_list(database_url: str) -> None:
     """List keys (never their secrets)."""
-    from ..api import Coordinator
-    from .auth import list_keys
+    from coordinator.api import Coordinator
+    from pathkeeper.http.auth import list_keys
 
     with Coordinator.connect(database_url) as coord:
         for k in list_keys(coord.engine):

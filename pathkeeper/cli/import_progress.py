@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import BinaryIO
 
-from .importer import ImportProgress, ProgressFn
+from coordinator.importer import ImportProgress, ProgressFn
 
 PHASES = {
     "read": "reading and checking",

@@ -7,10 +7,9 @@ import sys
 
 import click
 
-from coordinator.cli_options import ES_URL_ENV, database_url_option, es_url_option
 from coordinator.indexing import consumer_for
-
-from .mapping import DEFAULT_ALIAS
+from indexer.mapping import DEFAULT_ALIAS
+from pathkeeper.cli.options import ES_URL_ENV, database_url_option, es_url_option
 
 alias_option = click.option(
     "--alias", default=DEFAULT_ALIAS, show_default=True, help="Index alias the worker writes to."
@@ -24,7 +23,7 @@ def _check_cron(_ctx: click.Context, _param: click.Parameter, value: str | None)
     """Refuse a bad schedule at start-up, not when the scheduler first uses it."""
     if value is None:
         return None
-    from .verify import cron_trigger
+    from indexer.verify import cron_trigger
 
     try:
         cron_trigger(value)
@@ -63,8 +62,8 @@ def run(
     verify_cron: str | None, verbose: bool,
 ) -> None:
     """Run the worker until SIGTERM (or, with --once, until caught up)."""
-    from .logs import configure
-    from .worker import Worker, WorkerConfig
+    from indexer.logs import configure
+    from indexer.worker import Worker, WorkerConfig
 
     configure(logging.DEBUG if verbose else logging.INFO)
     config = WorkerConfig(
@@ -72,8 +71,8 @@ def run(
         partitions=partitions, once=once, batch_events=batch_events, chunk_size=chunk_size,
         poll_interval=poll_interval, metrics_port=metrics_port, verify_cron=verify_cron,
     )
-    from .checkpoints import LayoutMismatch
-    from .mapping import IndexMissing, MappingOutdated
+    from indexer.checkpoints import LayoutMismatch
+    from indexer.mapping import IndexMissing, MappingOutdated
 
     try:
         code = Worker(config).run()
@@ -96,8 +95,7 @@ def status_cmd(database_url: str, alias: str, consumer: str, es_url: str | None)
     """Per partition and namespace: lag (events, seconds), checkpoint, holder; dead letters;
     with --es-url, whether the index behind the alias is there."""
     from coordinator import Coordinator
-
-    from . import deadletters, status
+    from indexer import deadletters, status
 
     name = consumer or consumer_for(alias)
     with Coordinator.connect(database_url) as coord:
@@ -126,7 +124,7 @@ def status_cmd(database_url: str, alias: str, consumer: str, es_url: str | None)
     if es_url:
         from elasticsearch import Elasticsearch
 
-        from .mapping import alias_targets, missing_alias_message, our_indices
+        from indexer.mapping import alias_targets, missing_alias_message, our_indices
 
         with Elasticsearch(es_url, request_timeout=30) as es:
             targets = alias_targets(es, alias)
@@ -149,9 +147,8 @@ def dead_letters_cmd(
 ) -> None:
     """List documents Elasticsearch rejected for good; --retry writes them again."""
     from coordinator import Coordinator
-    from coordinator.cli_errors import open_search
-
-    from . import deadletters
+    from indexer import deadletters
+    from indexer.search_client import open_search
 
     name = consumer or consumer_for(alias)
     with Coordinator.connect(database_url) as coord:
@@ -187,7 +184,7 @@ def search_node(port: int, data_dir: str | None) -> None:
     import signal
     import threading
 
-    from .local_search import LocalServerError, new_local_search
+    from pathkeeper.local.search import LocalServerError, new_local_search
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -24,11 +24,11 @@ from urllib.parse import quote
 
 import httpx
 
-from . import errors as ce
-from .api import Operation
-from .eventlog import Event
-from .service.cursors import encode_name_cursor
-from .tree import MutationResult, Node
+from coordinator import errors as ce
+from coordinator.api import Operation
+from coordinator.eventlog import Event
+from coordinator.tree import MutationResult, Node
+from pathkeeper.http.cursors import encode_name_cursor
 
 
 class Unauthorized(ce.CoordinatorError):

@@ -10,9 +10,8 @@ from typing import Any
 
 import click
 
-from coordinator.cli_options import database_url_option, es_url_option
-
-from .mapping import DEFAULT_ALIAS
+from indexer.mapping import DEFAULT_ALIAS
+from pathkeeper.cli.options import database_url_option, es_url_option
 
 alias_option = click.option(
     "--alias", default=DEFAULT_ALIAS, show_default=True, help="The alias services search."
@@ -29,7 +28,7 @@ EXIT_ERROR = 2
 
 
 def _setup(quiet: bool) -> Any:
-    from .progress import Progress
+    from indexer.progress import Progress
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s",
                         stream=sys.stderr)
@@ -42,7 +41,7 @@ def _setup(quiet: bool) -> Any:
 def _run(fn: Callable[[], int]) -> None:
     """Run a command body; a known failure (``cli_errors.describe``: a ReplayError, the
     database or the search server down, a bad URL, no schema) is one line and exit 2."""
-    from coordinator.cli_errors import describe
+    from pathkeeper.cli.errors import describe
 
     try:
         code = fn()
@@ -60,9 +59,8 @@ def _rebuild(
     until: int | None, dry_run: bool, keep_old: bool, quiet: bool,
 ) -> None:
     from coordinator import Coordinator
-    from coordinator.cli_errors import open_search
-
-    from .replay import rebuild, rebuild_namespaces
+    from indexer.replay import rebuild, rebuild_namespaces
+    from indexer.search_client import open_search
 
     progress = _setup(quiet)
 
@@ -152,10 +150,9 @@ def verify(
 ) -> None:
     """Compare PostgreSQL with the index (and the log with nodes); exit 1 on drift."""
     from coordinator import Coordinator
-    from coordinator.cli_errors import open_search
     from coordinator.indexing import consumer_for, indexed_through, wait_indexed
-
-    from .verify import verify_index, verify_log
+    from indexer.search_client import open_search
+    from indexer.verify import verify_index, verify_log
 
     progress = _setup(quiet)
 

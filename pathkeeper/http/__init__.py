@@ -7,7 +7,7 @@ typed errors to status codes.
 
 from __future__ import annotations
 
-from .settings import ServiceSettings
+from pathkeeper.http.settings import ServiceSettings
 
 __all__ = ["ServiceSettings", "create_app"]
 
@@ -15,7 +15,7 @@ __all__ = ["ServiceSettings", "create_app"]
 def __getattr__(name: str) -> object:
     # Lazy, so importing the settings (e.g. from the CLI) does not import FastAPI.
     if name == "create_app":
-        from .app import create_app
+        from pathkeeper.http.app import create_app
 
         return create_app
     raise AttributeError(name)

@@ -20,8 +20,8 @@ from datetime import datetime
 
 from sqlalchemy import Engine, text
 
-from .. import paths
-from .errors import forbidden, hidden_namespace, unauthorized
+from coordinator import paths
+from pathkeeper.http.errors import forbidden, hidden_namespace, unauthorized
 
 SCOPES = ("read", "write", "admin")
 KEY_PREFIX = "pk_"

@@ -16,16 +16,15 @@ from typing import Any
 
 from elasticsearch import ApiError, Elasticsearch, TransportError
 
+from coordinator.errors import Unavailable
 from indexer.mapping import (
     alias_targets,
     missing_alias_message,
     our_indices,
     subtree_filter,
 )
-
-from ..errors import Unavailable
-from .errors import ServiceError
-from .schemas import SearchHit, SearchOut
+from pathkeeper.http.errors import ServiceError
+from pathkeeper.http.schemas import SearchHit, SearchOut
 
 SOURCE_FIELDS = ["node_id", "path", "name", "kind", "parent_id", "seq"]
 

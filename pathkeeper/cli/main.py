@@ -10,8 +10,8 @@ from typing import BinaryIO
 
 import click
 
-from .cli_errors import OperatorErrors
-from .cli_options import DATABASE_URL_ENV, ES_URL_ENV, database_url_option
+from pathkeeper.cli.errors import OperatorErrors
+from pathkeeper.cli.options import DATABASE_URL_ENV, ES_URL_ENV, database_url_option
 
 
 @click.group(cls=OperatorErrors)
@@ -29,7 +29,7 @@ def db() -> None:
 @click.argument("revision", default="head")
 def db_upgrade(database_url: str, revision: str) -> None:
     """Apply migrations up to REVISION (default: head)."""
-    from .migrate import upgrade
+    from coordinator.migrate import upgrade
 
     upgrade(database_url, revision)
     click.echo(f"database upgraded to {revision}")
@@ -40,7 +40,7 @@ def db_upgrade(database_url: str, revision: str) -> None:
 @click.argument("revision")
 def db_downgrade(database_url: str, revision: str) -> None:
     """Revert migrations down to REVISION (e.g. base)."""
-    from .migrate import downgrade
+    from coordinator.migrate import downgrade
 
     downgrade(database_url, revision)
     click.echo(f"database downgraded to {revision}")
@@ -61,7 +61,7 @@ def demo(
     serve: bool | None,
 ) -> None:
     """The main job on embedded defaults: concurrent renames, indexed and searched."""
-    from .demo import run_demo
+    from pathkeeper.demo import run_demo
 
     sys.exit(run_demo(database_url, es_url, clients, seconds, serve))
 
@@ -78,8 +78,8 @@ def import_(namespace: str, file: BinaryIO, database_url: str, progress: bool | 
     One node a line: {"path": "/a/b", "kind": "dir"|"file", "content": "...",
     "metadata": {...}}, in any order; missing parent directories are created. Any bad
     line (reported with its number) and nothing is written."""
-    from .api import Coordinator
-    from .import_progress import progress_bar
+    from coordinator.api import Coordinator
+    from pathkeeper.cli.import_progress import progress_bar
 
     show = sys.stderr.isatty() if progress is None else progress
     with Coordinator.connect(database_url) as coord, progress_bar(file, show) as on_progress:
@@ -93,17 +93,17 @@ def import_(namespace: str, file: BinaryIO, database_url: str, progress: bool | 
 
 def _register() -> None:
     """Command groups of the other components."""
-    from .service.cli import keys, serve
+    from pathkeeper.cli.serve import keys, serve
     main.add_command(serve)
     main.add_command(keys)
-    from indexer.cli import indexer, search_node
+    from pathkeeper.cli.indexer import indexer, search_node
     main.add_command(indexer)
     main.add_command(search_node)
-    from indexer.replay_cli import reindex, replay, verify
+    from pathkeeper.cli.replay import reindex, replay, verify
     main.add_command(replay)
     main.add_command(reindex)
     main.add_command(verify)
-    from indexer.retention_cli import compact, snapshot  # snapshots, compaction (issue 14)
+    from pathkeeper.cli.retention import compact, snapshot  # snapshots, compaction (issue 14)
     main.add_command(snapshot)
     main.add_command(compact)
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .local_elasticsearch import LocalElasticsearch
-from .local_noida import LocalNoida
-from .local_server import LocalServer, LocalServerError
+from pathkeeper.local.elasticsearch import LocalElasticsearch
+from pathkeeper.local.noida import LocalNoida
+from pathkeeper.local.server import LocalServer, LocalServerError
 
 SEARCH_ENV = "PATHKEEPER_SEARCH"
 KINDS = ("elasticsearch", "noida")

@@ -14,10 +14,10 @@ import time
 
 import psycopg
 
-from ..api import Coordinator, libpq_url
-from ..eventlog import NOTIFY_CHANNEL
-from .schemas import EventOut, EventsOut
-from .search import invalid_cursor
+from coordinator.api import Coordinator, libpq_url
+from coordinator.eventlog import NOTIFY_CHANNEL
+from pathkeeper.http.schemas import EventOut, EventsOut
+from pathkeeper.http.search import invalid_cursor
 
 log = logging.getLogger("pathkeeper.service.feed")
 

@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import os
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
-
-if TYPE_CHECKING:
-    from elasticsearch import Elasticsearch
 
 #: The command could not do its work (``verify`` keeps 1 for "ran, found drift").
 EXIT_CANNOT_RUN = 2
@@ -42,8 +39,8 @@ def describe(exc: BaseException) -> str | None:
     import psycopg
     from sqlalchemy.exc import DBAPIError
 
-    from .api import SCHEMA_SQLSTATES, UPGRADE_HINT, translate
-    from .errors import (
+    from coordinator.api import SCHEMA_SQLSTATES, UPGRADE_HINT, translate
+    from coordinator.errors import (
         CoordinatorError,
         InvalidConfiguration,
         NotMigrated,
@@ -109,19 +106,3 @@ class OperatorErrors(click.Group):
                 raise
             click.echo(f"error: {message}", err=True)
             ctx.exit(EXIT_CANNOT_RUN)
-
-
-def open_search(url: str, **options: Any) -> Elasticsearch:
-    """An ``Elasticsearch`` client, or ``InvalidConfiguration`` for a URL it cannot use
-    (the client raises a bare ValueError)."""
-    from elasticsearch import Elasticsearch
-
-    from .errors import InvalidConfiguration
-
-    try:
-        return Elasticsearch(url, **options)
-    except ValueError:
-        # Not the client's message: it repeats the URL, which may hold a password.
-        raise InvalidConfiguration(
-            "the search server URL cannot be parsed; expected http(s)://host:port"
-        ) from None

@@ -23,20 +23,20 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import event, text
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from .. import paths
-from ..api import Coordinator, GroupTx, Operation, translate
-from ..errors import CoordinatorError, InvalidName, NotADirectory, Unavailable
-from ..importer import iter_lines
-from ..indexing import consumer_for
-from ..tree import MutationResult, TreeTx
-from . import errors as service_errors
-from .auth import NO_AUTH, Authenticator, Principal
-from .cursors import InvalidCursor, decode_name_cursor, encode_name_cursor
-from .errors import BatchError, ServiceError
-from .feed import NotifyHub, follow, parse_after
-from .idempotency import purge, request_hash, run_idempotent
-from .limits import LimitsMiddleware, check_path
-from .schemas import (
+from coordinator import paths
+from coordinator.api import Coordinator, GroupTx, Operation, translate
+from coordinator.errors import CoordinatorError, InvalidName, NotADirectory, Unavailable
+from coordinator.importer import iter_lines
+from coordinator.indexing import consumer_for
+from coordinator.tree import MutationResult, TreeTx
+from pathkeeper.http import errors as service_errors
+from pathkeeper.http.auth import NO_AUTH, Authenticator, Principal
+from pathkeeper.http.cursors import InvalidCursor, decode_name_cursor, encode_name_cursor
+from pathkeeper.http.errors import BatchError, ServiceError
+from pathkeeper.http.feed import NotifyHub, follow, parse_after
+from pathkeeper.http.idempotency import purge, request_hash, run_idempotent
+from pathkeeper.http.limits import LimitsMiddleware, check_path
+from pathkeeper.http.schemas import (
     BatchIn,
     BatchOut,
     CreateFileIn,
@@ -57,8 +57,8 @@ from .schemas import (
     SearchOut,
     WriteIn,
 )
-from .search import Searcher, SearchQuery, invalid_cursor
-from .settings import ServiceSettings
+from pathkeeper.http.search import Searcher, SearchQuery, invalid_cursor
+from pathkeeper.http.settings import ServiceSettings
 
 log = logging.getLogger("pathkeeper.service")
 
@@ -161,7 +161,7 @@ def create_app(
     hub = NotifyHub(settings.database_url)
     searcher: Searcher | None = None
     if settings.es_url:
-        from ..cli_errors import open_search
+        from indexer.search_client import open_search
 
         searcher = Searcher(
             open_search(settings.es_url, request_timeout=settings.max_index_wait_seconds),
@@ -668,6 +668,6 @@ def app_from_environment() -> FastAPI:
     """The app of one ``pathkeeper serve --workers N`` process (a uvicorn factory)."""
     import os
 
-    from .settings import SETTINGS_ENV, settings_from_json
+    from pathkeeper.http.settings import SETTINGS_ENV, settings_from_json
 
     return create_app(settings_from_json(os.environ[SETTINGS_ENV]))

@@ -21,9 +21,9 @@ from typing import Any
 
 import click
 
-from . import Coordinator, CoordinatorError
-from .local_postgres import LocalPostgres
-from .migrate import upgrade
+from coordinator import Coordinator, CoordinatorError
+from coordinator.migrate import upgrade
+from pathkeeper.local.postgres import LocalPostgres
 
 NS = "demo"
 
@@ -89,9 +89,9 @@ def start_api(stack: ExitStack, database_url: str, es_url: str) -> tuple[str, st
     """Serve the HTTP API on loopback; returns its URL and an admin key's secret."""
     import uvicorn
 
-    from .service.app import create_app
-    from .service.auth import create_key
-    from .service.settings import ServiceSettings
+    from pathkeeper.http.app import create_app
+    from pathkeeper.http.auth import create_key
+    from pathkeeper.http.settings import ServiceSettings
 
     with Coordinator.connect(database_url) as coord:
         _, secret = create_key(coord.engine, [NS], "admin", "demo")
@@ -149,7 +149,7 @@ def run_demo(
             database_url = pg.create_database("pathkeeper")
         upgrade(database_url)
         if es_url is None:
-            from indexer.local_search import new_local_search, search_kind
+            from pathkeeper.local.search import new_local_search, search_kind
 
             kind = search_kind()
             click.echo(f"starting a throwaway local search server ({kind}) ...")

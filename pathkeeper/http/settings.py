@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .. import paths
+from coordinator import paths
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,0 @@
-"""``python -m coordinator`` is the ``pathkeeper`` command."""
-
-from .cli import main
-
-main()

@@ -1,0 +1,2 @@
+"""The ``pathkeeper`` command: one click group (``main``) and one module per group of
+subcommands."""
