@@ -36,7 +36,7 @@ import psycopg
 from common import load_average, median, migrated_cluster, now_utc, percentile, table
 
 from coordinator import Coordinator
-from coordinator.api import libpq_url
+from coordinator.db import libpq_url
 from coordinator.eventlog import NOTIFY_CHANNEL, POSITION_LOCK_SQL
 
 #: Files of one client are named ``client * NAME_CLIENT + i`` and, renamed, that plus

@@ -33,7 +33,7 @@ import psycopg
 from common import load_average, median, migrated_cluster, now_utc, table
 
 from coordinator import Coordinator
-from coordinator.api import libpq_url
+from coordinator.db import libpq_url
 
 FILES_PER_DIR = 99
 

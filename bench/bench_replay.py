@@ -38,7 +38,7 @@ from elasticsearch import Elasticsearch, helpers
 from sqlalchemy import create_engine, text
 
 from coordinator import Coordinator
-from coordinator.api import sqlalchemy_url
+from coordinator.db import sqlalchemy_url
 from coordinator.migrate import upgrade
 from coordinator.models import POSITION_BLOCK
 from indexer import mapping, setfold

@@ -1,6 +1,7 @@
 """Pathkeeper's coordinator: transactional namespace trees in PostgreSQL with an event log."""
 
-from .api import Coordinator, GroupTx, Operation, Settings
+from .api import Coordinator, GroupTx
+from .commands import Command, CreateFile, Delete, Mkdir, Move, Rename, WriteFile
 from .errors import (
     AlreadyExists,
     Conflict,
@@ -23,14 +24,18 @@ from .errors import (
 )
 from .eventlog import Event, Partition
 from .importer import ImportProgress, ImportResult
+from .settings import Settings
 from .tree import MutationResult, Node
 
 __all__ = [
     "AlreadyExists",
+    "Command",
     "Conflict",
     "Coordinator",
     "CoordinatorError",
+    "CreateFile",
     "CursorExpired",
+    "Delete",
     "DirectoryNotEmpty",
     "Event",
     "GroupTx",
@@ -44,14 +49,17 @@ __all__ = [
     "InvalidName",
     "InvalidPath",
     "IsADirectory",
+    "Mkdir",
+    "Move",
     "MutationResult",
     "Node",
     "NotADirectory",
     "NotFound",
     "NotMigrated",
-    "Operation",
     "Partition",
+    "Rename",
     "Settings",
     "TooLarge",
     "Unavailable",
+    "WriteFile",
 ]

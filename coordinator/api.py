@@ -1,8 +1,8 @@
 """``Coordinator``: the Python API that services and the rest of Pathkeeper call.
 
-One connection pool; every call is one transaction (``TreeTx``), retried as a
+One connection pool; every call is one transaction (a ``UnitOfWork``), retried as a
 whole on deadlocks, serialization failures and the races ``TreeTx`` reports as
-``Retry``. Database errors are translated here into ``coordinator.errors``.
+``Retry``. Driver errors become ``coordinator.errors`` through ``coordinator.db``.
 """
 
 from __future__ import annotations
@@ -12,114 +12,24 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
+from sqlalchemy import Engine, text
+from sqlalchemy.exc import DBAPIError
 
 from . import paths
-from .errors import (
-    AlreadyExists,
-    Conflict,
-    CoordinatorError,
-    DirectoryNotEmpty,
-    InvalidConfiguration,
-    InvalidName,
-    NotFound,
-    NotMigrated,
-    TooLarge,
-    Unavailable,
-)
-from .eventlog import REPORT_AFTER, Event, EventAppender, Partition, Writer, read_events
+from .commands import Command, GroupCommands, NamespaceCommands
+from .db import connect_engine, is_retryable, translate
+from .errors import AlreadyExists, Conflict, CoordinatorError, DirectoryNotEmpty, TooLarge
+from .eventlog import REPORT_AFTER, Event, Partition, Writer, read_events
 from .importer import Importer, ImportResult, ProgressFn
 from .indexing import DEFAULT_CONSUMER, wait_indexed
 from .notifier import Notifier
+from .settings import Settings
 from .tree import MutationResult, Node, Retry, TreeTx, check_namespace_exists
+from .unit_of_work import UnitOfWork
 
 T = TypeVar("T")
-
-RETRYABLE_SQLSTATES = {"40001", "40P01"}  # serialization failure, deadlock detected
-#: Undefined table or column: our schema is missing or older than the code. (Not an
-#: undefined function: that is more likely a PostgreSQL older than the code supports.)
-SCHEMA_SQLSTATES = {"42P01", "42703"}
-UPGRADE_HINT = "run `pathkeeper db upgrade` (with the same --database-url)"
-URL_HINT = "expected postgresql://user[:password]@host[:port]/database"
-
-
-def sqlalchemy_url(url: str) -> str:
-    """Accept libpq URLs (postgresql://) and SQLAlchemy ones (postgresql+psycopg://)."""
-    for prefix in ("postgresql://", "postgres://"):
-        if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix):]
-    return url
-
-
-def libpq_url(url: str) -> str:
-    return url.replace("postgresql+psycopg://", "postgresql://", 1)
-
-
-def parse_database_url(database_url: object) -> URL:
-    """The SQLAlchemy URL of a PostgreSQL database, or ``InvalidConfiguration``.
-
-    The message never repeats the URL: it may hold a password."""
-    if not isinstance(database_url, str) or not database_url.strip():
-        raise InvalidConfiguration(f"the database URL is empty; {URL_HINT}")
-    try:
-        url = make_url(sqlalchemy_url(database_url))
-    except (ArgumentError, ValueError) as exc:
-        reason = "its port is not a number" if isinstance(exc, ValueError) else "not a URL"
-        raise InvalidConfiguration(
-            f"the database URL cannot be parsed ({reason}); {URL_HINT}"
-        ) from None
-    if url.get_backend_name() != "postgresql":
-        raise InvalidConfiguration(
-            f"the database URL is for {url.get_backend_name()!r}, not PostgreSQL; {URL_HINT}"
-        )
-    return url
-
-
-@dataclass(frozen=True)
-class Settings:
-    lock_timeout: float = 3.0
-    #: A session left idle inside a transaction (a hung or dead client) is ended by
-    #: the server after this long, releasing its locks.
-    idle_in_transaction_timeout: float = 30.0
-    max_retries: int = 8
-    max_depth: int = paths.MAX_DEPTH
-    max_group_ops: int = 1000
-    notify: bool = True
-    pool_size: int = 10
-    max_overflow: int = 20
-    pool_timeout: float = 10.0
-    connect_timeout: float = 5.0
-
-
-def translate(exc: DBAPIError) -> CoordinatorError:
-    """Map a driver error to a typed coordinator error."""
-    state = getattr(exc.orig, "sqlstate", None) or ""
-    diag = getattr(exc.orig, "diag", None)
-    detail = str(getattr(diag, "message_primary", None) or exc.orig)
-    if state == "55P03":
-        return Conflict(f"lock wait timed out: {detail}")
-    if state == "23505":
-        return AlreadyExists(detail)
-    if state == "23503":
-        return NotFound(detail)
-    if state in ("23514", "22021", "22P05", "22P02"):
-        return InvalidName(detail)
-    if state in RETRYABLE_SQLSTATES:
-        return Conflict(f"gave up after repeated conflicts: {detail}")
-    if state in SCHEMA_SQLSTATES:
-        return NotMigrated(f"the database is not migrated ({detail}): {UPGRADE_HINT}")
-    if state == "57014":
-        return Unavailable(f"statement timed out: {detail}")
-    # A failed connection attempt has no SQLSTATE (the server never answered).
-    no_answer = isinstance(exc, OperationalError) and not state
-    if exc.connection_invalidated or no_answer or state.startswith(("08", "57P")):
-        return Unavailable(f"database unavailable: {detail}")
-    return CoordinatorError(f"database error {state}: {detail}")
 
 
 class Disconnected(Exception):
@@ -130,8 +40,11 @@ class Disconnected(Exception):
         self.error = error
 
 
-class Coordinator:
-    """Transactional namespace trees in PostgreSQL. Thread-safe: share one per process."""
+class Coordinator(NamespaceCommands):
+    """Transactional namespace trees in PostgreSQL. Thread-safe: share one per process.
+
+    The typed methods for each command (``mkdir``, ``rename``...) come from
+    ``NamespaceCommands``; each builds its command and calls ``execute``."""
 
     def __init__(self, engine: Engine, settings: Settings | None = None) -> None:
         self.engine = engine
@@ -141,32 +54,7 @@ class Coordinator:
     @classmethod
     def connect(cls, database_url: str, **settings: Any) -> Coordinator:
         s = Settings(**settings)
-        options = (
-            f"-c lock_timeout={int(s.lock_timeout * 1000)} "
-            f"-c idle_in_transaction_session_timeout={int(s.idle_in_transaction_timeout * 1000)} "
-            # Notice a vanished client while its query runs, not only when it next writes.
-            "-c client_connection_check_interval=2000"
-        )
-        engine = create_engine(
-            parse_database_url(database_url),
-            pool_size=s.pool_size,
-            max_overflow=s.max_overflow,
-            pool_timeout=s.pool_timeout,
-            # No pre-ping: it was a round trip on every checkout (one of ten for a
-            # rename). ``run`` re-runs a transaction whose connection turns out dead
-            # before COMMIT instead, which is as transparent after a server restart.
-            pool_pre_ping=False,
-            connect_args={
-                "options": options,
-                "connect_timeout": max(1, int(s.connect_timeout)),
-                "keepalives": 1,
-                "keepalives_idle": 10,
-                "keepalives_interval": 5,
-                "keepalives_count": 3,
-                "application_name": "pathkeeper",
-            },
-        )
-        return cls(engine, s)
+        return cls(connect_engine(database_url, s), s)
 
     def close(self) -> None:
         self.notifier.close()
@@ -183,40 +71,38 @@ class Coordinator:
     def _sleep_backoff(self, attempt: int) -> None:
         time.sleep(min(0.2, 0.002 * 2**attempt) * (0.5 + random.random()))
 
-    def run(self, namespace: str, fn: Callable[[TreeTx], T]) -> T:
-        """Run ``fn`` in one transaction on ``namespace``, re-running it on transient races.
+    def run(self, namespace: str, fn: Callable[[UnitOfWork], T]) -> T:
+        """Run ``fn`` in one unit of work on ``namespace``, re-running it on transient races.
 
         ``fn`` may run more than once: it must not have effects outside the transaction.
         """
         ns = paths.validate_namespace(namespace)
         for attempt in range(self.settings.max_retries + 1):
             try:
-                with self._transaction(ns) as tx:
-                    return fn(tx)
+                with self._unit_of_work(ns) as uow:
+                    return fn(uow)
             except Retry:
                 pass
             except Disconnected as exc:
                 if attempt == self.settings.max_retries:
                     raise translate(exc.error) from exc.error
             except DBAPIError as exc:
-                state = getattr(exc.orig, "sqlstate", None)
-                if state not in RETRYABLE_SQLSTATES or attempt == self.settings.max_retries:
+                if not is_retryable(exc) or attempt == self.settings.max_retries:
                     raise translate(exc) from exc
             self._sleep_backoff(attempt)
         raise Conflict("gave up after repeated conflicting changes")
 
     @contextmanager
-    def _transaction(self, ns: str) -> Iterator[TreeTx]:
+    def _unit_of_work(self, ns: str) -> Iterator[UnitOfWork]:
+        """Begin, yield, finish (events, then hooks) and commit; a deadlock stays a raw
+        driver error (``run`` re-runs), anything else from the driver is translated."""
         try:
             with self.engine.begin() as conn:
-                # The wake-up is sent after COMMIT by the notifier, not in the transaction
-                # (see coordinator/notifier.py).
-                events = EventAppender(conn, notify=False)
+                # A missing namespace shows up as NotFound when the first path is resolved.
+                uow = UnitOfWork(conn, ns, self.settings.max_depth)
                 try:
-                    # A missing namespace shows up as NotFound when the first path is
-                    # resolved.
-                    yield TreeTx(conn, ns, events, self.settings.max_depth)
-                    events.flush()  # the last statement before COMMIT (see EventAppender)
+                    yield uow
+                    uow.finish()
                 except DBAPIError as exc:
                     if exc.connection_invalidated:
                         # Before COMMIT, so nothing applied: safe to run again on a new
@@ -224,11 +110,15 @@ class Coordinator:
                         raise Disconnected(exc) from exc
                     raise
         except DBAPIError as exc:
-            if getattr(exc.orig, "sqlstate", None) in RETRYABLE_SQLSTATES:
+            if is_retryable(exc):
                 raise
             raise translate(exc) from exc
-        if events.base is not None and self.settings.notify:
+        if uow.wrote_events and self.settings.notify:
             self.notifier.poke(ns)
+
+    def execute(self, namespace: str, command: Command) -> MutationResult:
+        """Run one command in a transaction of its own, retried on transient races."""
+        return self.run(namespace, lambda uow: command.apply(uow.tree))
 
     @contextmanager
     def transaction(self, namespace: str) -> Iterator[GroupTx]:
@@ -237,8 +127,8 @@ class Coordinator:
         (the block cannot be re-run for you; use ``apply`` for automatic retries)."""
         ns = paths.validate_namespace(namespace)
         try:
-            with self._transaction(ns) as tx:
-                group = GroupTx(tx, self.settings.max_group_ops)
+            with self._unit_of_work(ns) as uow:
+                group = GroupTx(uow.tree, self.settings.max_group_ops)
                 yield group
                 # The block may have caught a step's error and carried on: if that step
                 # failed in the database, nothing can commit, so say so instead of letting
@@ -251,14 +141,14 @@ class Coordinator:
         except DBAPIError as exc:
             raise translate(exc) from exc
 
-    def apply(self, namespace: str, ops: Sequence[Operation]) -> list[MutationResult]:
-        """Apply a list of operations atomically, retrying the whole list on deadlocks."""
-        if len(ops) > self.settings.max_group_ops:
+    def apply(self, namespace: str, commands: Sequence[Command]) -> list[MutationResult]:
+        """Apply a list of commands atomically, retrying the whole list on deadlocks."""
+        if len(commands) > self.settings.max_group_ops:
             raise TooLarge(f"at most {self.settings.max_group_ops} operations per group")
 
-        def body(tx: TreeTx) -> list[MutationResult]:
-            group = GroupTx(tx, self.settings.max_group_ops)
-            return [op.apply(group) for op in ops]
+        def body(uow: UnitOfWork) -> list[MutationResult]:
+            group = GroupTx(uow.tree, self.settings.max_group_ops)
+            return [group.execute(command) for command in commands]
 
         return self.run(namespace, body)
 
@@ -266,39 +156,33 @@ class Coordinator:
 
     def create_namespace(self, name: str) -> MutationResult:
         ns = paths.validate_namespace(name)
-        root = uuid.uuid4()
+
+        def body(uow: UnitOfWork) -> MutationResult:
+            root = uuid.uuid4()
+            uow.conn.execute(
+                text("INSERT INTO namespaces (name, root_id) VALUES (:ns, :root)"),
+                {"ns": ns, "root": root},
+            )
+            uow.conn.execute(
+                text(
+                    "INSERT INTO nodes (namespace, id, parent_id, name, kind) "
+                    "VALUES (:ns, :root, NULL, '', 'dir')"
+                ),
+                {"ns": ns, "root": root},
+            )
+            seq = uow.events.append(ns, "namespace_created", root, {"root_id": str(root)})
+            return MutationResult(uow.tree.stat("/"), seq)
+
         try:
-            with self.engine.begin() as conn:
-                conn.execute(
-                    text("INSERT INTO namespaces (name, root_id) VALUES (:ns, :root)"),
-                    {"ns": ns, "root": root},
-                )
-                conn.execute(
-                    text(
-                        "INSERT INTO nodes (namespace, id, parent_id, name, kind) "
-                        "VALUES (:ns, :root, NULL, '', 'dir')"
-                    ),
-                    {"ns": ns, "root": root},
-                )
-                appender = EventAppender(conn, notify=False)
-                seq = appender.append(ns, "namespace_created", root, {"root_id": str(root)})
-                appender.flush()
-                tx = TreeTx(conn, ns, appender)
-                result = MutationResult(tx.stat("/"), seq)
-            if self.settings.notify:
-                self.notifier.poke(ns)
-            return result
-        except DBAPIError as exc:
-            err = translate(exc)
-            if isinstance(err, AlreadyExists):
-                raise AlreadyExists(f"namespace {ns!r} already exists") from exc
-            raise err from exc
+            return self.run(ns, body)
+        except AlreadyExists as exc:
+            raise AlreadyExists(f"namespace {ns!r} already exists") from exc
 
     def drop_namespace(self, name: str, force: bool = False) -> MutationResult:
         ns = paths.validate_namespace(name)
 
-        def body(tx: TreeTx) -> MutationResult:
-            conn = tx.conn
+        def body(uow: UnitOfWork) -> MutationResult:
+            tx, conn = uow.tree, uow.conn
             conn.execute(text("SELECT 1 FROM namespaces WHERE name = :ns FOR UPDATE"), {"ns": ns})
             root = tx.lock("/")[0]
             node = tx.stat("/")
@@ -327,41 +211,6 @@ class Coordinator:
                 return list(rows.scalars())
         except DBAPIError as exc:
             raise translate(exc) from exc
-
-    # ------------------------------------------------------------ mutations
-
-    def mkdir(self, ns: str, path: str, parents: bool = False) -> MutationResult:
-        return self.run(ns, lambda tx: tx.mkdir(path, parents))
-
-    def create_file(
-        self, ns: str, path: str, content: str = "", metadata: dict[str, Any] | None = None
-    ) -> MutationResult:
-        return self.run(ns, lambda tx: tx.create_file(path, content, metadata))
-
-    def write_file(
-        self,
-        ns: str,
-        ref: str,
-        content: str,
-        metadata: dict[str, Any] | None = None,
-        if_version: int | None = None,
-    ) -> MutationResult:
-        return self.run(ns, lambda tx: tx.write_file(ref, content, metadata, if_version))
-
-    def move(
-        self, ns: str, src: str, dst_path: str, if_version: int | None = None
-    ) -> MutationResult:
-        return self.run(ns, lambda tx: tx.move(src, dst_path, if_version))
-
-    def rename(
-        self, ns: str, ref: str, new_name: str, if_version: int | None = None
-    ) -> MutationResult:
-        return self.run(ns, lambda tx: tx.rename(ref, new_name, if_version))
-
-    def delete(
-        self, ns: str, ref: str, recursive: bool = False, if_version: int | None = None
-    ) -> MutationResult:
-        return self.run(ns, lambda tx: tx.delete(ref, recursive, if_version))
 
     # -------------------------------------------------------------- import
 
@@ -395,15 +244,15 @@ class Coordinator:
     # ---------------------------------------------------------------- reads
 
     def stat(self, ns: str, path: str) -> Node:
-        return self.run(ns, lambda tx: tx.stat(path))
+        return self.run(ns, lambda uow: uow.tree.stat(path))
 
     def get(self, ns: str, node_id: str) -> Node:
-        return self.run(ns, lambda tx: tx.stat(node_id))
+        return self.run(ns, lambda uow: uow.tree.stat(node_id))
 
     def listdir(
         self, ns: str, path: str = "/", after: str | None = None, limit: int | None = None
     ) -> list[Node]:
-        return self.run(ns, lambda tx: tx.listdir(path, after, limit))
+        return self.run(ns, lambda uow: uow.tree.listdir(path, after, limit))
 
     def walk(self, ns: str, path: str = "/", batch: int = 1000) -> Iterator[Node]:
         """Every node of the subtree (root included) with its full path, streamed in path
@@ -413,8 +262,7 @@ class Coordinator:
             with self.engine.connect() as conn, conn.begin():
                 conn.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))
                 check_namespace_exists(conn, name)
-                tx = TreeTx(conn, name, EventAppender(conn, False), self.settings.max_depth)
-                yield from tx.walk(path, batch)
+                yield from UnitOfWork(conn, name, self.settings.max_depth).tree.walk(path, batch)
         except DBAPIError as exc:
             raise translate(exc) from exc
 
@@ -456,8 +304,8 @@ class Coordinator:
             raise translate(exc) from exc
 
 
-class GroupTx:
-    """The mutation and read methods of ``Coordinator`` inside one group transaction."""
+class GroupTx(GroupCommands):
+    """The commands and reads of ``Coordinator`` inside one group transaction."""
 
     def __init__(self, tx: TreeTx, max_ops: int) -> None:
         self._tx = tx
@@ -484,7 +332,7 @@ class GroupTx:
         except DBAPIError as exc:
             err = translate(exc)
             self._failure = err
-            if getattr(exc.orig, "sqlstate", None) in RETRYABLE_SQLSTATES:
+            if is_retryable(exc):
                 raise
             raise err from exc
         except CoordinatorError as exc:
@@ -503,32 +351,8 @@ class GroupTx:
         self.results.append(result)
         return result
 
-    def mkdir(self, path: str, parents: bool = False) -> MutationResult:
-        return self._count(self._step(lambda: self._tx.mkdir(path, parents)))
-
-    def create_file(
-        self, path: str, content: str = "", metadata: dict[str, Any] | None = None
-    ) -> MutationResult:
-        return self._count(self._step(lambda: self._tx.create_file(path, content, metadata)))
-
-    def write_file(
-        self, ref: str, content: str, metadata: dict[str, Any] | None = None,
-        if_version: int | None = None,
-    ) -> MutationResult:
-        return self._count(
-            self._step(lambda: self._tx.write_file(ref, content, metadata, if_version))
-        )
-
-    def move(self, src: str, dst_path: str, if_version: int | None = None) -> MutationResult:
-        return self._count(self._step(lambda: self._tx.move(src, dst_path, if_version)))
-
-    def rename(self, ref: str, new_name: str, if_version: int | None = None) -> MutationResult:
-        return self._count(self._step(lambda: self._tx.rename(ref, new_name, if_version)))
-
-    def delete(
-        self, ref: str, recursive: bool = False, if_version: int | None = None
-    ) -> MutationResult:
-        return self._count(self._step(lambda: self._tx.delete(ref, recursive, if_version)))
+    def execute(self, command: Command) -> MutationResult:
+        return self._count(self._step(lambda: command.apply(self._tx)))
 
     def stat(self, path: str) -> Node:
         return self._step(lambda: self._tx.stat(path), mutation=False)
@@ -540,24 +364,3 @@ class GroupTx:
         self, path: str = "/", after: str | None = None, limit: int | None = None
     ) -> list[Node]:
         return self._step(lambda: self._tx.listdir(path, after, limit), mutation=False)
-
-
-@dataclass(frozen=True)
-class Operation:
-    """One step of ``Coordinator.apply``: ``op`` is a ``GroupTx`` method name."""
-
-    op: str
-    args: tuple[Any, ...] = ()
-    kwargs: tuple[tuple[str, Any], ...] = ()
-
-    MUTATIONS = ("mkdir", "create_file", "write_file", "move", "rename", "delete")
-
-    @classmethod
-    def of(cls, op: str, *args: Any, **kwargs: Any) -> Operation:
-        if op not in cls.MUTATIONS:
-            raise ValueError(f"unknown operation {op!r}")
-        return cls(op, args, tuple(sorted(kwargs.items())))
-
-    def apply(self, group: GroupTx) -> MutationResult:
-        result: MutationResult = getattr(group, self.op)(*self.args, **dict(self.kwargs))
-        return result

@@ -47,6 +47,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
 
 from . import paths
+from .db import FOREIGN_KEY_VIOLATION, UNIQUE_VIOLATION, sqlstate
 from .errors import (
     AlreadyExists,
     Conflict,
@@ -467,7 +468,7 @@ class Importer:
             with conn.begin_nested():
                 conn.execute(text("CREATE UNIQUE INDEX ON pk_import_stage (path)"))
         except DBAPIError as exc:
-            if getattr(exc.orig, "sqlstate", None) != "23505":
+            if sqlstate(exc) != UNIQUE_VIOLATION:
                 raise
             for path, lines in conn.execute(text(DUPLICATES_SQL), {"limit": MAX_REPORTED}):
                 where = ", ".join(map(str, lines[1:]))
@@ -502,15 +503,15 @@ class Importer:
             with self.conn.begin_nested():
                 return int(self.conn.execute(text(INSERT_NODES_SQL), self._params).rowcount)
         except DBAPIError as exc:
-            state = getattr(exc.orig, "sqlstate", None)
+            state = sqlstate(exc)
             # A concurrent change since the existence check: a create of one of our paths,
             # a delete of a directory we import into, a dropped namespace.
-            if state == "23505":
+            if state == UNIQUE_VIOLATION:
                 raise Conflict(
                     "a path of the import was created concurrently; run the import again "
                     "to see which line"
                 ) from exc
-            if state == "23503":
+            if state == FOREIGN_KEY_VIOLATION:
                 raise NotFound(
                     "a directory the import adds to was deleted concurrently (or the "
                     "namespace was dropped)"

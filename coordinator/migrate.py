@@ -10,7 +10,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
-from .api import UPGRADE_HINT, parse_database_url, translate
+from .db import UPGRADE_HINT, parse_database_url, translate
 from .errors import InvalidConfiguration, NotMigrated
 
 ROOT = Path(__file__).resolve().parent.parent

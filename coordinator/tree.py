@@ -44,6 +44,7 @@ from sqlalchemy import Connection, Row, text
 from sqlalchemy.exc import IntegrityError
 
 from . import paths
+from .db import FOREIGN_KEY_VIOLATION, sqlstate, translate
 from .errors import (
     AlreadyExists,
     Conflict,
@@ -180,10 +181,6 @@ def metadata_json(metadata: object) -> str:
     except (TypeError, ValueError) as exc:
         raise InvalidContent(f"metadata is not valid JSON: {exc}") from exc
     return dumped
-
-
-def _sqlstate(exc: IntegrityError) -> str | None:
-    return getattr(exc.orig, "sqlstate", None)
 
 
 class TreeTx:
@@ -425,11 +422,10 @@ class TreeTx:
                 },
             ).one()
         except IntegrityError as exc:
-            if _sqlstate(exc) == "23505":
-                raise AlreadyExists(f"{name!r} already exists") from exc
-            if _sqlstate(exc) == "23503":
-                raise NotFound("the parent directory was deleted") from exc
-            raise
+            raise translate(exc, {
+                AlreadyExists: f"{name!r} already exists",
+                NotFound: "the parent directory was deleted",
+            }) from exc
 
     def _created(self, row: Row[Any], path: str) -> MutationResult:
         node = self._node(row, path)
@@ -584,11 +580,10 @@ class TreeTx:
                 {"ns": self.ns, "id": row.id, "parent": new_parent, "name": name},
             ).one()
         except IntegrityError as exc:
-            if _sqlstate(exc) == "23505":
-                raise AlreadyExists(f"{new_path} already exists") from exc
-            if _sqlstate(exc) == "23503":
-                raise NotFound("the destination directory was deleted") from exc
-            raise
+            raise translate(exc, {
+                AlreadyExists: f"{new_path} already exists",
+                NotFound: "the destination directory was deleted",
+            }) from exc
         node = self._node(new, new_path)
         seq = self.events.append(
             self.ns,
@@ -652,7 +647,7 @@ class TreeTx:
             count = len(deleted)
         except IntegrityError as exc:
             # A create deeper in the subtree committed while we deleted: start over.
-            if _sqlstate(exc) == "23503":
+            if sqlstate(exc) == FOREIGN_KEY_VIOLATION:
                 raise Retry() from exc
             raise
         node = self._node(row, path)

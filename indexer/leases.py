@@ -14,7 +14,7 @@ import zlib
 
 import psycopg
 
-from coordinator.api import libpq_url
+from coordinator.db import libpq_url
 
 #: Member slots use lock ids from here on; partitions use 0 .. MEMBER_BASE-1.
 MEMBER_BASE = 1_000_000

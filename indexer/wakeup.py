@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import psycopg
 
-from coordinator.api import libpq_url
+from coordinator.db import libpq_url
 from coordinator.eventlog import NOTIFY_CHANNEL
 
 from .logs import log

@@ -7,7 +7,7 @@ import os
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from coordinator.api import sqlalchemy_url
+from coordinator.db import sqlalchemy_url
 from coordinator.models import Base
 
 config = context.config

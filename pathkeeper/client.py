@@ -14,18 +14,28 @@ result instead of applying twice. Retried: transport errors, 429 and 503 (after
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, assert_never
 from urllib.parse import quote
 
 import httpx
 
 from coordinator import errors as ce
-from coordinator.api import Operation
+from coordinator.commands import (
+    Command,
+    CreateFile,
+    Delete,
+    Mkdir,
+    Move,
+    NamespaceCommands,
+    Rename,
+    WriteFile,
+)
 from coordinator.eventlog import Event
 from coordinator.tree import MutationResult, Node
 from pathkeeper.http.cursors import encode_name_cursor
@@ -111,7 +121,7 @@ def error_of(response: httpx.Response) -> ce.CoordinatorError:
     return exc
 
 
-class Client:
+class Client(NamespaceCommands):
     """The ``Coordinator`` API over HTTP. Thread-safe (one ``httpx.Client`` pool)."""
 
     def __init__(
@@ -201,48 +211,27 @@ class Client:
 
     # ------------------------------------------------------------ mutations
 
-    def mkdir(self, ns: str, path: str, parents: bool = False) -> MutationResult:
-        return result_of(self.request("POST", f"{self._ns(ns)}/dirs", mutation=True,
-                                      json={"path": path, "parents": parents}))
-
-    def create_file(
-        self, ns: str, path: str, content: str = "", metadata: dict[str, Any] | None = None
-    ) -> MutationResult:
-        return result_of(self.request(
-            "POST", f"{self._ns(ns)}/files", mutation=True,
-            json={"path": path, "content": content, "metadata": metadata},
-        ))
-
-    def write_file(
-        self, ns: str, ref: str, content: str, metadata: dict[str, Any] | None = None,
-        if_version: int | None = None,
-    ) -> MutationResult:
-        url, params = self._node(ns, ref, "/content")
-        return result_of(self.request(
-            "PUT", url, params=params, mutation=True,
-            json={"content": content, "metadata": metadata, "if_version": if_version},
-        ))
-
-    def move(
-        self, ns: str, src: str, dst_path: str, if_version: int | None = None
-    ) -> MutationResult:
-        url, params = self._node(ns, src, "/move")
-        return result_of(self.request("POST", url, params=params, mutation=True,
-                                      json={"dst": dst_path, "if_version": if_version}))
-
-    def rename(
-        self, ns: str, ref: str, new_name: str, if_version: int | None = None
-    ) -> MutationResult:
-        url, params = self._node(ns, ref, "/rename")
-        return result_of(self.request("POST", url, params=params, mutation=True,
-                                      json={"name": new_name, "if_version": if_version}))
-
-    def delete(
-        self, ns: str, ref: str, recursive: bool = False, if_version: int | None = None
-    ) -> MutationResult:
-        url, params = self._node(ns, ref)
-        params.update(recursive=recursive, if_version=if_version)
-        return result_of(self.request("DELETE", url, params=params, mutation=True))
+    def execute(self, ns: str, command: Command) -> MutationResult:
+        """One command over its own endpoint (by path or by id, as ``ref`` says)."""
+        params: dict[str, Any]
+        body: dict[str, Any] | None
+        match command:
+            case Mkdir() | CreateFile():
+                url, params = f"{self._ns(ns)}/{_CREATE_ROUTES[command.op]}", {}
+                method, body = "POST", _fields(command)
+            case WriteFile():
+                url, params = self._node(ns, command.ref, "/content")
+                method, body = "PUT", _fields(command, "ref")
+            case Move() | Rename():
+                url, params = self._node(ns, command.ref, f"/{command.op}")
+                method, body = "POST", _fields(command, "ref")
+            case Delete():
+                url, params = self._node(ns, command.ref)
+                params.update(recursive=command.recursive, if_version=command.if_version)
+                method, body = "DELETE", None
+            case _:
+                assert_never(command)
+        return result_of(self.request(method, url, params=params, mutation=True, json=body))
 
     def import_nodes(self, ns: str, source: Iterable[bytes | str]) -> dict[str, Any]:
         """``Coordinator.import_nodes`` over HTTP: the lines are streamed as the request
@@ -267,10 +256,10 @@ class Client:
         result: dict[str, Any] = response.json()
         return result
 
-    def apply(self, namespace: str, ops: Sequence[Operation]) -> list[MutationResult]:
-        """Apply operations atomically; a failure raises the error of the first failing
-        operation, with its position in ``.index``."""
-        body = {"operations": [_op_json(op) for op in ops]}
+    def apply(self, namespace: str, commands: Sequence[Command]) -> list[MutationResult]:
+        """Apply commands atomically; a failure raises the error of the first failing
+        command, with its position in ``.index``."""
+        body = {"operations": [dataclasses.asdict(c) for c in commands]}
         data = self.request("POST", f"{self._ns(namespace)}/batch", mutation=True, json=body)
         return [result_of(r) for r in data["results"]]
 
@@ -366,22 +355,16 @@ def _segment(value: str, what: str) -> str:
     return quote(value, safe="")
 
 
-def _op_json(op: Operation) -> dict[str, Any]:
-    """An ``Operation`` as a batch item (positional arguments named as in ``GroupTx``)."""
-    names = {
-        "mkdir": ("path", "parents"),
-        "create_file": ("path", "content", "metadata"),
-        "write_file": ("ref", "content", "metadata", "if_version"),
-        "move": ("ref", "dst", "if_version"),
-        "rename": ("ref", "name", "if_version"),
-        "delete": ("ref", "recursive", "if_version"),
-    }[op.op]
-    aliases = {"src": "ref", "dst_path": "dst", "new_name": "name"}
-    item: dict[str, Any] = {"op": op.op}
-    item.update(zip(names, op.args, strict=False))
-    for key, value in op.kwargs:
-        item[aliases.get(key, key)] = value
-    return item
+_CREATE_ROUTES = {"mkdir": "dirs", "create_file": "files"}
+
+
+def _fields(command: Command, *path_fields: str) -> dict[str, Any]:
+    """The request body of a command: its fields but the discriminator and those the
+    URL carries."""
+    body = dataclasses.asdict(command)
+    for name in ("op", *path_fields):
+        body.pop(name)
+    return body
 
 
 __all__ = ["Client", "Forbidden", "InvalidRequest", "Unauthorized", "error_of"]

@@ -21,6 +21,7 @@ from coordinator import Coordinator, Event
 from coordinator.eventlog import TAKE_BLOCK_SQL, safe_bound
 from coordinator.models import POSITION_BLOCK
 from coordinator.tree import TreeTx
+from coordinator.unit_of_work import UnitOfWork
 from pathkeeper.local.postgres import LocalPostgres
 
 SHORT = 0.2  # how long a read may wait for in-flight transactions in "must see nothing" checks
@@ -58,7 +59,8 @@ def test_transaction_that_took_its_position_first_commits_last(coord: Coordinato
     a_may_commit = threading.Event()
 
     def transaction_a() -> None:
-        def body(tx: TreeTx) -> None:
+        def body(uow: UnitOfWork) -> None:
+            tx = uow.tree
             take_position_then(tx, "/a1", "/a2")
             a_holds_position.set()
             assert a_may_commit.wait(30)
@@ -95,7 +97,8 @@ def test_open_transaction_with_the_newest_id_is_not_skipped(coord: Coordinator) 
     early = coord.mkdir("t", "/early")
     seen: list[tuple[list[Event], int]] = []
 
-    def body(tx: TreeTx) -> None:
+    def body(uow: UnitOfWork) -> None:
+        tx = uow.tree
         take_position_then(tx, "/open")
         # A separate client: the reader waits briefly for the open transaction, then gives
         # up and returns what is already safe (nothing past the open block).
@@ -126,7 +129,8 @@ def test_group_is_never_split_between_reads(coord: Coordinator) -> None:
 def test_rolled_back_transaction_leaves_a_hole_that_never_blocks(coord: Coordinator) -> None:
     coord.create_namespace("t")
     _, start = read_all(coord)
-    def body(tx: TreeTx) -> None:
+    def body(uow: UnitOfWork) -> None:
+        tx = uow.tree
         take_position_then(tx, "/lost")  # takes a block of positions, then rolls back
         raise RuntimeError("abandon")
 
@@ -153,7 +157,8 @@ def test_write_storm_live_reader_matches_final_read(coord: Coordinator) -> None:
         rng = random.Random(w)
         for i in range(per_writer):
 
-            def body(tx: TreeTx, i: int = i) -> int:
+            def body(uow: UnitOfWork, i: int = i) -> int:
+                tx = uow.tree
                 first = tx.mkdir(f"/w{w}-{i}")
                 if rng.random() < 0.3:
                     tx.create_file(f"/w{w}-{i}/f")
@@ -273,9 +278,9 @@ def test_each_transaction_takes_one_block(coord: Coordinator) -> None:
     coord.create_namespace("t")
     r = coord.apply("t", [])
     assert r == []
-    from coordinator import Operation
+    from coordinator import Mkdir
 
-    res = coord.apply("t", [Operation.of("mkdir", "/x"), Operation.of("mkdir", "/x/y")])
+    res = coord.apply("t", [Mkdir("/x"), Mkdir("/x/y")])
     assert res[1].seq == res[0].seq + 1  # type: ignore[operator]
     with coord.engine.connect() as conn:
         xids = conn.execute(
@@ -443,7 +448,8 @@ def test_a_writer_holding_its_block_is_waited_for_and_bystanders_are_not(
     may_commit = threading.Event()
 
     def writer() -> None:
-        def body(tx: TreeTx) -> None:
+        def body(uow: UnitOfWork) -> None:
+            tx = uow.tree
             take_position_then(tx, "/a")
             holds_block.set()
             assert may_commit.wait(30)

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from sqlalchemy import create_engine, inspect, text
 
 from coordinator import Coordinator
-from coordinator.api import sqlalchemy_url
+from coordinator.db import sqlalchemy_url
 from coordinator.migrate import alembic_config, downgrade, upgrade
 from coordinator.models import Base
 from pathkeeper.cli.main import main

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import text
 
 from coordinator import Coordinator
-from coordinator.tree import TreeTx
+from coordinator.unit_of_work import UnitOfWork
 
 REACHABLE_SQL = text(
     """
@@ -206,7 +206,8 @@ def writer_holding_its_block(coord: Coordinator, ns: str, path: str) -> Iterator
     pids: list[int] = []
     failed: list[BaseException] = []
 
-    def body(tx: TreeTx) -> None:
+    def body(uow: UnitOfWork) -> None:
+        tx = uow.tree
         pids.append(int(tx.conn.execute(text("SELECT pg_backend_pid()")).scalar_one()))
         tx.mkdir(path)
         tx.events.flush()  # what the unit of work does as its last statement

@@ -39,7 +39,7 @@ def describe(exc: BaseException) -> str | None:
     import psycopg
     from sqlalchemy.exc import DBAPIError
 
-    from coordinator.api import SCHEMA_SQLSTATES, UPGRADE_HINT, translate
+    from coordinator.db import SCHEMA_MISSING, UPGRADE_HINT, URL_HINT, sqlstate, translate
     from coordinator.errors import (
         CoordinatorError,
         InvalidConfiguration,
@@ -50,12 +50,11 @@ def describe(exc: BaseException) -> str | None:
     if isinstance(exc, DBAPIError):
         exc = translate(exc)
     elif isinstance(exc, psycopg.Error):  # code that holds a connection of its own
-        state = getattr(exc, "sqlstate", None) or ""
-        if state in SCHEMA_SQLSTATES:
+        state = sqlstate(exc)
+        if state in SCHEMA_MISSING:
             return f"the database is not migrated ({_short(exc)}): {UPGRADE_HINT}"
         if isinstance(exc, psycopg.ProgrammingError) and not state:
-            return ("the database URL cannot be parsed; expected "
-                    "postgresql://user[:password]@host[:port]/database")
+            return f"the database URL cannot be parsed; {URL_HINT}"
         return f"cannot reach the database: {_short(exc)}; {DATABASE_HINT}"
     if isinstance(exc, (NotMigrated, InvalidConfiguration)):
         return str(exc)

@@ -30,7 +30,7 @@ def _run(fn: Callable[[], None]) -> None:
 def _engine(database_url: str):  # type: ignore[no-untyped-def]
     from sqlalchemy import create_engine
 
-    from coordinator.api import sqlalchemy_url
+    from coordinator.db import sqlalchemy_url
 
     return create_engine(sqlalchemy_url(database_url))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
@@ -24,11 +24,22 @@ from sqlalchemy import event, text
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from coordinator import paths
-from coordinator.api import Coordinator, GroupTx, Operation, translate
+from coordinator.api import Coordinator, GroupTx
+from coordinator.commands import (
+    Command,
+    CreateFile,
+    Delete,
+    Mkdir,
+    Move,
+    Rename,
+    WriteFile,
+)
+from coordinator.db import is_retryable, translate
 from coordinator.errors import CoordinatorError, InvalidName, NotADirectory, Unavailable
 from coordinator.importer import iter_lines
 from coordinator.indexing import consumer_for
-from coordinator.tree import MutationResult, TreeTx
+from coordinator.tree import MutationResult
+from coordinator.unit_of_work import UnitOfWork
 from pathkeeper.http import errors as service_errors
 from pathkeeper.http.auth import NO_AUTH, Authenticator, Principal
 from pathkeeper.http.cursors import InvalidCursor, decode_name_cursor, encode_name_cursor
@@ -236,31 +247,24 @@ def create_app(
         idem_key: str | None,
         if_match: str | None,
         payload: Any,
-        work: Callable[[TreeTx], Callable[[], tuple[int, dict[str, Any]]]],
+        command: Command,
+        created: bool = False,
     ) -> JSONResponse:
         who.require(ns, "write")
         digest = request_hash(
             request.method, request.url.path, dict(request.query_params), if_match, payload
         )
+
+        def answer(result: MutationResult) -> tuple[int, dict[str, Any]]:
+            status = 201 if created and result.seq is not None else 200
+            return status, MutationOut.of(result).model_dump(mode="json")
+
         outcome = run_idempotent(
-            coord, ns, idem_key, who.key_id, digest, settings.idempotency_ttl_seconds, work
+            coord, ns, idem_key, who.key_id, digest, settings.idempotency_ttl_seconds,
+            lambda uow: command.apply(uow.tree), answer,
         )
         headers = {"Idempotent-Replayed": "true"} if outcome.replayed else None
         return JSONResponse(outcome.body, outcome.status, headers=headers)
-
-    def single(
-        fn: Callable[[TreeTx], MutationResult], created: bool = False
-    ) -> Callable[[TreeTx], Callable[[], tuple[int, dict[str, Any]]]]:
-        def work(tx: TreeTx) -> Callable[[], tuple[int, dict[str, Any]]]:
-            result = fn(tx)
-
-            def answer() -> tuple[int, dict[str, Any]]:  # seq is known from here on
-                status = 201 if created and result.seq is not None else 200
-                return status, MutationOut.of(result).model_dump(mode="json")
-
-            return answer
-
-        return work
 
     # ------------------------------------------------------------------ health
 
@@ -336,7 +340,7 @@ def create_app(
 
     def _stat(ns: str, ref: str, who: Principal) -> JSONResponse:
         who.require(ns, "read")
-        node = coord.run(ns, lambda tx: tx.stat(ref))
+        node = coord.run(ns, lambda uow: uow.tree.stat(ref))
         return JSONResponse(
             NodeOut.of(node).model_dump(mode="json"), headers={"ETag": f'"{node.version}"'}
         )
@@ -345,7 +349,7 @@ def create_app(
         who.require(ns, "read")
         limit = min(limit, settings.max_page)
         after = decode_list_cursor(cursor) if cursor else None
-        nodes = coord.run(ns, lambda tx: tx.listdir(ref, after, limit))
+        nodes = coord.run(ns, lambda uow: uow.tree.listdir(ref, after, limit))
         next_cursor = encode_name_cursor(nodes[-1].name) if len(nodes) == limit else None
         return ListOut(nodes=[NodeOut.of(n) for n in nodes], cursor=next_cursor)
 
@@ -389,7 +393,7 @@ def create_app(
         """Create a directory (``parents``: like mkdir -p; 200 with seq null if it existed)."""
         path = _path(body.path)
         return mutate(request, ns, who, idempotency_key, None, body.model_dump(mode="json"),
-                      single(lambda tx: tx.mkdir(path, body.parents), created=True))
+                      Mkdir(path, body.parents), created=True)
 
     @app.post("/v1/namespaces/{ns}/files", response_model=MutationOut, status_code=201,
               tags=["nodes by path"])
@@ -401,7 +405,7 @@ def create_app(
         path = _path(body.path)
         return mutate(
             request, ns, who, idempotency_key, None, body.model_dump(mode="json"),
-            single(lambda tx: tx.create_file(path, body.content, body.metadata), created=True),
+            CreateFile(path, body.content, body.metadata), created=True,
         )
 
     # -------------------------------------------------------------- mutations
@@ -411,7 +415,7 @@ def create_app(
         version = parse_if_match(if_match, body.if_version)
         return mutate(
             request, ns, who, key, if_match, body.model_dump(mode="json"),
-            single(lambda tx: tx.write_file(ref, body.content, body.metadata, version)),
+            WriteFile(ref, body.content, body.metadata, version),
         )
 
     def _move(request: Request, ns: str, ref: str, body: MoveIn, who: Principal,
@@ -419,20 +423,20 @@ def create_app(
         version = parse_if_match(if_match, body.if_version)
         dst = _path(body.dst)
         return mutate(request, ns, who, key, if_match, body.model_dump(mode="json"),
-                      single(lambda tx: tx.move(ref, dst, version)))
+                      Move(ref, dst, version))
 
     def _rename(request: Request, ns: str, ref: str, body: RenameIn, who: Principal,
                 key: str | None, if_match: str | None) -> JSONResponse:
         version = parse_if_match(if_match, body.if_version)
         return mutate(request, ns, who, key, if_match, body.model_dump(mode="json"),
-                      single(lambda tx: tx.rename(ref, body.name, version)))
+                      Rename(ref, body.name, version))
 
     def _delete(request: Request, ns: str, ref: str, recursive: bool,
                 if_version: int | None, who: Principal, key: str | None,
                 if_match: str | None) -> JSONResponse:
         version = parse_if_match(if_match, if_version)
         return mutate(request, ns, who, key, if_match, None,
-                      single(lambda tx: tx.delete(ref, recursive, version)))
+                      Delete(ref, recursive, version))
 
     @app.put("/v1/namespaces/{ns}/node/content", response_model=MutationOut,
              tags=["nodes by path"])
@@ -514,23 +518,31 @@ def create_app(
             raise ServiceError(413, "too_large",
                                f"at most {coord.settings.max_group_ops} operations per batch")
 
-        def work(tx: TreeTx) -> Callable[[], tuple[int, dict[str, Any]]]:
-            group = GroupTx(tx, coord.settings.max_group_ops)
+        def work(uow: UnitOfWork) -> list[MutationResult]:
+            group = GroupTx(uow.tree, coord.settings.max_group_ops)
             results = []
             for index, op in enumerate(ops):
                 try:
-                    results.append(op.apply(group))
+                    results.append(group.execute(op))
                 except CoordinatorError as exc:
                     raise BatchError(index, exc) from exc
                 except DBAPIError as exc:
-                    if getattr(exc.orig, "sqlstate", None) in ("40001", "40P01"):
+                    if is_retryable(exc):
                         raise  # Coordinator.run re-runs the whole batch
                     raise BatchError(index, translate(exc)) from exc
-            return lambda: (200, BatchOut(
-                results=[MutationOut.of(r) for r in results]).model_dump(mode="json"))
+            return results
 
-        return mutate(request, ns, who, idempotency_key, None, body.model_dump(mode="json"),
-                      work)
+        def answer(results: list[MutationResult]) -> tuple[int, dict[str, Any]]:
+            out = BatchOut(results=[MutationOut.of(r) for r in results])
+            return 200, out.model_dump(mode="json")
+
+        who.require(ns, "write")
+        digest = request_hash(request.method, request.url.path, dict(request.query_params),
+                              None, body.model_dump(mode="json"))
+        outcome = run_idempotent(coord, ns, idempotency_key, who.key_id, digest,
+                                 settings.idempotency_ttl_seconds, work, answer)
+        headers = {"Idempotent-Replayed": "true"} if outcome.replayed else None
+        return JSONResponse(outcome.body, outcome.status, headers=headers)
 
     # ----------------------------------------------------------------- search
 
@@ -589,13 +601,13 @@ def create_app(
         limit = min(limit, settings.max_page)
         if searcher is None:
             raise Unavailable("search is not configured (no Elasticsearch URL)")
-        root = coord.run(ns, lambda tx: tx.stat("/"))  # 404 for a missing namespace
+        root = coord.run(ns, lambda uow: uow.tree.stat("/"))  # 404 for a missing namespace
         if under is not None:
             under = paths.join_path(paths.split_path(_path(under), settings.max_depth))
         parent_id = None
         if in_dir is not None:
             dir_path = _path(in_dir)
-            node = coord.run(ns, lambda tx: tx.stat(dir_path))
+            node = coord.run(ns, lambda uow: uow.tree.stat(dir_path))
             if not node.is_dir:
                 raise NotADirectory(f"{node.path} is a file")
             parent_id = node.id
@@ -644,23 +656,12 @@ def create_app(
     return app
 
 
-def _operation(op: dict[str, Any]) -> Operation:
-    """A batch item as a coordinator ``Operation``."""
-    kind = op["op"]
-    if kind == "mkdir":
-        return Operation.of("mkdir", op["path"], parents=op["parents"])
-    if kind == "create_file":
-        return Operation.of("create_file", op["path"], op["content"], op["metadata"])
-    if kind == "write_file":
-        return Operation.of("write_file", op["ref"], op["content"], op["metadata"],
-                            if_version=op["if_version"])
-    if kind == "move":
-        return Operation.of("move", op["ref"], op["dst"], if_version=op["if_version"])
-    if kind == "rename":
-        return Operation.of("rename", op["ref"], op["name"], if_version=op["if_version"])
-    if kind == "delete":
-        return Operation.of("delete", op["ref"], recursive=op["recursive"],
-                            if_version=op["if_version"])
+def _operation(op: dict[str, Any]) -> Command:
+    """A batch item as a coordinator command."""
+    kind = op.pop("op")
+    for cls in (Mkdir, CreateFile, WriteFile, Move, Rename, Delete):
+        if kind == cls.__dataclass_fields__["op"].default:
+            return cls(**op)
     raise InvalidName(f"unknown operation {kind!r}")  # unreachable: the schema is closed
 
 

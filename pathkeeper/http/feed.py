@@ -14,7 +14,8 @@ import time
 
 import psycopg
 
-from coordinator.api import Coordinator, libpq_url
+from coordinator.api import Coordinator
+from coordinator.db import libpq_url
 from coordinator.eventlog import NOTIFY_CHANNEL
 from pathkeeper.http.schemas import EventOut, EventsOut
 from pathkeeper.http.search import invalid_cursor

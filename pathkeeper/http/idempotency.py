@@ -25,12 +25,13 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Engine, text
 
 from coordinator.api import Coordinator
-from coordinator.tree import Retry, TreeTx
+from coordinator.tree import Retry
+from coordinator.unit_of_work import UnitOfWork
 from pathkeeper.http.errors import ServiceError
 
 MAX_KEY_LENGTH = 200
@@ -46,6 +47,13 @@ CLAIM_SQL = text(
     RETURNING 1
     """
 )
+
+STORE_SQL = text(
+    "UPDATE idempotency_keys SET status = :status, "
+    "response = CAST(:response AS jsonb) WHERE namespace = :ns AND key = :key"
+)
+
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -81,44 +89,43 @@ def run_idempotent(
     owner: str,
     digest: str,
     ttl_seconds: float,
-    work: Callable[[TreeTx], Callable[[], tuple[int, dict[str, Any]]]],
+    work: Callable[[UnitOfWork], R],
+    answer: Callable[[R], tuple[int, dict[str, Any]]],
 ) -> Outcome:
-    """Run ``work`` in one transaction on ``ns``; with a key, record its answer in the same
-    transaction or replay the recorded one.
+    """Run ``work`` in one transaction on ``ns`` and answer ``answer(result)`` (status,
+    JSON body); with a key, record that answer in the same transaction, or replay the
+    answer recorded by an earlier request with the key.
 
-    ``work`` makes the change and returns a function giving the answer (status, JSON
-    body). That function runs after the transaction's events were written (the event
-    log takes positions as the change's last statement), so the answer carries ``seq``."""
+    The answer is made and stored by a hook of the unit of work, which runs once the
+    change's events have their positions, so it carries ``seq``."""
     stored_key = f"{owner}:{check_key(key)}" if key is not None else None
 
-    def body(tx: TreeTx) -> Outcome:
+    def body(uow: UnitOfWork) -> list[Outcome]:
         if stored_key is not None:
             params = {"ns": ns, "key": stored_key, "hash": digest, "ttl": ttl_seconds}
-            if tx.conn.execute(CLAIM_SQL, params).first() is None:
-                return _replay(tx, ns, stored_key, digest)
-        answer = work(tx)
-        # Take the event positions now (a no-op at commit then): after every tree lock
-        # and read of the change, as the event log requires; only our own key row is
-        # written after it.
-        tx.events.flush()
-        status, payload = answer()
-        if stored_key is not None:
-            tx.conn.execute(
-                text(
-                    "UPDATE idempotency_keys SET status = :status, "
-                    "response = CAST(:response AS jsonb) WHERE namespace = :ns AND key = :key"
-                ),
-                {"ns": ns, "key": stored_key, "status": status,
-                 "response": json.dumps(payload, ensure_ascii=False)},
-            )
-        return Outcome(status, payload, False)
+            if uow.conn.execute(CLAIM_SQL, params).first() is None:
+                return [_replay(uow, ns, stored_key, digest)]
+        result = work(uow)
+        made: list[Outcome] = []
 
-    return coord.run(ns, body)
+        def record() -> None:
+            status, payload = answer(result)
+            if stored_key is not None:
+                uow.conn.execute(STORE_SQL, {
+                    "ns": ns, "key": stored_key, "status": status,
+                    "response": json.dumps(payload, ensure_ascii=False),
+                })
+            made.append(Outcome(status, payload, False))
+
+        uow.after_events(record)
+        return made
+
+    return coord.run(ns, body)[0]
 
 
-def _replay(tx: TreeTx, ns: str, stored_key: str, digest: str) -> Outcome:
+def _replay(uow: UnitOfWork, ns: str, stored_key: str, digest: str) -> Outcome:
     # READ COMMITTED: this new statement sees the row the conflicting writer committed.
-    row = tx.conn.execute(
+    row = uow.conn.execute(
         text(
             "SELECT request_hash, status, response FROM idempotency_keys "
             "WHERE namespace = :ns AND key = :key"

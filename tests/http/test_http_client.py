@@ -15,14 +15,16 @@ from coordinator import (
     Conflict,
     Coordinator,
     CoordinatorError,
+    CreateFile,
     DirectoryNotEmpty,
     InvalidMove,
     InvalidName,
     InvalidPath,
     IsADirectory,
+    Mkdir,
     NotADirectory,
     NotFound,
-    Operation,
+    Rename,
 )
 from pathkeeper.client import Client, Forbidden, Unauthorized
 
@@ -65,11 +67,11 @@ def scenario(api: Any, ns: str) -> list[Any]:
     attempt(lambda: api.rename(ns, "/f", "bad/name"))  # InvalidName
     attempt(lambda: api.mkdir(ns, "relative"))  # InvalidPath
     attempt(lambda: api.delete(ns, "/e"))  # DirectoryNotEmpty
-    attempt(lambda: api.apply(ns, [Operation.of("mkdir", "/g"),
-                                   Operation.of("rename", "/g", "h"),
-                                   Operation.of("create_file", "/h/i", "c")]))
-    attempt(lambda: api.apply(ns, [Operation.of("mkdir", "/j"),
-                                   Operation.of("mkdir", "/j")]))  # AlreadyExists, rolled back
+    attempt(lambda: api.apply(ns, [Mkdir("/g"),
+                                   Rename("/g", "h"),
+                                   CreateFile("/h/i", "c")]))
+    attempt(lambda: api.apply(ns, [Mkdir("/j"),
+                                   Mkdir("/j")]))  # AlreadyExists, rolled back
     attempt(lambda: api.stat(ns, "/j"))  # NotFound
     attempt(lambda: api.delete(ns, "/e", recursive=True))
     attempt(lambda: [n.path for n in api.walk(ns)])
@@ -98,7 +100,7 @@ def test_client_auth_errors_and_batch_index(live_server: LiveServer, keys: Keys)
             client.stat("b", "/")  # not this key's namespace: as if it did not exist
     with Client(live_server.url, api_key=keys.a_write) as client:
         with pytest.raises(AlreadyExists) as info:
-            client.apply("a", [Operation.of("mkdir", "/x"), Operation.of("mkdir", "/x")])
+            client.apply("a", [Mkdir("/x"), Mkdir("/x")])
         assert info.value.index == 1  # type: ignore[attr-defined]
         events, _ = client.read_events(namespaces=["a"], wait=0)
         assert [e.type for e in events] == ["namespace_created"]

@@ -15,7 +15,7 @@ from http_support import Keys, LiveServer, err, ok
 from sqlalchemy import text
 
 from coordinator import Coordinator, NotFound
-from coordinator.tree import TreeTx
+from coordinator.unit_of_work import UnitOfWork
 from pathkeeper.http.app import create_app
 from pathkeeper.http.auth import Authenticator
 from pathkeeper.http.idempotency import request_hash, run_idempotent
@@ -175,16 +175,16 @@ def test_duplicate_waits_for_the_first_in_flight(settings: ServiceSettings, keys
     digest = request_hash("POST", f"{A}/files", {}, None, body)
     release = threading.Event()
 
-    def first_work(tx: TreeTx) -> Callable[[], tuple[int, dict[str, Any]]]:
-        tx.mkdir("/first")
+    def first_work(uow: UnitOfWork) -> None:
+        uow.tree.mkdir("/first")
         release.wait(30)
         if not first_commits:
             raise NotFound("first request failed")
-        return lambda: (201, {"from": "first"})
 
     def first() -> None:
         try:
-            run_idempotent(coord, "a", "k", principal.key_id, digest, 3600, first_work)
+            run_idempotent(coord, "a", "k", principal.key_id, digest, 3600, first_work,
+                           lambda _: (201, {"from": "first"}))
         except NotFound:
             pass
 

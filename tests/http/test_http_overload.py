@@ -10,7 +10,7 @@ from http_support import Keys, err
 from sqlalchemy import create_engine, text
 
 from coordinator import Coordinator
-from coordinator.api import sqlalchemy_url
+from coordinator.db import sqlalchemy_url
 
 
 def test_statement_timeout_gives_503(make_client: Callable[..., TestClient], keys: Keys,

@@ -20,7 +20,7 @@ from indexer_support import (
 )
 
 from coordinator import Coordinator
-from coordinator.api import libpq_url
+from coordinator.db import libpq_url
 from coordinator.eventlog import NOTIFY_CHANNEL, notified_partitions
 from coordinator.indexing import consumer_for
 from indexer.applier import Abandoned, Applier, SubtreeWork

@@ -1,0 +1,189 @@
+"""The changes a client can ask for, each defined once as a typed command.
+
+A command is a frozen dataclass: its fields are what the caller says (the same names
+on the wire: the HTTP request bodies and batch items are derived from these classes),
+``op`` names it in a batch, and ``apply`` runs it on the tree of one transaction. The
+Python API (``Coordinator``), transaction groups (``GroupTx``), ``Coordinator.apply``,
+the HTTP app and its client all take these objects; the typed methods below
+(``NamespaceCommands``, ``GroupCommands``) only build them.
+
+Field constraints are ``annotated_types`` metadata: the HTTP layer's validation reads
+them; the tree enforces the same limits (in bytes) whoever calls it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from annotated_types import Ge, Le, MaxLen, MinLen
+
+from . import paths
+
+if TYPE_CHECKING:
+    from .tree import MutationResult, TreeTx
+
+#: A full path, "/" first.
+Path = Annotated[str, MinLen(1), MaxLen(paths.MAX_PATH_BYTES)]
+#: One path segment.
+Name = Annotated[str, MinLen(1), MaxLen(paths.MAX_NAME_BYTES)]
+#: A node: its path if it starts with "/", else its id.
+Ref = Annotated[str, MinLen(1), MaxLen(paths.MAX_PATH_BYTES)]
+#: A node's version, for compare-and-swap (``if_version``).
+Version = Annotated[int, Ge(1), Le(2**62)]
+
+
+@dataclass(frozen=True)
+class Mkdir:
+    """Create a directory; with ``parents``, missing parents too, and an existing
+    directory is no change (``seq`` None), like ``mkdir -p``."""
+
+    path: Path
+    parents: bool = False
+    op: Literal["mkdir"] = field(default="mkdir", kw_only=True)
+
+    def apply(self, tree: TreeTx) -> MutationResult:
+        return tree.mkdir(self.path, self.parents)
+
+
+@dataclass(frozen=True)
+class CreateFile:
+    """Create a file with content and metadata; its parent directory must exist."""
+
+    path: Path
+    content: str = ""
+    metadata: dict[str, Any] | None = None
+    op: Literal["create_file"] = field(default="create_file", kw_only=True)
+
+    def apply(self, tree: TreeTx) -> MutationResult:
+        return tree.create_file(self.path, self.content, self.metadata)
+
+
+@dataclass(frozen=True)
+class WriteFile:
+    """Replace a file's content, and its metadata when given."""
+
+    ref: Ref
+    content: str
+    metadata: dict[str, Any] | None = None
+    if_version: Version | None = None
+    op: Literal["write_file"] = field(default="write_file", kw_only=True)
+
+    def apply(self, tree: TreeTx) -> MutationResult:
+        return tree.write_file(self.ref, self.content, self.metadata, self.if_version)
+
+
+@dataclass(frozen=True)
+class Move:
+    """Move (and possibly rename) a node to the full path ``dst``."""
+
+    ref: Ref
+    dst: Path
+    if_version: Version | None = None
+    op: Literal["move"] = field(default="move", kw_only=True)
+
+    def apply(self, tree: TreeTx) -> MutationResult:
+        return tree.move(self.ref, self.dst, self.if_version)
+
+
+@dataclass(frozen=True)
+class Rename:
+    """Rename a node in place."""
+
+    ref: Ref
+    name: Name
+    if_version: Version | None = None
+    op: Literal["rename"] = field(default="rename", kw_only=True)
+
+    def apply(self, tree: TreeTx) -> MutationResult:
+        return tree.rename(self.ref, self.name, self.if_version)
+
+
+@dataclass(frozen=True)
+class Delete:
+    """Delete a node; a non-empty directory only with ``recursive``."""
+
+    ref: Ref
+    recursive: bool = False
+    if_version: Version | None = None
+    op: Literal["delete"] = field(default="delete", kw_only=True)
+
+    def apply(self, tree: TreeTx) -> MutationResult:
+        return tree.delete(self.ref, self.recursive, self.if_version)
+
+
+Command = Mkdir | CreateFile | WriteFile | Move | Rename | Delete
+#: Every command class, in the order the documentation lists them.
+COMMANDS: tuple[type[Command], ...] = (Mkdir, CreateFile, WriteFile, Move, Rename, Delete)
+
+
+class NamespaceCommands(ABC):
+    """Typed methods for each command, namespace first: ``Coordinator`` and the HTTP
+    client implement ``execute``."""
+
+    @abstractmethod
+    def execute(self, namespace: str, command: Command) -> MutationResult:
+        """Run one command in a transaction of its own."""
+
+    def mkdir(self, ns: str, path: str, parents: bool = False) -> MutationResult:
+        return self.execute(ns, Mkdir(path, parents))
+
+    def create_file(
+        self, ns: str, path: str, content: str = "", metadata: dict[str, Any] | None = None
+    ) -> MutationResult:
+        return self.execute(ns, CreateFile(path, content, metadata))
+
+    def write_file(
+        self, ns: str, ref: str, content: str, metadata: dict[str, Any] | None = None,
+        if_version: int | None = None,
+    ) -> MutationResult:
+        return self.execute(ns, WriteFile(ref, content, metadata, if_version))
+
+    def move(
+        self, ns: str, src: str, dst_path: str, if_version: int | None = None
+    ) -> MutationResult:
+        return self.execute(ns, Move(src, dst_path, if_version))
+
+    def rename(
+        self, ns: str, ref: str, new_name: str, if_version: int | None = None
+    ) -> MutationResult:
+        return self.execute(ns, Rename(ref, new_name, if_version))
+
+    def delete(
+        self, ns: str, ref: str, recursive: bool = False, if_version: int | None = None
+    ) -> MutationResult:
+        return self.execute(ns, Delete(ref, recursive, if_version))
+
+
+class GroupCommands(ABC):
+    """The same typed methods inside a group, whose namespace is already chosen."""
+
+    @abstractmethod
+    def execute(self, command: Command) -> MutationResult:
+        """Run one command as the group's next step."""
+
+    def mkdir(self, path: str, parents: bool = False) -> MutationResult:
+        return self.execute(Mkdir(path, parents))
+
+    def create_file(
+        self, path: str, content: str = "", metadata: dict[str, Any] | None = None
+    ) -> MutationResult:
+        return self.execute(CreateFile(path, content, metadata))
+
+    def write_file(
+        self, ref: str, content: str, metadata: dict[str, Any] | None = None,
+        if_version: int | None = None,
+    ) -> MutationResult:
+        return self.execute(WriteFile(ref, content, metadata, if_version))
+
+    def move(self, src: str, dst_path: str, if_version: int | None = None) -> MutationResult:
+        return self.execute(Move(src, dst_path, if_version))
+
+    def rename(self, ref: str, new_name: str, if_version: int | None = None) -> MutationResult:
+        return self.execute(Rename(ref, new_name, if_version))
+
+    def delete(
+        self, ref: str, recursive: bool = False, if_version: int | None = None
+    ) -> MutationResult:
+        return self.execute(Delete(ref, recursive, if_version))

@@ -1,0 +1,23 @@
+"""The coordinator's settings: one frozen object, built by the caller, never at import."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import paths
+
+
+@dataclass(frozen=True)
+class Settings:
+    lock_timeout: float = 3.0
+    #: A session left idle inside a transaction (a hung or dead client) is ended by
+    #: the server after this long, releasing its locks.
+    idle_in_transaction_timeout: float = 30.0
+    max_retries: int = 8
+    max_depth: int = paths.MAX_DEPTH
+    max_group_ops: int = 1000
+    notify: bool = True
+    pool_size: int = 10
+    max_overflow: int = 20
+    pool_timeout: float = 10.0
+    connect_timeout: float = 5.0
