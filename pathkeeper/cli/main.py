@@ -1,6 +1,9 @@
 """The ``pathkeeper`` command line: a thin entry point over the coordinator and indexer.
 
-Each component registers its own command group at the bottom of this file.
+The root group holds ``db``, ``demo`` and ``import``; the other commands live in the
+sibling modules (``serve``, ``indexer``, ``replay``, ``retention``) and are added here.
+Each module imports what a command needs inside the command, so ``pathkeeper --help``
+does not import FastAPI, Elasticsearch or the worker.
 """
 
 from __future__ import annotations
@@ -11,7 +14,11 @@ from typing import BinaryIO
 import click
 
 from pathkeeper.cli.errors import OperatorErrors
+from pathkeeper.cli.indexer import indexer, search_node
 from pathkeeper.cli.options import DATABASE_URL_ENV, ES_URL_ENV, database_url_option
+from pathkeeper.cli.replay import reindex, replay, verify
+from pathkeeper.cli.retention import compact, snapshot
+from pathkeeper.cli.serve import keys, serve
 
 
 @click.group(cls=OperatorErrors)
@@ -91,21 +98,5 @@ def import_(namespace: str, file: BinaryIO, database_url: str, progress: bool | 
     )
 
 
-def _register() -> None:
-    """Command groups of the other components."""
-    from pathkeeper.cli.serve import keys, serve
-    main.add_command(serve)
-    main.add_command(keys)
-    from pathkeeper.cli.indexer import indexer, search_node
-    main.add_command(indexer)
-    main.add_command(search_node)
-    from pathkeeper.cli.replay import reindex, replay, verify
-    main.add_command(replay)
-    main.add_command(reindex)
-    main.add_command(verify)
-    from pathkeeper.cli.retention import compact, snapshot  # snapshots, compaction (issue 14)
-    main.add_command(snapshot)
-    main.add_command(compact)
-
-
-_register()
+for command in (serve, keys, indexer, search_node, replay, reindex, verify, snapshot, compact):
+    main.add_command(command)
