@@ -13,17 +13,26 @@ import time
 
 from sqlalchemy import Connection, Engine, text
 
-#: The consumer name of the indexer writing to the default alias.
-DEFAULT_CONSUMER = "indexer:pathkeeper-nodes"
+#: The search alias services read and the indexer writes by default. Defined here,
+#: in the core, not in the indexer's search contract (``indexer.contract``, which
+#: re-exports it): the core names the indexer's checkpoint consumer after the alias
+#: (``DEFAULT_CONSUMER``, what ``wait_indexed`` waits for), and the core may not
+#: import the indexer. One definition, visible to every layer from below.
+DEFAULT_ALIAS = "pathkeeper-nodes"
 INDEXED_CHANNEL = "pathkeeper_indexed"
 
 #: A lost notification costs at most this much latency.
 _POLL = 0.25
 
 
-def consumer_for(alias: str) -> str:
-    """The checkpoint consumer name of the indexer writing to ``alias``."""
-    return f"indexer:{alias}"
+def consumer_for(alias: str, consumer: str | None = None) -> str:
+    """The checkpoint consumer name of the indexer writing to ``alias``: ``consumer``
+    when one is given (the operator's ``--consumer``), else ``indexer:<alias>``."""
+    return consumer or f"indexer:{alias}"
+
+
+#: The consumer name of the indexer writing to the default alias.
+DEFAULT_CONSUMER = consumer_for(DEFAULT_ALIAS)
 
 
 def indexed_through(conn: Connection, consumer: str = DEFAULT_CONSUMER) -> int | None:

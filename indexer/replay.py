@@ -14,7 +14,7 @@ The procedure (``rebuild``), for alias A (e.g. ``pathkeeper-nodes``):
    opened *after* V0 was taken (reindex: every event <= V0 is in the snapshot;
    events after V0 that are also in it are re-applied by the tail, harmlessly);
 4. bulk-load every document into a NEW concrete index ``A-vN`` (created by
-   ``indexer.mapping``, marked ``A-building``, ``refresh_interval: -1`` and no
+   ``indexer.contract``, marked ``A-building``, ``refresh_interval: -1`` and no
    replicas while loading, restored afterwards) with external version V0, the
    same versioning the live worker uses (version = the read cursor of the batch);
 5. catch up on the events after V0 with the live worker's own batch apply,
@@ -45,7 +45,6 @@ below the compaction horizon fails with a ``ReplayError`` saying so.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack
@@ -58,10 +57,19 @@ from sqlalchemy import Connection, Engine, text
 from coordinator import Coordinator, Event, Node
 from coordinator.eventlog import BoundTimeout, Writer, wait_for_bound
 
-from . import mapping, setfold
+from . import contract, elasticsearch_index, setfold
 from .applier import Applier
 from .bulk import Rejected
-from .documents import delete_action, document_for, index_action, is_indexed
+from .contract import (
+    building_marker,
+    concrete_name,
+    concrete_pattern,
+    concrete_version,
+    delete_action,
+    document_for,
+    index_action,
+    is_indexed,
+)
 from .fold import DEFAULT_SPILL_THRESHOLD, Folder
 from .progress import Progress
 from .setfold import SetFold
@@ -85,11 +93,6 @@ class ReplayError(Exception):
 
 class ReplayBusy(ReplayError):
     """Another replay or reindex of the same alias holds the lease."""
-
-
-def building_marker(alias: str) -> str:
-    """The alias that marks concrete indices still being built for ``alias``."""
-    return f"{alias}-building"
 
 
 # --------------------------------------------------------------------- the lease
@@ -300,13 +303,12 @@ def snapshot_nodes(engine: Engine, namespaces: Sequence[str] | None) -> Iterator
 
 def next_index_name(es: Elasticsearch, alias: str) -> str:
     """``alias-vN`` with N one above every existing ``alias-v*`` index."""
-    pattern = re.compile(re.escape(alias) + r"-v(\d+)$")
     try:
-        existing = es.indices.get(index=f"{alias}-v*", expand_wildcards="all").body
+        existing = es.indices.get(index=concrete_pattern(alias), expand_wildcards="all").body
     except NotFoundError:
         existing = {}
-    versions = [int(m.group(1)) for name in existing if (m := pattern.match(name))]
-    return mapping.concrete_name(alias, max(versions, default=0) + 1)
+    versions = [v for name in existing if (v := concrete_version(alias, name)) is not None]
+    return concrete_name(alias, max(versions, default=0) + 1)
 
 
 def cleanup_abandoned(es: Elasticsearch, alias: str) -> list[str]:
@@ -318,7 +320,7 @@ def cleanup_abandoned(es: Elasticsearch, alias: str) -> list[str]:
         found = es.indices.get_alias(name=building_marker(alias)).body
     except NotFoundError:
         return []
-    live = set(mapping.alias_targets(es, alias))
+    live = set(elasticsearch_index.alias_targets(es, alias))
     doomed = sorted(i for i in found if i not in live)
     for index in doomed:
         log.warning("deleting %s, left half-built by an earlier rebuild of %s", index, alias)
@@ -327,12 +329,12 @@ def cleanup_abandoned(es: Elasticsearch, alias: str) -> list[str]:
 
 
 def create_building_index(es: Elasticsearch, alias: str, name: str, shards: int = 1) -> str:
-    """Create ``name``, a new concrete index for ``alias`` (``indexer.mapping``'s settings
+    """Create ``name``, a new concrete index for ``alias`` (``indexer.contract``'s settings
     and mappings), tuned for loading and marked as building in the same request, so
     that no crash can leave an unmarked half-built index behind."""
-    settings = {**mapping.index_settings(shards, replicas=0), "refresh_interval": "-1"}
+    settings = {**contract.index_settings(shards, replicas=0), "refresh_interval": "-1"}
     try:
-        es.indices.create(index=name, settings=settings, mappings=mapping.MAPPINGS,
+        es.indices.create(index=name, settings=settings, mappings=contract.MAPPINGS,
                           aliases={building_marker(alias): {}})
     except BadRequestError as exc:
         if exc.error == "resource_already_exists_exception":
@@ -353,7 +355,7 @@ def finish_loading(es: Elasticsearch, index: str, replicas: int) -> None:
 def live_shape(es: Elasticsearch, alias: str) -> tuple[int, int]:
     """(shards, replicas) of the index behind ``alias``, to build its successor alike;
     (1, 0) when there is none."""
-    targets = mapping.alias_targets(es, alias)
+    targets = elasticsearch_index.alias_targets(es, alias)
     if not targets:
         return 1, 0
     got = es.indices.get_settings(index=targets[-1]).body[targets[-1]]["settings"]["index"]
@@ -477,7 +479,7 @@ def rebuild(
     es: Elasticsearch,
     *,
     source: str = "events",
-    alias: str = mapping.DEFAULT_ALIAS,
+    alias: str = contract.DEFAULT_ALIAS,
     until: int | None = None,
     namespaces: Sequence[str] | None = None,
     dry_run: bool = False,
@@ -541,7 +543,7 @@ def rebuild(
         cursor, n = catch_up(coord, v0, building, progress)
         result.tail_events += n
         es.indices.refresh(index=index)
-        old = [i for i in mapping.alias_targets(es, alias) if i != index]
+        old = [i for i in elasticsearch_index.alias_targets(es, alias) if i != index]
         actions: list[dict[str, Any]] = [{"remove": {"index": i, "alias": alias}} for i in old]
         actions.append({"add": {"index": index, "alias": alias, "is_write_index": True}})
         actions.append({"remove": {"index": index, "alias": building_marker(alias)}})
@@ -570,7 +572,7 @@ def rebuild_namespaces(
     namespaces: Sequence[str],
     *,
     source: str = "events",
-    alias: str = mapping.DEFAULT_ALIAS,
+    alias: str = contract.DEFAULT_ALIAS,
     dry_run: bool = False,
     progress: Progress | None = None,
     spill_threshold: int = DEFAULT_SPILL_THRESHOLD,
@@ -595,7 +597,7 @@ def rebuild_namespaces(
             result.documents = sum(1 for _ in nodes)
             result.seconds = time.monotonic() - started
             return result
-        targets = mapping.alias_targets(es, alias)
+        targets = elasticsearch_index.alias_targets(es, alias)
         if not targets:
             raise ReplayError(f"alias {alias!r} does not exist: run a full replay")
         index = targets[-1]

@@ -36,9 +36,9 @@ from sqlalchemy import Connection, text
 
 from coordinator import Coordinator, Node, NotFound
 
-from . import mapping, setfold
+from . import contract, elasticsearch_index, setfold
 from .bulk import resolve_conflicts
-from .documents import delete_action, index_action, is_indexed
+from .contract import delete_action, index_action, is_indexed
 from .fold import DEFAULT_SPILL_THRESHOLD
 from .index_scan import stream_index_docs
 from .progress import Progress
@@ -233,7 +233,7 @@ def repair(
     position read now, also those edited by hand to a higher version (see
     ``bulk.resolve_conflicts``); returns (repaired, not repaired: the live worker wrote
     a newer version meanwhile)."""
-    targets = mapping.alias_targets(es, alias)
+    targets = elasticsearch_index.alias_targets(es, alias)
     if not targets:
         raise NotFound(f"alias {alias!r} does not exist")
     index = targets[-1]
@@ -273,7 +273,7 @@ def verify_index(
     coord: Coordinator,
     es: Elasticsearch,
     *,
-    alias: str = mapping.DEFAULT_ALIAS,
+    alias: str = contract.DEFAULT_ALIAS,
     namespaces: Sequence[str] | None = None,
     repair_drift: bool = False,
     settle: Settle | None = None,
@@ -408,7 +408,7 @@ def verify_log(
 def scheduled_verify(
     coord: Coordinator,
     es: Elasticsearch,
-    alias: str = mapping.DEFAULT_ALIAS,
+    alias: str = contract.DEFAULT_ALIAS,
     settle: Settle | None = None,
 ) -> int:
     """Run ``verify_index`` and publish the drift count as ``pathkeeper_verify_drift``

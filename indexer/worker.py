@@ -62,11 +62,8 @@ from coordinator.migrate import require_current
 from . import checkpoints, deadletters, metrics, status
 from .applier import Abandoned, Applier, SubtreeWork
 from .bulk import BulkStats, Rejected
-from .leases import Leases
-from .logs import log
-from .mapping import (
-    DEFAULT_ALIAS,
-    MAX_BATCH_AGE,
+from .contract import DEFAULT_ALIAS, MAX_BATCH_AGE
+from .elasticsearch_index import (
     IndexMissing,
     MappingOutdated,
     alias_targets,
@@ -75,6 +72,8 @@ from .mapping import (
     missing_alias_message,
     our_indices,
 )
+from .leases import Leases
+from .logs import log
 from .plan import plan_batch
 from .search_client import open_search
 from .wakeup import Listener

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from coordinator import paths
+from indexer.contract import DEFAULT_ALIAS
 
 
 @dataclass(frozen=True)
@@ -14,7 +15,7 @@ class ServiceSettings:
     database_url: str
     #: Elasticsearch URL; without it the search endpoint answers 503.
     es_url: str | None = None
-    index_alias: str = "pathkeeper-nodes"
+    index_alias: str = DEFAULT_ALIAS
     #: False only for local development (``--no-auth``): every request is an admin.
     auth: bool = True
     #: How long a validated API key is trusted before it is looked up again (so a

@@ -17,7 +17,7 @@ from elasticsearch import Elasticsearch
 
 from coordinator import Coordinator
 from coordinator.indexing import consumer_for, wait_indexed
-from indexer.documents import is_indexed
+from indexer.contract import is_indexed
 from indexer.replay import current_bound, expected_document
 from indexer.verify import comparable, stream_index_docs
 

@@ -1,27 +1,12 @@
-"""The Elasticsearch index: settings, explicit mappings, and the alias in front of it.
+"""The index on an Elasticsearch server: create it, put the alias in front, check it.
 
-Services search the alias (default ``pathkeeper-nodes``); the data lives in a
-versioned concrete index behind it (``pathkeeper-nodes-v1``, ``-v2``...), so a
-full rebuild can load a new concrete index and switch the alias with one atomic
-``_aliases`` request.
-
-The search contract (one document per live node, namespace roots excluded,
-``_id`` = node id, routed by namespace):
-
-* ``namespace``, ``node_id``, ``parent_id``, ``name``, ``kind``: keyword;
-* ``path``: keyword (the full path);
-* ``tree``: keyword, the path and each of its ancestors (``/a/b/c`` holds
-  ``/a``, ``/a/b``, ``/a/b/c``), written by the indexer: ``term tree: "/a"`` finds
-  ``/a`` and everything under it (``subtree_filter``). It needs nothing but core
-  field types, so the same mapping works on a node without optional modules (no
-  ``path_hierarchy`` tokenizer, which lives in ``analysis-common``) and costs one
-  term lookup, not a prefix scan over every path;
-* ``content``: text (files only); ``metadata``: stored, not indexed;
-* ``seq``: the event-log position the document reflects (also its external
-  version, see ``indexer.worker``).
-
-``dynamic: strict`` makes a document with an unexpected field fail loudly (it
-ends up in the dead-letter table) instead of silently growing the mapping.
+Every call to the server about the index itself lives here; what the index holds
+(settings, mappings, documents, queries, alias naming) is the engine-neutral
+``indexer.contract``. The split is for the second engine: OpenSearch's client has
+the same shape but other classes and exceptions, so supporting it is a module like
+this one, calling into the same contract. (The search and bulk calls of the worker,
+replay and verify take a client too; they send the contract's queries and actions
+unchanged.)
 """
 
 from __future__ import annotations
@@ -30,47 +15,14 @@ from typing import Any
 
 from elasticsearch import Elasticsearch, NotFoundError
 
-DEFAULT_ALIAS = "pathkeeper-nodes"
-
-#: Deleted documents keep their version (the tombstone that stops a late, older
-#: write from resurrecting them) this long. Elasticsearch's default is 60 s; the
-#: worker aborts any batch older than ``MAX_BATCH_AGE`` seconds, which must stay
-#: well below this (see indexer.worker).
-GC_DELETES = "1h"
-MAX_BATCH_AGE = 1800.0
-
-TREE_FIELD = "tree"
-
-MAPPINGS: dict[str, Any] = {
-    "dynamic": "strict",
-    "properties": {
-        "namespace": {"type": "keyword"},
-        "node_id": {"type": "keyword"},
-        "parent_id": {"type": "keyword"},
-        "name": {"type": "keyword"},
-        "kind": {"type": "keyword"},
-        "path": {"type": "keyword"},
-        TREE_FIELD: {"type": "keyword"},
-        "content": {"type": "text"},
-        "metadata": {"type": "object", "enabled": False},
-        "seq": {"type": "long"},
-    },
-}
-
-
-def tree_values(path: str) -> list[str]:
-    """The ``tree`` field of the document at ``path``: it and every ancestor but the
-    root (``/`` would match a whole namespace, which the namespace filter already is)."""
-    parts = [p for p in path.split("/") if p]
-    return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
-
-
-def subtree_filter(path: str) -> dict[str, Any] | None:
-    """The filter clause for ``path`` and everything under it (None for ``/``: the
-    whole namespace)."""
-    if path == "/":
-        return None
-    return {"term": {TREE_FIELD: path}}
+from .contract import (
+    DEFAULT_ALIAS,
+    MAPPINGS,
+    concrete_name,
+    concrete_pattern,
+    index_settings,
+    missing_fields,
+)
 
 
 class MappingOutdated(Exception):
@@ -86,28 +38,13 @@ def check_mapping(es: Elasticsearch, index: str, alias: str = DEFAULT_ALIAS) -> 
     search keeps answering from the old index until then."""
     found = es.indices.get_mapping(index=index)
     for body in found.body.values():
-        props = body.get("mappings", {}).get("properties", {})
-        missing = sorted(name for name in MAPPINGS["properties"] if name not in props)
+        missing = missing_fields(body.get("mappings", {}).get("properties", {}))
         if missing:
             raise MappingOutdated(
                 f"index {index} behind alias {alias} was created by an older version "
                 f"(no field {', '.join(missing)}); run `pathkeeper reindex --alias {alias}` "
                 "to rebuild it with this version's mapping, then start the worker again"
             )
-
-
-def index_settings(shards: int = 1, replicas: int = 0) -> dict[str, Any]:
-    """Settings of a concrete index (``replicas=0`` suits a single-node cluster)."""
-    return {
-        "number_of_shards": shards,
-        "number_of_replicas": replicas,
-        "gc_deletes": GC_DELETES,
-    }
-
-
-def concrete_name(alias: str = DEFAULT_ALIAS, version: int = 1) -> str:
-    """The concrete index name for ``alias`` at ``version``, e.g. ``pathkeeper-nodes-v1``."""
-    return f"{alias}-v{version}"
 
 
 def create_index(
@@ -148,7 +85,7 @@ class IndexMissing(Exception):
 def our_indices(es: Elasticsearch, alias: str = DEFAULT_ALIAS) -> list[str]:
     """Concrete indices named like ours (``<alias>-vN``), whether the alias points to
     them or not."""
-    found = es.indices.get(index=f"{alias}-v*", expand_wildcards="all")
+    found = es.indices.get(index=concrete_pattern(alias), expand_wildcards="all")
     return sorted(found.body.keys())
 
 
