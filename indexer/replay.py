@@ -56,6 +56,7 @@ from sqlalchemy import Connection, Engine, text
 
 from coordinator import Coordinator, Event, Node
 from coordinator.eventlog import BoundTimeout, Writer, wait_for_bound
+from coordinator.subtree import subtree_cte
 
 from . import contract, elasticsearch_index, setfold
 from .applier import Applier
@@ -254,16 +255,11 @@ def state_nodes(
     return snapshot_nodes(engine, namespaces)
 
 
-SNAPSHOT_WALK = """
-WITH RECURSIVE sub AS (
-    SELECT id, parent_id, name, kind, version, content, metadata, CAST('/' AS text) AS path
-    FROM nodes WHERE namespace = :ns AND parent_id IS NULL
-  UNION ALL
-    SELECT n.id, n.parent_id, n.name, n.kind, n.version, n.content, n.metadata,
-           CASE WHEN s.path = '/' THEN '/' || n.name ELSE s.path || '/' || n.name END
-    FROM sub s JOIN nodes n ON n.namespace = :ns AND n.parent_id = s.id
+SNAPSHOT_WALK = subtree_cte(
+    ("id", "parent_id", "name", "kind", "version", "content", "metadata"),
+    "namespace = :ns AND parent_id IS NULL",
+    top_path="CAST('/' AS text)",
 )
-"""
 
 
 def walk_nodes(conn: Connection, namespace: str, order_by_id: bool = False) -> Iterator[Node]:

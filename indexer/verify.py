@@ -35,6 +35,7 @@ from prometheus_client import Gauge
 from sqlalchemy import Connection, text
 
 from coordinator import Coordinator, Node, NotFound
+from coordinator.subtree import subtree_cte
 
 from . import contract, elasticsearch_index, setfold
 from .bulk import resolve_conflicts
@@ -308,20 +309,15 @@ def verify_index(
 #: The fields ``verify_log`` compares, as ``Drift.fields`` names them.
 LOG_FIELDS = ("content", "kind", "metadata", "name", "parent_id", "path", "version")
 
-# The nodes table with paths, for the namespaces verified (same walk as the fold's).
-_TABLE_WALK = """
-CREATE TEMPORARY TABLE {table} AS
-WITH RECURSIVE walk AS (
-    SELECT namespace, id, parent_id, name, kind, content, metadata, version,
-           CAST('/' AS text) AS path
-    FROM nodes WHERE parent_id IS NULL {ns_filter}
-  UNION ALL
-    SELECT n.namespace, n.id, n.parent_id, n.name, n.kind, n.content, n.metadata, n.version,
-           CASE WHEN w.path = '/' THEN '/' || n.name ELSE w.path || '/' || n.name END
-    FROM walk w JOIN nodes n ON n.namespace = w.namespace AND n.parent_id = w.id
-)
-SELECT * FROM walk
-"""
+# The nodes table with paths, for the namespaces verified (same columns as the fold's).
+_TABLE_COLUMNS = ("namespace", "id", "parent_id", "name", "kind", "content", "metadata", "version")
+
+
+def _table_walk(table: str, ns_filter: str) -> str:
+    walk = subtree_cte(_TABLE_COLUMNS, f"parent_id IS NULL {ns_filter}",
+                       top_path="CAST('/' AS text)", namespace="s.namespace")
+    return f"CREATE TEMPORARY TABLE {table} AS {walk} SELECT * FROM sub"
+
 
 # One row per node that differs: missing from the fold, extra in it, or which fields.
 _LOG_DIFF = """
@@ -369,7 +365,7 @@ def verify_log(
             table = f"{folded.tables['nodes']}_table"
             params = {"nss": list(namespaces or ())}
             conn.execute(text(f"DROP TABLE IF EXISTS {table}"))
-            conn.execute(text(_TABLE_WALK.format(table=table, ns_filter=ns_filter)), params)
+            conn.execute(text(_table_walk(table, ns_filter)), params)
             conn.execute(text(f"ANALYZE {table}"))
             flags = ", ".join(
                 f"t.{c} IS DISTINCT FROM f.{c} AS d_{c}" for c in LOG_FIELDS
