@@ -28,6 +28,7 @@ from coordinator.api import Coordinator, GroupTx, Operation, translate
 from coordinator.errors import CoordinatorError, InvalidName, NotADirectory, Unavailable
 from coordinator.importer import iter_lines
 from coordinator.indexing import consumer_for
+from coordinator.indexing import lag as indexer_lag
 from coordinator.tree import MutationResult, TreeTx
 from pathkeeper.http import errors as service_errors
 from pathkeeper.http.auth import NO_AUTH, Authenticator, Principal
@@ -276,25 +277,13 @@ def create_app(
         try:
             with coord.engine.connect() as conn:
                 conn.execute(text("SELECT 1"))
-                lag = conn.execute(
-                    text(
-                        """
-                        WITH cp AS (SELECT min(position) AS p FROM checkpoints
-                                    WHERE consumer = :c)
-                        SELECT (SELECT p FROM cp) AS checkpoint,
-                               (SELECT count(*) FROM (SELECT 1 FROM events, cp
-                                 WHERE events.position > cp.p LIMIT 1000000) s) AS behind,
-                               (SELECT extract(epoch FROM now() - min(committed_at))
-                                  FROM events, cp WHERE events.position > cp.p) AS seconds
-                        """
-                    ),
-                    {"c": consumer},
-                ).one()
+                lag = indexer_lag(conn, consumer)
         except (SQLAlchemyError, CoordinatorError) as exc:
             out = ReadyOut(status="unavailable", postgres=False, detail=str(exc)[:500])
             return JSONResponse(out.model_dump(mode="json"), 503,
                                 headers={"Retry-After": str(settings.retry_after_seconds)})
-        lost = searcher.index_lost() if searcher is not None and lag.checkpoint else None
+        indexed = lag is not None and lag.checkpoint != 0  # past the start of the log
+        lost = searcher.index_lost() if searcher is not None and indexed else None
         if lost is not None:
             out = ReadyOut(status="unavailable", postgres=True, detail=lost)
             return JSONResponse(out.model_dump(mode="json"), 503,
@@ -302,10 +291,8 @@ def create_app(
         out = ReadyOut(
             status="ok",
             postgres=True,
-            indexer_lag_events=None if lag.checkpoint is None else int(lag.behind),
-            indexer_lag_seconds=(
-                None if lag.checkpoint is None else float(lag.seconds or 0.0)
-            ),
+            indexer_lag_events=None if lag is None else lag.events,
+            indexer_lag_seconds=None if lag is None else lag.seconds,
         )
         return JSONResponse(out.model_dump(mode="json"), 200)
 
