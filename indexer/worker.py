@@ -116,7 +116,7 @@ class WorkerConfig:
 
     @property
     def consumer_name(self) -> str:
-        return self.consumer or consumer_for(self.alias)
+        return consumer_for(self.alias, self.consumer)
 
 
 class NodeLanePriority:

@@ -97,7 +97,7 @@ def status_cmd(database_url: str, alias: str, consumer: str, es_url: str | None)
     from coordinator import Coordinator
     from indexer import deadletters, status
 
-    name = consumer or consumer_for(alias)
+    name = consumer_for(alias, consumer)
     with Coordinator.connect(database_url) as coord:
         with coord.engine.connect() as conn:
             parts = status.partitions(conn, name)
@@ -154,7 +154,7 @@ def dead_letters_cmd(
     from indexer import deadletters
     from indexer.search_client import open_search
 
-    name = consumer or consumer_for(alias)
+    name = consumer_for(alias, consumer)
     with Coordinator.connect(database_url) as coord:
         letters = deadletters.pending(coord.engine, name)
         for d in letters:

@@ -13,6 +13,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
+from dataclasses import asdict
 from typing import Annotated, Any, Literal
 
 import anyio.from_thread
@@ -147,17 +148,11 @@ def create_app(
     """Build the app. Without ``coordinator`` it connects its own (closed on shutdown)."""
     owned = coordinator is None
     coord = coordinator or Coordinator.connect(
-        settings.database_url,
-        pool_size=settings.pool_size,
-        max_overflow=settings.max_overflow,
-        pool_timeout=settings.pool_timeout_seconds,
-        lock_timeout=settings.lock_timeout_seconds,
-        max_depth=settings.max_depth,
-        **settings.coordinator_options,
+        settings.database_url, **asdict(settings.coordinator)
     )
     if owned:
         _install_statement_timeout(coord, settings.statement_timeout_seconds)
-    consumer = settings.indexer_consumer or consumer_for(settings.index_alias)
+    consumer = consumer_for(settings.index_alias, settings.indexer_consumer)
     authenticator = Authenticator(coord.engine, settings.auth_cache_seconds)
     hub = NotifyHub(settings.database_url)
     searcher: Searcher | None = None
@@ -578,7 +573,7 @@ def create_app(
             raise Unavailable("search is not configured (no Elasticsearch URL)")
         root = coord.run(ns, lambda tx: tx.stat("/"))  # 404 for a missing namespace
         if under is not None:
-            under = paths.join_path(paths.split_path(_path(under), settings.max_depth))
+            under = paths.join_path(paths.split_path(_path(under), settings.coordinator.max_depth))
         parent_id = None
         if in_dir is not None:
             dir_path = _path(in_dir)
