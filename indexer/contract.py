@@ -153,6 +153,27 @@ def document_for(node: Node, seq: int) -> dict[str, Any]:
     return doc
 
 
+#: Fields that record when a document was written, not what it says: documents that
+#: differ only there describe the same node (what verify compares is the rest).
+WRITE_FIELDS = ("seq",)
+
+
+def comparable(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """``doc`` without ``WRITE_FIELDS``."""
+    return {k: v for k, v in doc.items() if k not in WRITE_FIELDS}
+
+
+def expected_document(node: Node) -> dict[str, Any]:
+    """The document for ``node``, to compare with a stored one (``comparable``)."""
+    return comparable(document_for(node, 0))
+
+
+def differing_fields(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> tuple[str, ...]:
+    """The fields in which two documents describe their node differently."""
+    a, b = comparable(expected), comparable(actual)
+    return tuple(sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k)))
+
+
 # ------------------------------------------------------- writes and versions
 #
 # Bulk actions in the format of the official clients' ``bulk`` helpers (the

@@ -67,7 +67,6 @@ from .contract import (
     concrete_pattern,
     concrete_version,
     delete_action,
-    document_for,
     index_action,
     is_indexed,
 )
@@ -622,12 +621,5 @@ def rebuild_namespaces(
         es.indices.refresh(index=index)
         result.seconds = time.monotonic() - started
         return result
-
-
-def expected_document(node: Node) -> dict[str, Any]:
-    """The document for ``node`` without its ``seq`` (what verify compares)."""
-    doc = document_for(node, 0)
-    doc.pop("seq")
-    return doc
 
 

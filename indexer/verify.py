@@ -39,11 +39,17 @@ from coordinator.subtree import subtree_cte
 
 from . import contract, elasticsearch_index, setfold
 from .bulk import resolve_conflicts
-from .contract import delete_action, index_action, is_indexed
+from .contract import (
+    delete_action,
+    differing_fields,
+    expected_document,
+    index_action,
+    is_indexed,
+)
 from .fold import DEFAULT_SPILL_THRESHOLD
 from .index_scan import stream_index_docs
 from .progress import Progress
-from .replay import ReplayError, current_bound, expected_document, walk_nodes
+from .replay import ReplayError, current_bound, walk_nodes
 
 log = logging.getLogger("pathkeeper.verify")
 
@@ -54,8 +60,6 @@ VERIFY_DRIFT = Gauge(
 )
 
 PAGE = 1000
-#: Compare every field but ``seq`` (it records when, not what).
-IGNORED_FIELDS = ("seq",)
 
 #: ``settle(position)``: wait until the live index reflects every event <= position;
 #: False if it did not happen in time (the worker is down or far behind).
@@ -111,15 +115,6 @@ class LogReport:
     @property
     def ok(self) -> bool:
         return not self.drift and not self.anomaly_count
-
-
-def comparable(doc: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in doc.items() if k not in IGNORED_FIELDS}
-
-
-def differing_fields(expected: dict[str, Any], actual: dict[str, Any]) -> tuple[str, ...]:
-    a, b = comparable(expected), comparable(actual)
-    return tuple(sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k)))
 
 
 # ------------------------------------------------------------------ streams
