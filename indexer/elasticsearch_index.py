@@ -13,13 +13,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from elasticsearch import Elasticsearch, NotFoundError
+from elasticsearch import BadRequestError, Elasticsearch, NotFoundError
 
 from .contract import (
     DEFAULT_ALIAS,
     MAPPINGS,
+    building_marker,
     concrete_name,
     concrete_pattern,
+    concrete_version,
     index_settings,
     missing_fields,
 )
@@ -134,8 +136,11 @@ def ensure_alias(es: Elasticsearch, alias: str = DEFAULT_ALIAS, *, indexed: bool
     return targets[-1]
 
 
-def switch_alias(es: Elasticsearch, alias: str, new_index: str) -> list[str]:
-    """Point ``alias`` at ``new_index`` only, in one atomic ``_aliases`` request.
+def switch_alias(
+    es: Elasticsearch, alias: str, new_index: str, *, built: bool = False
+) -> list[str]:
+    """Point ``alias`` at ``new_index`` only, in one atomic ``_aliases`` request (which,
+    when ``built``, also takes the building marker off ``new_index``).
 
     Returns the indices it pointed to before (the caller decides whether to
     delete them).
@@ -143,8 +148,74 @@ def switch_alias(es: Elasticsearch, alias: str, new_index: str) -> list[str]:
     old = [i for i in alias_targets(es, alias) if i != new_index]
     actions: list[dict[str, Any]] = [{"remove": {"index": i, "alias": alias}} for i in old]
     actions.append({"add": {"index": new_index, "alias": alias, "is_write_index": True}})
+    if built:
+        actions.append({"remove": {"index": new_index, "alias": building_marker(alias)}})
     es.indices.update_aliases(actions=actions)
     return old
+
+
+# ------------------------------------------------ rebuilds (replay, reindex)
+
+
+def next_index_name(es: Elasticsearch, alias: str) -> str:
+    """``alias-vN`` with N one above every existing ``alias-v*`` index."""
+    try:
+        existing = es.indices.get(index=concrete_pattern(alias), expand_wildcards="all").body
+    except NotFoundError:
+        existing = {}
+    versions = [v for name in existing if (v := concrete_version(alias, name)) is not None]
+    return concrete_name(alias, max(versions, default=0) + 1)
+
+
+def abandoned_indices(es: Elasticsearch, alias: str) -> list[str]:
+    """Indices marked as building for ``alias`` that the alias does not point to."""
+    try:
+        found = es.indices.get_alias(name=building_marker(alias)).body
+    except NotFoundError:
+        return []
+    live = set(alias_targets(es, alias))
+    return sorted(i for i in found if i not in live)
+
+
+def create_building_index(es: Elasticsearch, alias: str, name: str, shards: int = 1) -> bool:
+    """Create ``name``, a new concrete index for ``alias`` (the contract's settings and
+    mappings), tuned for loading and marked as building in the same request, so that
+    no crash can leave an unmarked half-built index behind. False if it exists."""
+    settings = {**index_settings(shards, replicas=0), "refresh_interval": "-1"}
+    try:
+        es.indices.create(index=name, settings=settings, mappings=MAPPINGS,
+                          aliases={building_marker(alias): {}})
+    except BadRequestError as exc:
+        if exc.error == "resource_already_exists_exception":
+            return False
+        raise
+    return True
+
+
+def finish_loading(es: Elasticsearch, index: str, replicas: int) -> None:
+    """Restore the settings ``create_building_index`` changed, and make docs visible."""
+    es.indices.put_settings(
+        index=index,
+        settings={"index": {"refresh_interval": None, "number_of_replicas": replicas}},
+    )
+    es.indices.refresh(index=index)
+
+
+def unmark_building(es: Elasticsearch, alias: str, index: str) -> None:
+    """Take the building marker off ``index`` without switching ``alias`` to it."""
+    es.indices.update_aliases(
+        actions=[{"remove": {"index": index, "alias": building_marker(alias)}}]
+    )
+
+
+def live_shape(es: Elasticsearch, alias: str) -> tuple[int, int]:
+    """(shards, replicas) of the index behind ``alias``, to build its successor alike;
+    (1, 0) when there is none."""
+    targets = alias_targets(es, alias)
+    if not targets:
+        return 1, 0
+    got = es.indices.get_settings(index=targets[-1]).body[targets[-1]]["settings"]["index"]
+    return int(got.get("number_of_shards", 1)), int(got.get("number_of_replicas", 0))
 
 
 def drop_alias_and_indices(es: Elasticsearch, alias: str) -> None:
