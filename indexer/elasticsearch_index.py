@@ -1,12 +1,14 @@
-"""The index on an Elasticsearch server: create it, put the alias in front, check it.
+"""The index on an Elasticsearch server: create it, put the alias in front, check it,
+and the index steps of a rebuild (a new index marked as building, the atomic swap).
 
 Every call to the server about the index itself lives here; what the index holds
 (settings, mappings, documents, queries, alias naming) is the engine-neutral
 ``indexer.contract``. The split is for the second engine: OpenSearch's client has
 the same shape but other classes and exceptions, so supporting it is a module like
-this one, calling into the same contract. (The search and bulk calls of the worker,
-replay and verify take a client too; they send the contract's queries and actions
-unchanged.)
+this one, calling into the same contract. (The bulk and search requests of the
+worker, replay and verify still take an ``Elasticsearch`` client; what they send is
+the contract's actions and queries, so another engine needs only a client with the
+same ``bulk``/``search`` calls there, which the OpenSearch client has.)
 """
 
 from __future__ import annotations
