@@ -7,7 +7,7 @@ a cluster instead). ``--help`` for sizes.
 In one run, against the same search server:
 
 1. **raw create**: ``elasticsearch.helpers.streaming_bulk`` indexing N documents of
-   the indexer's exact shape (``indexer.documents.index_action``) into a fresh
+   the indexer's exact shape (``indexer.contract.index_action``) into a fresh
    index: the ceiling for (2). Median of ``--rounds`` rounds.
 2. **worker create**: the worker applying N ``created`` events (transactions of
    1,000 nodes, like ``Coordinator.apply`` groups), from start to caught up
@@ -47,8 +47,8 @@ from indexer_support import bulk_subtree
 
 from coordinator import Coordinator, Node
 from coordinator.indexing import consumer_for
-from indexer import mapping
-from indexer.documents import index_action
+from indexer import elasticsearch_index
+from indexer.contract import index_action
 from indexer.worker import Worker, WorkerConfig
 from pathkeeper.local.search import new_local_search
 
@@ -246,14 +246,14 @@ def main() -> None:
             nodes = create_events(coord, "creates", args.n)
             for r in range(args.rounds):
                 index = f"bench-raw-{r}"
-                mapping.create_index(es, index)
+                elasticsearch_index.create_index(es, index)
                 ids = [str(uuid.uuid4()) for _ in range(nodes)]
                 raw.append(raw_bulk(es, index, nodes, ids, "/raw", 1))
                 es.indices.delete(index=index)
                 alias = f"bench-create-{r}"
                 # A fresh alias = a fresh consumer: the worker applies every create again.
                 work.append(nodes / time_worker_to(coord, database_url, es_url, alias))
-                mapping.drop_alias_and_indices(es, alias)
+                elasticsearch_index.drop_alias_and_indices(es, alias)
             print(f"creates done, load: {load_average()}", flush=True)
 
             # Rename of a directory with args.rename descendants.
@@ -273,9 +273,9 @@ def main() -> None:
                 coord, database_url, es_url, alias,
                 before=lambda: coord.rename("big", "/top", "renamed"),
             )
-            mapping.drop_alias_and_indices(es, alias)
+            elasticsearch_index.drop_alias_and_indices(es, alias)
             index = "bench-raw-overwrite"
-            mapping.create_index(es, index)
+            elasticsearch_index.create_index(es, index)
             ids = [str(uuid.uuid4()) for _ in range(made)]
             raw_bulk(es, index, made, ids, "/before", 1)
             overwrite = raw_bulk(es, index, made, ids, "/after", 2)
@@ -284,7 +284,7 @@ def main() -> None:
 
         lat = latency(coord, es, database_url, es_url, "bench-latency", args.rate, args.seconds)
         light = latency(coord, es, database_url, es_url, "bench-latency", 5.0, args.seconds)
-        mapping.drop_alias_and_indices(es, "bench-latency")
+        elasticsearch_index.drop_alias_and_indices(es, "bench-latency")
         es.close()
         coord.close()
 

@@ -51,7 +51,7 @@ from coordinator import Coordinator
 from coordinator.errors import CoordinatorError
 from coordinator.indexing import consumer_for
 from indexer import status
-from indexer.mapping import drop_alias_and_indices
+from indexer.elasticsearch_index import drop_alias_and_indices
 from pathkeeper.local.search import new_local_search
 
 ALIAS = "bench-load"

@@ -62,8 +62,8 @@ from sqlalchemy import text
 
 from coordinator import Coordinator, CoordinatorError, Node
 from coordinator.indexing import consumer_for
-from indexer import mapping
-from indexer.documents import index_action, is_indexed
+from indexer import elasticsearch_index
+from indexer.contract import index_action, is_indexed
 from pathkeeper.local.search import new_local_search, search_kind
 
 NS = "load"
@@ -107,7 +107,7 @@ def raw_overwrite_rate(es: Elasticsearch, nodes: list[Node], round_: int) -> flo
     """docs/s of streaming_bulk overwriting ``nodes``' documents (loaded first, not timed)
     with new paths at a higher external version, in a fresh index."""
     index = f"bench-raw-overwrite-{round_}"
-    mapping.create_index(es, index)
+    elasticsearch_index.create_index(es, index)
     docs = [n for n in nodes if is_indexed(n)]
     try:
         for version, prefix in ((1, ""), (2, "/raw")):

@@ -41,8 +41,8 @@ from coordinator import Coordinator
 from coordinator.db import sqlalchemy_url
 from coordinator.migrate import upgrade
 from coordinator.models import POSITION_BLOCK
-from indexer import mapping, setfold
-from indexer.documents import index_action, is_indexed
+from indexer import elasticsearch_index, setfold
+from indexer.contract import index_action, is_indexed
 from indexer.fold import DEFAULT_SPILL_THRESHOLD, Folder
 from indexer.progress import Progress
 from indexer.replay import BULK_BYTES, BULK_CHUNK, current_bound, rebuild, scan_events
@@ -176,7 +176,7 @@ def raw_bulk(es: Elasticsearch, folder: Folder | setfold.SetFold, ns: str, index
     """The documents of ``ns`` as replay writes them, bulk-loaded with the same client
     settings into an index created the same way; only the bulk is timed."""
     actions = [index_action(index, n, 1) for n in folder.trees[ns].nodes() if is_indexed(n)]
-    mapping.create_index(es, index)
+    elasticsearch_index.create_index(es, index)
     es.indices.put_settings(index=index, settings={"index": {"refresh_interval": "-1"}})
     started = time.monotonic()
     for ok, info in helpers.streaming_bulk(es, actions, chunk_size=BULK_CHUNK,

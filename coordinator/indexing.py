@@ -1,7 +1,8 @@
-"""Read-your-writes for search: wait until the indexer has applied an event position.
+"""Read-your-writes for search, and how far behind the indexer is.
 
-Reads only the ``checkpoints`` table, so it does not depend on the indexer
-package. The indexer keeps one checkpoint row per partition of a consumer
+Reads only the ``checkpoints`` and ``events`` tables, so it does not depend on the
+indexer package; the indexer's status, its metrics and the HTTP ``/readyz`` all
+read their lag here. The indexer keeps one checkpoint row per partition of a consumer
 (``indexer.checkpoints``), moves each forward only after Elasticsearch
 acknowledged everything up to it, and sends ``NOTIFY pathkeeper_indexed`` in
 the same transaction: a waiter is woken at once and polls only as a fallback.
@@ -10,20 +11,31 @@ the same transaction: a waiter is woken at once and polls only as a fallback.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
+from datetime import datetime
 
 from sqlalchemy import Connection, Engine, text
 
-#: The consumer name of the indexer writing to the default alias.
-DEFAULT_CONSUMER = "indexer:pathkeeper-nodes"
+#: The search alias services read and the indexer writes by default. Defined here,
+#: in the core, not in the indexer's search contract (``indexer.contract``, which
+#: re-exports it): the core names the indexer's checkpoint consumer after the alias
+#: (``DEFAULT_CONSUMER``, what ``wait_indexed`` waits for), and the core may not
+#: import the indexer. One definition, visible to every layer from below.
+DEFAULT_ALIAS = "pathkeeper-nodes"
 INDEXED_CHANNEL = "pathkeeper_indexed"
 
 #: A lost notification costs at most this much latency.
 _POLL = 0.25
 
 
-def consumer_for(alias: str) -> str:
-    """The checkpoint consumer name of the indexer writing to ``alias``."""
-    return f"indexer:{alias}"
+def consumer_for(alias: str, consumer: str | None = None) -> str:
+    """The checkpoint consumer name of the indexer writing to ``alias``: ``consumer``
+    when one is given (the operator's ``--consumer``), else ``indexer:<alias>``."""
+    return consumer or f"indexer:{alias}"
+
+
+#: The consumer name of the indexer writing to the default alias.
+DEFAULT_CONSUMER = consumer_for(DEFAULT_ALIAS)
 
 
 def indexed_through(conn: Connection, consumer: str = DEFAULT_CONSUMER) -> int | None:
@@ -59,3 +71,83 @@ def wait_indexed(
                     pass
         finally:
             conn.exec_driver_sql("UNLISTEN *")
+
+
+@dataclass(frozen=True)
+class NamespaceLag:
+    namespace: str
+    events: int
+    seconds: float
+
+
+@dataclass
+class PartitionLag:
+    """Committed events after one partition's checkpoint, and the age in seconds of
+    the oldest of them (0 when caught up), per namespace and in all."""
+
+    partition: int
+    checkpoint: int
+    updated_at: datetime | None
+    events: int = 0
+    seconds: float = 0.0
+    namespaces: list[NamespaceLag] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Lag:
+    """A consumer's lag over all its partitions: ``checkpoint`` is the position
+    through which everything is applied (``indexed_through``)."""
+
+    checkpoint: int
+    events: int
+    seconds: float
+
+
+_PARTITION_LAG = text(
+    """
+    SELECT c.partition, c.position, c.updated_at, e.namespace,
+           count(e.position) AS n,
+           EXTRACT(EPOCH FROM clock_timestamp() - min(e.committed_at)) AS age
+      FROM checkpoints c
+      LEFT JOIN events e
+        ON e.position > c.position
+       AND mod(hashtext(e.namespace)::bigint & 2147483647, :count) = c.partition
+     WHERE c.consumer = :c
+     GROUP BY c.partition, c.position, c.updated_at, e.namespace
+     ORDER BY c.partition, e.namespace
+    """
+)
+
+
+def partition_lags(conn: Connection, consumer: str = DEFAULT_CONSUMER) -> list[PartitionLag]:
+    """The lag of every partition of ``consumer``, by partition (empty if it never ran)."""
+    count = int(
+        conn.execute(
+            text("SELECT count(*) FROM checkpoints WHERE consumer = :c"), {"c": consumer}
+        ).scalar_one()
+    )
+    if not count:
+        return []
+    out: dict[int, PartitionLag] = {}
+    for r in conn.execute(_PARTITION_LAG, {"c": consumer, "count": count}):
+        p = int(r.partition)
+        st = out.setdefault(p, PartitionLag(p, int(r.position), r.updated_at))
+        if r.namespace is not None and r.n:
+            lag = NamespaceLag(r.namespace, int(r.n), float(r.age or 0.0))
+            st.namespaces.append(lag)
+            st.events += lag.events
+            st.seconds = max(st.seconds, lag.seconds)
+    return [out[p] for p in sorted(out)]
+
+
+def lag(conn: Connection, consumer: str = DEFAULT_CONSUMER) -> Lag | None:
+    """``consumer``'s lag over all its partitions (None if it never ran): the events
+    not yet applied, and the age of the oldest of them."""
+    parts = partition_lags(conn, consumer)
+    if not parts:
+        return None
+    return Lag(
+        checkpoint=min(p.checkpoint for p in parts),
+        events=sum(p.events for p in parts),
+        seconds=max(p.seconds for p in parts),
+    )

@@ -57,6 +57,7 @@ from .errors import (
     NotFound,
 )
 from .eventlog import EventAppender, EventRef
+from .subtree import subtree_cte
 
 
 class Retry(Exception):
@@ -124,6 +125,12 @@ RESOLVE_AND_LOCK_SQL = WALK_CTE + """    SELECT {columns} FROM nodes
     WHERE namespace = :ns AND id = (SELECT id FROM walk WHERE depth = :n)
     FOR {mode}
 """
+
+# A subtree with paths, depth first (path order), from the node with id :id at :path.
+WALK_SQL = (
+    subtree_cte(NODE_COLUMNS.split(", "), "namespace = :ns AND id = :id")
+    + 'SELECT * FROM sub ORDER BY path COLLATE "C"'
+)
 
 # Root first. The depth guard makes a (constraint-violating) cycle end the query.
 ANCESTORS_SQL = text(
@@ -284,21 +291,7 @@ class TreeTx:
         """Every node of the subtree with its path, depth first, streamed from one snapshot."""
         top = self.stat(ref)
         rows = self.conn.execute(
-            text(
-                f"""
-                WITH RECURSIVE sub AS (
-                    SELECT {NODE_COLUMNS}, CAST(:path AS text) AS path
-                    FROM nodes WHERE namespace = :ns AND id = :id
-                  UNION ALL
-                    SELECT n.id, n.parent_id, n.name, n.kind, n.version, n.content,
-                           n.metadata, n.created_at, n.updated_at,
-                           CASE WHEN s.path = '/' THEN '/' || n.name
-                                ELSE s.path || '/' || n.name END
-                    FROM sub s JOIN nodes n ON n.namespace = :ns AND n.parent_id = s.id
-                )
-                SELECT * FROM sub ORDER BY path COLLATE "C"
-                """
-            ),
+            text(WALK_SQL),
             {"ns": self.ns, "id": uuid.UUID(top.id), "path": top.path},
             # Per statement: Connection.execution_options() would change the connection.
             execution_options={"stream_results": True, "yield_per": batch},

@@ -58,7 +58,7 @@ Why this is safe, in the terms of the rule:
   higher version: idempotent. A 409 version conflict means "newer already there".
 * Deleted, then recreated: node ids are UUIDs never reused, so a recreated path
   is a new document. A delete leaves a tombstone (with its version) that rejects
-  older writes for ``index.gc_deletes``; we set it to 1 h (``indexer.mapping``)
+  older writes for ``index.gc_deletes``; we set it to 1 h (``indexer.contract``)
   and abandon any attempt older than ``MAX_BATCH_AGE`` (30 min), so a write
   from a stale snapshot can never outlive the tombstone it must lose against.
 * The checkpoint moves past a batch only after Elasticsearch acknowledged both
@@ -79,8 +79,7 @@ from sqlalchemy import Connection, Engine
 from coordinator import Event, Node
 
 from .bulk import BulkStats, Rejected, send
-from .documents import delete_action, index_action, is_indexed
-from .mapping import MAX_BATCH_AGE, TREE_FIELD
+from .contract import MAX_BATCH_AGE, delete_action, index_action, is_indexed, stale_under_query
 from .plan import BatchPlan, minimal_sweeps, plan_batch
 from .snapshot import fetch_nodes, stream_subtree_versions
 
@@ -369,14 +368,7 @@ class Applier:
         noida-db). Using the highest position for every path can only add documents
         that were already written from a state holding the event (reconciled again
         from PostgreSQL: harmless); it never leaves a stale one out."""
-        before = max(sweep_before.values())
-        filters: list[dict[str, Any]] = [
-            {"term": {"namespace": ns}},
-            {"range": {"seq": {"lt": before}}},
-        ]
-        if "/" not in sweep_before:  # "/" is the whole namespace: no path filter
-            filters.append({"terms": {TREE_FIELD: sorted(sweep_before)}})
-        query = {"bool": {"filter": filters}}
+        query = stale_under_query(ns, sweep_before, max(sweep_before.values()))
         after: list[Any] | None = None
         while True:
             resp = self.es.search(

@@ -6,7 +6,8 @@ Per item (the official ``streaming_bulk`` helper, ``raise_on_error=False``):
 * 409 version conflict: the stored document is as new or newer: already applied;
   unless its stored ``seq`` says it reflects an older position than ours (it was
   edited outside the indexer, and its version ran ahead of its ``seq``): then it is
-  replaced by compare-and-swap (``resolve_conflicts``);
+  replaced by compare-and-swap (``resolve_conflicts``). The rule is the search
+  contract's (``indexer.contract.supersedes``);
 * 404 on a delete without an error: the document was not there: nothing to do
   (the tombstone is still written);
 * 429 or 5xx, or a missing index: transient: ``Retryable`` is raised and the whole
@@ -27,6 +28,8 @@ from typing import Any
 
 from elasticsearch import ConflictError, Elasticsearch, NotFoundError
 from elasticsearch.helpers import streaming_bulk
+
+from .contract import supersedes
 
 CHUNK_ACTIONS = 1000
 CHUNK_BYTES = 8 * 1024 * 1024
@@ -193,9 +196,7 @@ def _is_newer(doc: dict[str, Any] | None, version: int, newest_legit: int | None
     if doc is None or not doc.get("found"):
         return True
     stored = (doc.get("_source") or {}).get("seq")
-    if not isinstance(stored, int) or (newest_legit is not None and stored > newest_legit):
-        return False
-    return stored > version or (stored == version and doc.get("_version") == stored)
+    return supersedes(stored, doc.get("_version"), version, newest_legit)
 
 
 def _compare_and_swap(

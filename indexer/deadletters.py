@@ -22,7 +22,7 @@ from sqlalchemy import Engine, text
 from coordinator.eventlog import wait_for_bound
 
 from .bulk import Rejected, send
-from .documents import delete_action, index_action, is_indexed
+from .contract import delete_action, index_action, is_indexed
 from .snapshot import fetch_nodes
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from elasticsearch import Elasticsearch
 
-from .documents import namespace_filter
+from .contract import namespace_filter, namespaces_filter
 
 #: Documents per search_after page: large pages, because every page costs a search
 #: (the stand-in's grows with the index size) and 5,000 documents are a few MB at most.
@@ -32,7 +32,7 @@ def stream_index_docs(
         filters.append(namespace_filter(namespace))
     query: dict[str, Any] = {"bool": {"filter": filters}}
     if exclude_namespaces:
-        query["bool"]["must_not"] = [{"terms": {"namespace": list(exclude_namespaces)}}]
+        query["bool"]["must_not"] = [namespaces_filter(exclude_namespaces)]
     pit_id = es.open_point_in_time(index=index, keep_alive=PIT_KEEP_ALIVE)["id"]
     after: list[Any] | None = None
     try:

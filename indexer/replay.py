@@ -13,10 +13,11 @@ The procedure (``rebuild``), for alias A (e.g. ``pathkeeper-nodes``):
    never reading ``nodes``) or read ``nodes`` in one REPEATABLE READ snapshot
    opened *after* V0 was taken (reindex: every event <= V0 is in the snapshot;
    events after V0 that are also in it are re-applied by the tail, harmlessly);
-4. bulk-load every document into a NEW concrete index ``A-vN`` (created by
-   ``indexer.mapping``, marked ``A-building``, ``refresh_interval: -1`` and no
-   replicas while loading, restored afterwards) with external version V0, the
-   same versioning the live worker uses (version = the read cursor of the batch);
+4. bulk-load every document into a NEW concrete index ``A-vN`` (the contract's
+   mapping, created by ``indexer.elasticsearch_index``, marked ``A-building``,
+   ``refresh_interval: -1`` and no replicas while loading, restored afterwards)
+   with external version V0, the same versioning the live worker uses (version =
+   the read cursor of the batch);
 5. catch up on the events after V0 with the live worker's own batch apply,
    aimed at the new index, until it is close to the head of the log;
 6. swap in ONE ``_aliases`` request: remove A from the old index, add A to the
@@ -45,23 +46,23 @@ below the compaction horizon fails with a ``ReplayError`` saying so.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
-from elasticsearch import BadRequestError, Elasticsearch, NotFoundError, helpers
+from elasticsearch import Elasticsearch, helpers
 from sqlalchemy import Connection, Engine, text
 
 from coordinator import Coordinator, Event, Node
 from coordinator.eventlog import BoundTimeout, Writer, wait_for_bound
+from coordinator.subtree import subtree_cte
 
-from . import mapping, setfold
+from . import contract, elasticsearch_index, setfold
 from .applier import Applier
 from .bulk import Rejected
-from .documents import delete_action, document_for, index_action, is_indexed
+from .contract import building_marker, delete_action, index_action, is_indexed
 from .fold import DEFAULT_SPILL_THRESHOLD, Folder
 from .progress import Progress
 from .setfold import SetFold
@@ -85,11 +86,6 @@ class ReplayError(Exception):
 
 class ReplayBusy(ReplayError):
     """Another replay or reindex of the same alias holds the lease."""
-
-
-def building_marker(alias: str) -> str:
-    """The alias that marks concrete indices still being built for ``alias``."""
-    return f"{alias}-building"
 
 
 # --------------------------------------------------------------------- the lease
@@ -251,16 +247,11 @@ def state_nodes(
     return snapshot_nodes(engine, namespaces)
 
 
-SNAPSHOT_WALK = """
-WITH RECURSIVE sub AS (
-    SELECT id, parent_id, name, kind, version, content, metadata, CAST('/' AS text) AS path
-    FROM nodes WHERE namespace = :ns AND parent_id IS NULL
-  UNION ALL
-    SELECT n.id, n.parent_id, n.name, n.kind, n.version, n.content, n.metadata,
-           CASE WHEN s.path = '/' THEN '/' || n.name ELSE s.path || '/' || n.name END
-    FROM sub s JOIN nodes n ON n.namespace = :ns AND n.parent_id = s.id
+SNAPSHOT_WALK = subtree_cte(
+    ("id", "parent_id", "name", "kind", "version", "content", "metadata"),
+    "namespace = :ns AND parent_id IS NULL",
+    top_path="CAST('/' AS text)",
 )
-"""
 
 
 def walk_nodes(conn: Connection, namespace: str, order_by_id: bool = False) -> Iterator[Node]:
@@ -298,28 +289,12 @@ def snapshot_nodes(engine: Engine, namespaces: Sequence[str] | None) -> Iterator
 # ------------------------------------------------------- Elasticsearch side
 
 
-def next_index_name(es: Elasticsearch, alias: str) -> str:
-    """``alias-vN`` with N one above every existing ``alias-v*`` index."""
-    pattern = re.compile(re.escape(alias) + r"-v(\d+)$")
-    try:
-        existing = es.indices.get(index=f"{alias}-v*", expand_wildcards="all").body
-    except NotFoundError:
-        existing = {}
-    versions = [int(m.group(1)) for name in existing if (m := pattern.match(name))]
-    return mapping.concrete_name(alias, max(versions, default=0) + 1)
-
-
 def cleanup_abandoned(es: Elasticsearch, alias: str) -> list[str]:
     """Delete the indices a killed rebuild of ``alias`` left (marked ``alias-building``).
 
     Only call while holding the lease: then no living process is building them.
     """
-    try:
-        found = es.indices.get_alias(name=building_marker(alias)).body
-    except NotFoundError:
-        return []
-    live = set(mapping.alias_targets(es, alias))
-    doomed = sorted(i for i in found if i not in live)
+    doomed = elasticsearch_index.abandoned_indices(es, alias)
     for index in doomed:
         log.warning("deleting %s, left half-built by an earlier rebuild of %s", index, alias)
         es.indices.delete(index=index)
@@ -327,37 +302,11 @@ def cleanup_abandoned(es: Elasticsearch, alias: str) -> list[str]:
 
 
 def create_building_index(es: Elasticsearch, alias: str, name: str, shards: int = 1) -> str:
-    """Create ``name``, a new concrete index for ``alias`` (``indexer.mapping``'s settings
-    and mappings), tuned for loading and marked as building in the same request, so
-    that no crash can leave an unmarked half-built index behind."""
-    settings = {**mapping.index_settings(shards, replicas=0), "refresh_interval": "-1"}
-    try:
-        es.indices.create(index=name, settings=settings, mappings=mapping.MAPPINGS,
-                          aliases={building_marker(alias): {}})
-    except BadRequestError as exc:
-        if exc.error == "resource_already_exists_exception":
-            raise ReplayError(f"index {name} appeared while we created it") from exc
-        raise
+    """Create ``name`` for loading, marked as building (``elasticsearch_index``);
+    ``ReplayError`` if it appeared meanwhile."""
+    if not elasticsearch_index.create_building_index(es, alias, name, shards):
+        raise ReplayError(f"index {name} appeared while we created it")
     return name
-
-
-def finish_loading(es: Elasticsearch, index: str, replicas: int) -> None:
-    """Restore the settings ``create_building_index`` changed, and make docs visible."""
-    es.indices.put_settings(
-        index=index,
-        settings={"index": {"refresh_interval": None, "number_of_replicas": replicas}},
-    )
-    es.indices.refresh(index=index)
-
-
-def live_shape(es: Elasticsearch, alias: str) -> tuple[int, int]:
-    """(shards, replicas) of the index behind ``alias``, to build its successor alike;
-    (1, 0) when there is none."""
-    targets = mapping.alias_targets(es, alias)
-    if not targets:
-        return 1, 0
-    got = es.indices.get_settings(index=targets[-1]).body[targets[-1]]["settings"]["index"]
-    return int(got.get("number_of_shards", 1)), int(got.get("number_of_replicas", 0))
 
 
 def bulk_index(
@@ -477,7 +426,7 @@ def rebuild(
     es: Elasticsearch,
     *,
     source: str = "events",
-    alias: str = mapping.DEFAULT_ALIAS,
+    alias: str = contract.DEFAULT_ALIAS,
     until: int | None = None,
     namespaces: Sequence[str] | None = None,
     dry_run: bool = False,
@@ -518,22 +467,20 @@ def rebuild(
             progress.count("documents", result.documents)
             return result
         # Named before the cleanup, so a new index never reuses a deleted one's name.
-        name = next_index_name(es, alias)
+        name = elasticsearch_index.next_index_name(es, alias)
         result.cleaned_up = cleanup_abandoned(es, alias)
-        shards, replicas = live_shape(es, alias)
+        shards, replicas = elasticsearch_index.live_shape(es, alias)
         index = create_building_index(es, alias, name, shards)
         result.index = index
         progress.note(f"building {index} as of position {v0} (from {source})")
         progress.phase("load documents", unit="documents")
         result.documents, _ = bulk_index(es, (index_action(index, n, v0) for n in nodes), progress)
-        finish_loading(es, index, replicas)
+        elasticsearch_index.finish_loading(es, index, replicas)
         if after_load is not None:
             after_load(index)
         if until is not None:
             # An audit index: complete, never swapped in, not cleaned up.
-            es.indices.update_aliases(
-                actions=[{"remove": {"index": index, "alias": building_marker(alias)}}]
-            )
+            elasticsearch_index.unmark_building(es, alias, index)
             result.seconds = time.monotonic() - started
             return result
         progress.phase("catch up", unit="events")
@@ -541,11 +488,8 @@ def rebuild(
         cursor, n = catch_up(coord, v0, building, progress)
         result.tail_events += n
         es.indices.refresh(index=index)
-        old = [i for i in mapping.alias_targets(es, alias) if i != index]
-        actions: list[dict[str, Any]] = [{"remove": {"index": i, "alias": alias}} for i in old]
-        actions.append({"add": {"index": index, "alias": alias, "is_write_index": True}})
-        actions.append({"remove": {"index": index, "alias": building_marker(alias)}})
-        es.indices.update_aliases(actions=actions)  # the atomic swap
+        # The atomic swap: one request moves the alias and drops the building marker.
+        old = elasticsearch_index.switch_alias(es, alias, index, built=True)
         result.swapped, result.old_indices = True, old
         progress.note(f"alias {alias} now points to {index} (was {old or 'nothing'})")
         # Events the live worker applied to the old index just before the swap.
@@ -570,7 +514,7 @@ def rebuild_namespaces(
     namespaces: Sequence[str],
     *,
     source: str = "events",
-    alias: str = mapping.DEFAULT_ALIAS,
+    alias: str = contract.DEFAULT_ALIAS,
     dry_run: bool = False,
     progress: Progress | None = None,
     spill_threshold: int = DEFAULT_SPILL_THRESHOLD,
@@ -595,7 +539,7 @@ def rebuild_namespaces(
             result.documents = sum(1 for _ in nodes)
             result.seconds = time.monotonic() - started
             return result
-        targets = mapping.alias_targets(es, alias)
+        targets = elasticsearch_index.alias_targets(es, alias)
         if not targets:
             raise ReplayError(f"alias {alias!r} does not exist: run a full replay")
         index = targets[-1]
@@ -624,12 +568,5 @@ def rebuild_namespaces(
         es.indices.refresh(index=index)
         result.seconds = time.monotonic() - started
         return result
-
-
-def expected_document(node: Node) -> dict[str, Any]:
-    """The document for ``node`` without its ``seq`` (what verify compares)."""
-    doc = document_for(node, 0)
-    doc.pop("seq")
-    return doc
 
 

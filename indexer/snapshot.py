@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, text
 
 from coordinator import Node
+from coordinator.subtree import subtree_cte
 
 # Each start node walks up to the root; the path is its names joined root first.
 # The root's name is '' so the join yields '/a/b' (and '' for the root itself).
@@ -33,19 +34,10 @@ _NODES_WITH_PATHS = text(
     """
 )
 
-_SUBTREE = text(
-    """
-    WITH RECURSIVE sub AS (
-        SELECT id, parent_id, name, kind, version, content, metadata, CAST(:path AS text) AS path
-          FROM nodes WHERE namespace = :ns AND id = :id
-      UNION ALL
-        SELECT n.id, n.parent_id, n.name, n.kind, n.version, n.content, n.metadata,
-               CASE WHEN s.path = '/' THEN '/' || n.name ELSE s.path || '/' || n.name END
-          FROM sub s JOIN nodes n ON n.namespace = :ns AND n.parent_id = s.id
-    )
-    SELECT * FROM sub
-    """
-)
+_COLUMNS = ("id", "parent_id", "name", "kind", "version", "content", "metadata")
+_FROM_TOP = "namespace = :ns AND id = :id"
+
+_SUBTREE = text(subtree_cte(_COLUMNS, _FROM_TOP) + "SELECT * FROM sub")
 
 
 # The same walk, carrying each node's write version: the highest position among the
@@ -53,22 +45,16 @@ _SUBTREE = text(
 # i.e. the position of the last move that changed its path. Order-independent: the
 # version travels with the row, whatever order the server emits rows in.
 _SUBTREE_VERSIONS = text(
-    """
-    WITH RECURSIVE moves(id, pos) AS (
-        SELECT * FROM unnest(CAST(:move_ids AS uuid[]), CAST(:move_pos AS bigint[]))
-    ), sub AS (
-        SELECT id, parent_id, name, kind, version, content, metadata,
-               CAST(:path AS text) AS path, CAST(:top_version AS bigint) AS write_version
-          FROM nodes WHERE namespace = :ns AND id = :id
-      UNION ALL
-        SELECT n.id, n.parent_id, n.name, n.kind, n.version, n.content, n.metadata,
-               CASE WHEN s.path = '/' THEN '/' || n.name ELSE s.path || '/' || n.name END,
-               GREATEST(s.write_version, COALESCE(m.pos, 0))
-          FROM sub s JOIN nodes n ON n.namespace = :ns AND n.parent_id = s.id
-          LEFT JOIN moves m ON m.id = n.id
+    subtree_cte(
+        _COLUMNS,
+        _FROM_TOP,
+        before="moves(id, pos) AS ("
+        "SELECT * FROM unnest(CAST(:move_ids AS uuid[]), CAST(:move_pos AS bigint[])))",
+        carry=[("write_version", "CAST(:top_version AS bigint)",
+                "GREATEST(s.write_version, COALESCE(m.pos, 0))")],
+        join="LEFT JOIN moves m ON m.id = n.id",
     )
-    SELECT * FROM sub
-    """
+    + "SELECT * FROM sub"
 )
 
 

@@ -35,14 +35,21 @@ from prometheus_client import Gauge
 from sqlalchemy import Connection, text
 
 from coordinator import Coordinator, Node, NotFound
+from coordinator.subtree import subtree_cte
 
-from . import mapping, setfold
+from . import contract, elasticsearch_index, setfold
 from .bulk import resolve_conflicts
-from .documents import delete_action, index_action, is_indexed
+from .contract import (
+    delete_action,
+    differing_fields,
+    expected_document,
+    index_action,
+    is_indexed,
+)
 from .fold import DEFAULT_SPILL_THRESHOLD
 from .index_scan import stream_index_docs
 from .progress import Progress
-from .replay import ReplayError, current_bound, expected_document, walk_nodes
+from .replay import ReplayError, current_bound, walk_nodes
 
 log = logging.getLogger("pathkeeper.verify")
 
@@ -53,8 +60,6 @@ VERIFY_DRIFT = Gauge(
 )
 
 PAGE = 1000
-#: Compare every field but ``seq`` (it records when, not what).
-IGNORED_FIELDS = ("seq",)
 
 #: ``settle(position)``: wait until the live index reflects every event <= position;
 #: False if it did not happen in time (the worker is down or far behind).
@@ -110,15 +115,6 @@ class LogReport:
     @property
     def ok(self) -> bool:
         return not self.drift and not self.anomaly_count
-
-
-def comparable(doc: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in doc.items() if k not in IGNORED_FIELDS}
-
-
-def differing_fields(expected: dict[str, Any], actual: dict[str, Any]) -> tuple[str, ...]:
-    a, b = comparable(expected), comparable(actual)
-    return tuple(sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k)))
 
 
 # ------------------------------------------------------------------ streams
@@ -233,7 +229,7 @@ def repair(
     position read now, also those edited by hand to a higher version (see
     ``bulk.resolve_conflicts``); returns (repaired, not repaired: the live worker wrote
     a newer version meanwhile)."""
-    targets = mapping.alias_targets(es, alias)
+    targets = elasticsearch_index.alias_targets(es, alias)
     if not targets:
         raise NotFound(f"alias {alias!r} does not exist")
     index = targets[-1]
@@ -273,7 +269,7 @@ def verify_index(
     coord: Coordinator,
     es: Elasticsearch,
     *,
-    alias: str = mapping.DEFAULT_ALIAS,
+    alias: str = contract.DEFAULT_ALIAS,
     namespaces: Sequence[str] | None = None,
     repair_drift: bool = False,
     settle: Settle | None = None,
@@ -308,20 +304,15 @@ def verify_index(
 #: The fields ``verify_log`` compares, as ``Drift.fields`` names them.
 LOG_FIELDS = ("content", "kind", "metadata", "name", "parent_id", "path", "version")
 
-# The nodes table with paths, for the namespaces verified (same walk as the fold's).
-_TABLE_WALK = """
-CREATE TEMPORARY TABLE {table} AS
-WITH RECURSIVE walk AS (
-    SELECT namespace, id, parent_id, name, kind, content, metadata, version,
-           CAST('/' AS text) AS path
-    FROM nodes WHERE parent_id IS NULL {ns_filter}
-  UNION ALL
-    SELECT n.namespace, n.id, n.parent_id, n.name, n.kind, n.content, n.metadata, n.version,
-           CASE WHEN w.path = '/' THEN '/' || n.name ELSE w.path || '/' || n.name END
-    FROM walk w JOIN nodes n ON n.namespace = w.namespace AND n.parent_id = w.id
-)
-SELECT * FROM walk
-"""
+# The nodes table with paths, for the namespaces verified (same columns as the fold's).
+_TABLE_COLUMNS = ("namespace", "id", "parent_id", "name", "kind", "content", "metadata", "version")
+
+
+def _table_walk(table: str, ns_filter: str) -> str:
+    walk = subtree_cte(_TABLE_COLUMNS, f"parent_id IS NULL {ns_filter}",
+                       top_path="CAST('/' AS text)", namespace="s.namespace")
+    return f"CREATE TEMPORARY TABLE {table} AS {walk} SELECT * FROM sub"
+
 
 # One row per node that differs: missing from the fold, extra in it, or which fields.
 _LOG_DIFF = """
@@ -369,7 +360,7 @@ def verify_log(
             table = f"{folded.tables['nodes']}_table"
             params = {"nss": list(namespaces or ())}
             conn.execute(text(f"DROP TABLE IF EXISTS {table}"))
-            conn.execute(text(_TABLE_WALK.format(table=table, ns_filter=ns_filter)), params)
+            conn.execute(text(_table_walk(table, ns_filter)), params)
             conn.execute(text(f"ANALYZE {table}"))
             flags = ", ".join(
                 f"t.{c} IS DISTINCT FROM f.{c} AS d_{c}" for c in LOG_FIELDS
@@ -408,7 +399,7 @@ def verify_log(
 def scheduled_verify(
     coord: Coordinator,
     es: Elasticsearch,
-    alias: str = mapping.DEFAULT_ALIAS,
+    alias: str = contract.DEFAULT_ALIAS,
     settle: Settle | None = None,
 ) -> int:
     """Run ``verify_index`` and publish the drift count as ``pathkeeper_verify_drift``

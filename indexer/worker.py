@@ -62,11 +62,8 @@ from coordinator.migrate import require_current
 from . import checkpoints, deadletters, metrics, status
 from .applier import Abandoned, Applier, SubtreeWork
 from .bulk import BulkStats, Rejected
-from .leases import Leases
-from .logs import log
-from .mapping import (
-    DEFAULT_ALIAS,
-    MAX_BATCH_AGE,
+from .contract import DEFAULT_ALIAS, MAX_BATCH_AGE
+from .elasticsearch_index import (
     IndexMissing,
     MappingOutdated,
     alias_targets,
@@ -75,6 +72,8 @@ from .mapping import (
     missing_alias_message,
     our_indices,
 )
+from .leases import Leases
+from .logs import log
 from .plan import plan_batch
 from .search_client import open_search
 from .wakeup import Listener
@@ -117,7 +116,7 @@ class WorkerConfig:
 
     @property
     def consumer_name(self) -> str:
-        return self.consumer or consumer_for(self.alias)
+        return consumer_for(self.alias, self.consumer)
 
 
 class NodeLanePriority:

@@ -120,18 +120,14 @@ def search_under(es_url: str, top: str) -> list[dict[str, Any]]:
     """The seed's "everything under this directory": a term query on the tree field."""
     from elasticsearch import Elasticsearch
 
-    from indexer.mapping import DEFAULT_ALIAS, subtree_filter
+    from indexer.contract import DEFAULT_ALIAS, search_filters
 
     with Elasticsearch(es_url) as es:
         es.indices.refresh(index=DEFAULT_ALIAS)
         hits = es.search(
             index=DEFAULT_ALIAS,
             routing=NS,
-            query={"bool": {"filter": [
-                {"term": {"namespace": NS}},
-                subtree_filter(top) or {"match_all": {}},
-                {"term": {"kind": "file"}},
-            ]}},
+            query={"bool": {"filter": search_filters(NS, top, kind="file")}},
             sort=[{"path": "asc"}],
             size=100,
         )["hits"]["hits"]

@@ -17,7 +17,7 @@ from elasticsearch import Elasticsearch
 
 from coordinator import Coordinator
 from coordinator.migrate import upgrade
-from indexer.mapping import drop_alias_and_indices
+from indexer.elasticsearch_index import drop_alias_and_indices
 from indexer.worker import Worker, WorkerConfig
 from pathkeeper.local.postgres import LocalPostgres
 from pathkeeper.local.search import new_local_search

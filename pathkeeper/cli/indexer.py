@@ -8,7 +8,7 @@ import sys
 import click
 
 from coordinator.indexing import consumer_for
-from indexer.mapping import DEFAULT_ALIAS
+from indexer.contract import DEFAULT_ALIAS
 from pathkeeper.cli.options import ES_URL_ENV, database_url_option, es_url_option
 
 alias_option = click.option(
@@ -72,7 +72,7 @@ def run(
         poll_interval=poll_interval, metrics_port=metrics_port, verify_cron=verify_cron,
     )
     from indexer.checkpoints import LayoutMismatch
-    from indexer.mapping import IndexMissing, MappingOutdated
+    from indexer.elasticsearch_index import IndexMissing, MappingOutdated
 
     try:
         code = Worker(config).run()
@@ -97,7 +97,7 @@ def status_cmd(database_url: str, alias: str, consumer: str, es_url: str | None)
     from coordinator import Coordinator
     from indexer import deadletters, status
 
-    name = consumer or consumer_for(alias)
+    name = consumer_for(alias, consumer)
     with Coordinator.connect(database_url) as coord:
         with coord.engine.connect() as conn:
             parts = status.partitions(conn, name)
@@ -124,7 +124,11 @@ def status_cmd(database_url: str, alias: str, consumer: str, es_url: str | None)
     if es_url:
         from elasticsearch import Elasticsearch
 
-        from indexer.mapping import alias_targets, missing_alias_message, our_indices
+        from indexer.elasticsearch_index import (
+            alias_targets,
+            missing_alias_message,
+            our_indices,
+        )
 
         with Elasticsearch(es_url, request_timeout=30) as es:
             targets = alias_targets(es, alias)
@@ -150,7 +154,7 @@ def dead_letters_cmd(
     from indexer import deadletters
     from indexer.search_client import open_search
 
-    name = consumer or consumer_for(alias)
+    name = consumer_for(alias, consumer)
     with Coordinator.connect(database_url) as coord:
         letters = deadletters.pending(coord.engine, name)
         for d in letters:

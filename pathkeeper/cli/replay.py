@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from indexer.mapping import DEFAULT_ALIAS
+from indexer.contract import DEFAULT_ALIAS
 from pathkeeper.cli.options import database_url_option, es_url_option
 
 alias_option = click.option(

@@ -9,6 +9,7 @@ import sys
 
 import click
 
+from indexer.contract import DEFAULT_ALIAS
 from pathkeeper.cli.options import DATABASE_URL_ENV, database_url_option
 
 
@@ -29,7 +30,7 @@ def is_loopback(host: str) -> bool:
 @click.option("--port", default=8080, show_default=True, type=int)
 @click.option("--no-auth", is_flag=True,
               help="Disable API keys (local development; refused on a non-loopback host).")
-@click.option("--index-alias", default="pathkeeper-nodes", show_default=True)
+@click.option("--index-alias", default=DEFAULT_ALIAS, show_default=True)
 @click.option("--max-inflight", default=64, show_default=True, type=int,
               help="Requests in flight (long polls apart); more get 429.")
 @click.option("--max-inflight-per-key", default=16, show_default=True, type=int,

@@ -13,6 +13,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from dataclasses import asdict
 from typing import Annotated, Any, Literal
 
 import anyio.from_thread
@@ -38,6 +39,7 @@ from coordinator.db import is_retryable, translate
 from coordinator.errors import CoordinatorError, InvalidName, NotADirectory, Unavailable
 from coordinator.importer import iter_lines
 from coordinator.indexing import consumer_for
+from coordinator.indexing import lag as indexer_lag
 from coordinator.tree import MutationResult
 from coordinator.unit_of_work import UnitOfWork
 from pathkeeper.http import errors as service_errors
@@ -157,17 +159,11 @@ def create_app(
     """Build the app. Without ``coordinator`` it connects its own (closed on shutdown)."""
     owned = coordinator is None
     coord = coordinator or Coordinator.connect(
-        settings.database_url,
-        pool_size=settings.pool_size,
-        max_overflow=settings.max_overflow,
-        pool_timeout=settings.pool_timeout_seconds,
-        lock_timeout=settings.lock_timeout_seconds,
-        max_depth=settings.max_depth,
-        **settings.coordinator_options,
+        settings.database_url, **asdict(settings.coordinator)
     )
     if owned:
         _install_statement_timeout(coord, settings.statement_timeout_seconds)
-    consumer = settings.indexer_consumer or consumer_for(settings.index_alias)
+    consumer = consumer_for(settings.index_alias, settings.indexer_consumer)
     authenticator = Authenticator(coord.engine, settings.auth_cache_seconds)
     hub = NotifyHub(settings.database_url)
     searcher: Searcher | None = None
@@ -280,25 +276,13 @@ def create_app(
         try:
             with coord.engine.connect() as conn:
                 conn.execute(text("SELECT 1"))
-                lag = conn.execute(
-                    text(
-                        """
-                        WITH cp AS (SELECT min(position) AS p FROM checkpoints
-                                    WHERE consumer = :c)
-                        SELECT (SELECT p FROM cp) AS checkpoint,
-                               (SELECT count(*) FROM (SELECT 1 FROM events, cp
-                                 WHERE events.position > cp.p LIMIT 1000000) s) AS behind,
-                               (SELECT extract(epoch FROM now() - min(committed_at))
-                                  FROM events, cp WHERE events.position > cp.p) AS seconds
-                        """
-                    ),
-                    {"c": consumer},
-                ).one()
+                lag = indexer_lag(conn, consumer)
         except (SQLAlchemyError, CoordinatorError) as exc:
             out = ReadyOut(status="unavailable", postgres=False, detail=str(exc)[:500])
             return JSONResponse(out.model_dump(mode="json"), 503,
                                 headers={"Retry-After": str(settings.retry_after_seconds)})
-        lost = searcher.index_lost() if searcher is not None and lag.checkpoint else None
+        indexed = lag is not None and lag.checkpoint != 0  # past the start of the log
+        lost = searcher.index_lost() if searcher is not None and indexed else None
         if lost is not None:
             out = ReadyOut(status="unavailable", postgres=True, detail=lost)
             return JSONResponse(out.model_dump(mode="json"), 503,
@@ -306,10 +290,8 @@ def create_app(
         out = ReadyOut(
             status="ok",
             postgres=True,
-            indexer_lag_events=None if lag.checkpoint is None else int(lag.behind),
-            indexer_lag_seconds=(
-                None if lag.checkpoint is None else float(lag.seconds or 0.0)
-            ),
+            indexer_lag_events=None if lag is None else lag.events,
+            indexer_lag_seconds=None if lag is None else lag.seconds,
         )
         return JSONResponse(out.model_dump(mode="json"), 200)
 
@@ -603,7 +585,7 @@ def create_app(
             raise Unavailable("search is not configured (no Elasticsearch URL)")
         root = coord.run(ns, lambda uow: uow.tree.stat("/"))  # 404 for a missing namespace
         if under is not None:
-            under = paths.join_path(paths.split_path(_path(under), settings.max_depth))
+            under = paths.join_path(paths.split_path(_path(under), settings.coordinator.max_depth))
         parent_id = None
         if in_dir is not None:
             dir_path = _path(in_dir)

@@ -1,8 +1,9 @@
-"""Search over the index the indexer maintains (the contract is in ``indexer.mapping``).
+"""Search over the index the indexer maintains (the contract is in ``indexer.contract``).
 
 User input never becomes query syntax: ``q`` goes into ``match`` / ``term``
 queries as a value, so Elasticsearch query-string operators in it are just text.
-Every query is filtered by a ``term`` on ``namespace`` and routed by namespace.
+Every query is filtered by a ``term`` on ``namespace`` and routed by namespace; the
+filters and the text query are the contract's (``search_filters``, ``text_query``).
 Pagination uses ``search_after`` on (path, node_id) with an opaque cursor.
 """
 
@@ -17,12 +18,8 @@ from typing import Any
 from elasticsearch import ApiError, Elasticsearch, TransportError
 
 from coordinator.errors import Unavailable
-from indexer.mapping import (
-    alias_targets,
-    missing_alias_message,
-    our_indices,
-    subtree_filter,
-)
+from indexer.contract import search_filters, text_query
+from indexer.elasticsearch_index import alias_targets, missing_alias_message, our_indices
 from pathkeeper.http.errors import ServiceError
 from pathkeeper.http.schemas import SearchHit, SearchOut
 
@@ -70,25 +67,9 @@ def decode_cursor(mode: str, cursor: str) -> list[Any]:
 
 def build_body(query: SearchQuery) -> tuple[str, dict[str, Any]]:
     """The search request body (and the sort mode) for ``query``."""
-    filters: list[dict[str, Any]] = [{"term": {"namespace": query.namespace}}]
-    if query.kind is not None:
-        filters.append({"term": {"kind": query.kind}})
-    under = subtree_filter(query.under) if query.under is not None else None
-    if under is not None:
-        filters.append(under)
-    if query.parent_id is not None:
-        filters.append({"term": {"parent_id": query.parent_id}})
-    must: list[dict[str, Any]] = []
-    if query.q:
-        must.append({
-            "bool": {
-                "should": [
-                    {"match": {"content": {"query": query.q, "operator": "and"}}},
-                    {"term": {"name": {"value": query.q, "boost": 2.0}}},
-                ],
-                "minimum_should_match": 1,
-            }
-        })
+    filters = search_filters(query.namespace, query.under, kind=query.kind,
+                             parent_id=query.parent_id)
+    must: list[dict[str, Any]] = [text_query(query.q)] if query.q else []
     # Results come in path order, like ``grep -r``, not by relevance: a path sort is
     # deterministic and stable while the index changes between pages, so search_after
     # never skips or repeats a hit. (Also: noida-db cannot resume search_after from a

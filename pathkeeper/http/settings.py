@@ -1,12 +1,22 @@
-"""Settings of the HTTP service: one frozen object, built by the CLI or by tests."""
+"""Settings of the HTTP service: one frozen object, built by the CLI or by tests.
+
+Each setting is defined once. What the coordinator does with its connections (pool,
+lock and idle timeouts, depth limit, group size) is ``coordinator.settings.Settings``,
+held whole in ``ServiceSettings.coordinator``, not repeated field by field; the
+alias default is the core's (``coordinator.indexing.DEFAULT_ALIAS``, re-exported by
+the search contract); what is left here is the service's own: HTTP limits, auth,
+idempotency, long-poll caps, the statement timeout of a request.
+"""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from coordinator import paths
+from coordinator.settings import Settings
+from indexer.contract import DEFAULT_ALIAS
 
 
 @dataclass(frozen=True)
@@ -14,7 +24,7 @@ class ServiceSettings:
     database_url: str
     #: Elasticsearch URL; without it the search endpoint answers 503.
     es_url: str | None = None
-    index_alias: str = "pathkeeper-nodes"
+    index_alias: str = DEFAULT_ALIAS
     #: False only for local development (``--no-auth``): every request is an admin.
     auth: bool = True
     #: How long a validated API key is trusted before it is looked up again (so a
@@ -25,7 +35,6 @@ class ServiceSettings:
     idempotency_purge_seconds: float = 600.0
     max_body_bytes: int = 8 * 1024 * 1024
     max_path_bytes: int = paths.MAX_PATH_BYTES
-    max_depth: int = paths.MAX_DEPTH
     max_page: int = 1000
     default_page: int = 100
     #: Requests in flight beyond this are refused at once with 429 + Retry-After.
@@ -38,11 +47,6 @@ class ServiceSettings:
     max_long_polls_per_key: int = 8
     #: A statement running longer than this is cancelled by PostgreSQL -> 503.
     statement_timeout_seconds: float = 10.0
-    #: Waiting longer than this for a pooled connection -> 503.
-    pool_timeout_seconds: float = 5.0
-    lock_timeout_seconds: float = 3.0
-    pool_size: int = 10
-    max_overflow: int = 20
     #: Caps of the long polls (change feed ``wait``, search ``min_seq``).
     max_feed_wait_seconds: float = 30.0
     max_index_wait_seconds: float = 10.0
@@ -50,8 +54,14 @@ class ServiceSettings:
     #: The indexer's checkpoint consumer (for /readyz lag and ``min_seq``); default:
     #: the one writing to ``index_alias``.
     indexer_consumer: str | None = None
-    #: Extra keyword arguments for ``Coordinator.connect``.
-    coordinator_options: dict[str, Any] = field(default_factory=dict)
+    #: The coordinator's settings (pool, lock timeout, depth limit...). A request
+    #: waits at most 5 s for a pooled connection (then 503), less than the library's
+    #: default: a client retries sooner than a queue of waiters would drain.
+    coordinator: Settings = field(default_factory=lambda: Settings(pool_timeout=5.0))
+
+    def with_coordinator(self, **changes: Any) -> ServiceSettings:
+        """A copy with ``changes`` to the coordinator's settings."""
+        return replace(self, coordinator=replace(self.coordinator, **changes))
 
 
 #: ``pathkeeper serve --workers N`` hands the settings to its worker processes here.
@@ -63,4 +73,5 @@ def settings_to_json(settings: ServiceSettings) -> str:
 
 
 def settings_from_json(value: str) -> ServiceSettings:
-    return ServiceSettings(**json.loads(value))
+    data = json.loads(value)
+    return ServiceSettings(**{**data, "coordinator": Settings(**data["coordinator"])})

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from fastapi.testclient import TestClient
 from http_support import Keys, err, ok
 
 from coordinator import Coordinator
+from pathkeeper.http.settings import ServiceSettings
 
 URL = "/v1/namespaces/a/batch"
 
@@ -72,8 +74,8 @@ def test_batch_error_rolls_back_everything(client: TestClient, keys: Keys,
 
 
 def test_batch_limits_and_idempotency(make_client: Callable[..., TestClient], keys: Keys,
-                                      coord: Coordinator) -> None:
-    client = make_client(coordinator_options={"max_group_ops": 3})
+                                      coord: Coordinator, settings: ServiceSettings) -> None:
+    client = make_client(coordinator=replace(settings.coordinator, max_group_ops=3))
     h = {**Keys.h(keys.a_write), "Idempotency-Key": "batch-1"}
     ops = [{"op": "mkdir", "path": f"/d{i}"} for i in range(4)]
     err(client.post(URL, json={"operations": ops}, headers=h), 413, "too_large")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -110,7 +109,7 @@ def test_concurrent_duplicates_apply_once(settings: ServiceSettings, keys: Keys,
                                           coord: Coordinator) -> None:
     # Duplicates wait on the first request's uncommitted key row; on this shared machine
     # give that wait more room than the default lock_timeout before it would answer 409.
-    with LiveServer(create_app(replace(settings, lock_timeout_seconds=15.0))) as server:
+    with LiveServer(create_app(settings.with_coordinator(lock_timeout=15.0))) as server:
         _duplicates(server, keys, coord)
 
 
@@ -188,7 +187,7 @@ def test_duplicate_waits_for_the_first_in_flight(settings: ServiceSettings, keys
         except NotFound:
             pass
 
-    with LiveServer(create_app(replace(settings, lock_timeout_seconds=30.0))) as server:
+    with LiveServer(create_app(settings.with_coordinator(lock_timeout=30.0))) as server:
         holder = threading.Thread(target=first)
         holder.start()
         answer: dict[str, httpx.Response] = {}

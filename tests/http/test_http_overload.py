@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from fastapi.testclient import TestClient
 from http_support import Keys, err
@@ -11,14 +12,17 @@ from sqlalchemy import create_engine, text
 
 from coordinator import Coordinator
 from coordinator.db import sqlalchemy_url
+from pathkeeper.http.settings import ServiceSettings
 
 
 def test_statement_timeout_gives_503(make_client: Callable[..., TestClient], keys: Keys,
-                                     coord: Coordinator, database_url: str) -> None:
+                                     coord: Coordinator, database_url: str,
+                                     settings: ServiceSettings) -> None:
     f = coord.create_file("a", "/f", "x")
     # Lock waits are normally cut by lock_timeout (409 conflict); make them longer than the
     # statement timeout, so the statement timeout is what ends this one.
-    client = make_client(statement_timeout_seconds=0.5, lock_timeout_seconds=30.0)
+    client = make_client(statement_timeout_seconds=0.5,
+                         coordinator=replace(settings.coordinator, lock_timeout=30.0))
     blocker = create_engine(sqlalchemy_url(database_url))
     try:
         with blocker.connect() as conn, conn.begin():
@@ -37,8 +41,9 @@ def test_statement_timeout_gives_503(make_client: Callable[..., TestClient], key
 
 
 def test_pool_exhaustion_gives_503(make_client: Callable[..., TestClient],
-                                   keys: Keys) -> None:
-    client = make_client(pool_size=1, max_overflow=0, pool_timeout_seconds=0.3)
+                                   keys: Keys, settings: ServiceSettings) -> None:
+    client = make_client(coordinator=replace(settings.coordinator, pool_size=1, max_overflow=0,
+                                             pool_timeout=0.3))
     engine = client.app.state.coordinator.engine  # type: ignore[attr-defined]
     with engine.connect():  # the only pooled connection is taken
         started = time.monotonic()

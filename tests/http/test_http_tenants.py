@@ -12,7 +12,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 
 import httpx
 import pytest
@@ -28,7 +27,7 @@ DEFAULTS = ServiceSettings(database_url="")
 @pytest.fixture
 def server(settings: ServiceSettings) -> Iterator[LiveServer]:
     # The service's defaults, but lock waits long enough for the flood test to hold them.
-    with LiveServer(create_app(replace(settings, lock_timeout_seconds=8.0))) as live:
+    with LiveServer(create_app(settings.with_coordinator(lock_timeout=8.0))) as live:
         yield live
 
 

@@ -25,7 +25,7 @@ from sqlalchemy import text
 from coordinator import Coordinator, CoordinatorError
 from coordinator.eventlog import safe_bound
 from coordinator.indexing import consumer_for
-from indexer.documents import document_for, is_indexed
+from indexer.contract import document_for, is_indexed
 from indexer.worker import Worker, WorkerConfig
 
 REPO = Path(__file__).resolve().parents[2]

@@ -21,7 +21,7 @@ from indexer_support import assert_index_matches
 from prometheus_client import REGISTRY
 
 from coordinator import Coordinator
-from indexer import mapping
+from indexer import contract, elasticsearch_index
 from indexer.replay import rebuild
 from indexer.worker import Worker, WorkerConfig
 from pathkeeper.http.app import create_app
@@ -62,7 +62,7 @@ def test_a_deleted_alias_or_index_stops_indexing_and_says_what_to_run(
     assert first.seq is not None
     assert coord.wait_indexed(first.seq, 30, consumer=worker.consumer)
     assert client.get("/readyz").status_code == 200
-    (concrete,) = mapping.alias_targets(es, alias)
+    (concrete,) = elasticsearch_index.alias_targets(es, alias)
     if how == "alias":
         es.indices.delete_alias(index=concrete, name=alias)
     else:
@@ -75,8 +75,8 @@ def test_a_deleted_alias_or_index_stops_indexing_and_says_what_to_run(
     while missing_gauge(worker) != 1.0 and time.monotonic() < deadline:
         time.sleep(0.1)  # the worker notices after its next failed batch
     assert missing_gauge(worker) == 1.0
-    assert mapping.alias_targets(es, alias) == []  # not recreated
-    assert mapping.our_indices(es, alias) == ([concrete] if how == "alias" else [])
+    assert elasticsearch_index.alias_targets(es, alias) == []  # not recreated
+    assert elasticsearch_index.our_indices(es, alias) == ([concrete] if how == "alias" else [])
     ready = client.get("/readyz")
     assert ready.status_code == 503
     assert "pathkeeper reindex" in ready.json()["detail"]
@@ -85,7 +85,7 @@ def test_a_deleted_alias_or_index_stops_indexing_and_says_what_to_run(
     assert "Traceback" not in st.stderr
     assert "pathkeeper reindex" in st.stderr
     # A worker started now refuses as well instead of creating an empty index.
-    with pytest.raises(mapping.IndexMissing):
+    with pytest.raises(elasticsearch_index.IndexMissing):
         Worker(WorkerConfig(database_url=database_url, es_url=es_url, alias=alias,
                             once=True)).run()
 
@@ -110,5 +110,5 @@ def test_the_first_start_still_creates_the_index(
     coord.create_file("n", "/f", "x")
     assert Worker(WorkerConfig(database_url=database_url, es_url=es_url, alias=alias,
                                once=True)).run() == 0
-    assert mapping.alias_targets(es, alias) == [mapping.concrete_name(alias, 1)]
+    assert elasticsearch_index.alias_targets(es, alias) == [contract.concrete_name(alias, 1)]
     assert assert_index_matches(coord, es, alias) == 1

@@ -14,7 +14,7 @@ from tree_checks import writer_holding_its_block
 
 from coordinator import Coordinator
 from coordinator.indexing import consumer_for
-from indexer import mapping, status
+from indexer import contract, elasticsearch_index, status
 
 
 def search_ids(
@@ -31,18 +31,18 @@ def search_ids(
 def test_index_is_created_behind_the_alias_with_a_strict_mapping(
     es: Elasticsearch, alias: str
 ) -> None:
-    concrete = mapping.ensure_alias(es, alias)
+    concrete = elasticsearch_index.ensure_alias(es, alias)
     assert concrete == f"{alias}-v1"
-    assert mapping.ensure_alias(es, alias) == concrete  # idempotent
+    assert elasticsearch_index.ensure_alias(es, alias) == concrete  # idempotent
     got = es.indices.get(index=concrete)[concrete]
     assert got["mappings"]["dynamic"] == "strict"
     assert got["mappings"]["properties"]["tree"]["type"] == "keyword"
-    assert got["settings"]["index"]["gc_deletes"] == mapping.GC_DELETES
-    v2 = mapping.concrete_name(alias, 2)
-    assert mapping.create_index(es, v2)
-    assert not mapping.create_index(es, v2)
-    assert mapping.switch_alias(es, alias, v2) == [concrete]
-    assert mapping.alias_targets(es, alias) == [v2]
+    assert got["settings"]["index"]["gc_deletes"] == contract.GC_DELETES
+    v2 = contract.concrete_name(alias, 2)
+    assert elasticsearch_index.create_index(es, v2)
+    assert not elasticsearch_index.create_index(es, v2)
+    assert elasticsearch_index.switch_alias(es, alias, v2) == [concrete]
+    assert elasticsearch_index.alias_targets(es, alias) == [v2]
 
 
 def test_renamed_files_are_found_under_their_new_paths(
@@ -59,13 +59,13 @@ def test_renamed_files_are_found_under_their_new_paths(
         result = coord.rename("seed", "/clinton", "obama")
         assert result.seq is not None
         assert coord.wait_indexed(result.seq, 30, consumer=consumer_for(alias))
-        under_obama = search_ids(es, alias, "seed", mapping.subtree_filter("/obama"))
+        under_obama = search_ids(es, alias, "seed", contract.subtree_filter("/obama"))
         assert under_obama == {
             "/obama", "/obama/notes.txt", "/obama/projects", "/obama/projects/elasticsearch",
             "/obama/projects/elasticsearch/README.txt",
         }
-        assert search_ids(es, alias, "seed", mapping.subtree_filter("/clinton")) == set()
-        assert search_ids(es, alias, "other", mapping.subtree_filter("/clinton")) == {"/clinton"}
+        assert search_ids(es, alias, "seed", contract.subtree_filter("/clinton")) == set()
+        assert search_ids(es, alias, "other", contract.subtree_filter("/clinton")) == {"/clinton"}
         # Content is searchable; directories carry no content field.
         assert search_ids(es, alias, "seed", {"match": {"content": "hello"}}) == {
             "/obama/projects/elasticsearch/README.txt"

@@ -12,7 +12,7 @@ from indexer_support import run_once, running_worker
 
 from coordinator import Coordinator
 from coordinator.indexing import consumer_for
-from indexer import deadletters, mapping
+from indexer import contract, deadletters, elasticsearch_index
 from pathkeeper.cli.main import main
 from pathkeeper.local.postgres import free_port
 
@@ -22,11 +22,11 @@ def test_rejected_document_goes_to_dead_letters_and_the_worker_goes_on(
 ) -> None:
     # An index whose mapping disagrees with ours: `name` must be a number, so a
     # node named "bad" is rejected for good (400), the others are accepted.
-    broken = copy.deepcopy(mapping.MAPPINGS)
+    broken = copy.deepcopy(contract.MAPPINGS)
     broken["properties"]["name"] = {"type": "long"}
-    v1 = mapping.concrete_name(alias, 1)
-    es.indices.create(index=v1, mappings=broken, settings=mapping.index_settings())
-    mapping.switch_alias(es, alias, v1)
+    v1 = contract.concrete_name(alias, 1)
+    es.indices.create(index=v1, mappings=broken, settings=contract.index_settings())
+    elasticsearch_index.switch_alias(es, alias, v1)
     coord.create_namespace("d")
     ok = coord.create_file("d", "/1", "one")
     bad = coord.create_file("d", "/bad", "never fits")
@@ -54,9 +54,9 @@ def test_rejected_document_goes_to_dead_letters_and_the_worker_goes_on(
     assert failed.exit_code == 1 and "1 still failing" in failed.output
     # Fix the index, retry: the node is written as it is now.
     coord.rename("d", "/bad", "good-now")
-    v2 = mapping.concrete_name(alias, 2)
-    mapping.create_index(es, v2)
-    mapping.switch_alias(es, alias, v2)
+    v2 = contract.concrete_name(alias, 2)
+    elasticsearch_index.create_index(es, v2)
+    elasticsearch_index.switch_alias(es, alias, v2)
     fixed = runner.invoke(main, ["indexer", "dead-letters", "--alias", alias, "--retry"], env=env)
     assert fixed.exit_code == 0 and "1 fixed" in fixed.output, fixed.output
     assert es.get(index=alias, id=bad.node.id, routing="d")["_source"]["path"] == "/good-now"

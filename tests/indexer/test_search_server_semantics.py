@@ -14,9 +14,9 @@ from indexer_support import assert_index_matches, running_worker
 
 from coordinator import Coordinator
 from coordinator.indexing import consumer_for
-from indexer import mapping
+from indexer import contract, elasticsearch_index
 from indexer.bulk import Rejected, send
-from indexer.documents import delete_action, index_action
+from indexer.contract import delete_action, index_action
 from indexer.replay import rebuild
 from indexer.worker import Worker, WorkerConfig
 from pathkeeper.local.search import search_kind
@@ -35,7 +35,7 @@ def test_a_delete_tombstone_rejects_a_late_older_write(
     """A worker that lost its lease may still send a batch older than the delete its
     successor wrote; the tombstone (kept for ``index.gc_deletes``) turns it into a
     version conflict, which the indexer counts as already applied."""
-    index = mapping.ensure_alias(es, alias)
+    index = elasticsearch_index.ensure_alias(es, alias)
     node = coord.create_file(ns, "/f", "x").node
     assert send(es, [index_action(alias, node, 5)], _no_reject).indexed == 1
     assert send(es, [delete_action(alias, ns, node.id, 10)], _no_reject).deleted == 1
@@ -60,7 +60,7 @@ def test_subtree_search_is_by_directory_not_by_string_prefix(
         es.indices.refresh(index=alias)
 
         def under(path: str) -> set[str]:
-            clause = mapping.subtree_filter(path)
+            clause = contract.subtree_filter(path)
             filters = [{"term": {"namespace": ns}}] + ([clause] if clause else [])
             hits = es.search(index=alias, routing=ns, size=100,
                              query={"bool": {"filter": filters}})["hits"]["hits"]
@@ -78,20 +78,20 @@ def test_an_index_of_an_older_mapping_is_refused_then_moved_over_by_reindex(
     """An index created before the ``tree`` field existed would dead-letter every
     write (the mapping is strict): the worker refuses to start and names the command
     that moves it over; ``reindex`` does, and the worker then runs."""
-    old = mapping.concrete_name(alias, 1)
-    legacy = {k: v for k, v in mapping.MAPPINGS["properties"].items() if k != mapping.TREE_FIELD}
-    es.indices.create(index=old, settings=mapping.index_settings(),
+    old = contract.concrete_name(alias, 1)
+    legacy = {k: v for k, v in contract.MAPPINGS["properties"].items() if k != contract.TREE_FIELD}
+    es.indices.create(index=old, settings=contract.index_settings(),
                       mappings={"dynamic": "strict", "properties": legacy})
     es.indices.update_aliases(actions=[{"add": {"index": old, "alias": alias,
                                                 "is_write_index": True}}])
     coord.mkdir(ns, "/d")
     last = coord.create_file(ns, "/d/f", "x")
     config = WorkerConfig(database_url=database_url, es_url=es_url, alias=alias, once=True)
-    with pytest.raises(mapping.MappingOutdated, match="pathkeeper reindex"):
+    with pytest.raises(elasticsearch_index.MappingOutdated, match="pathkeeper reindex"):
         Worker(config).run()
     result = rebuild(coord, es, source="snapshot", alias=alias)
     assert result.swapped and result.index != old
-    mapping.check_mapping(es, result.index, alias)
+    elasticsearch_index.check_mapping(es, result.index, alias)
     assert last.seq is not None
     with running_worker(database_url, es_url, alias):
         coord.rename(ns, "/d", "e")

@@ -286,13 +286,15 @@ def make_pair(coord: Coordinator, database_url: str) -> Iterator[Callable[..., H
     headers = _admin(coord)
     coord.create_namespace(NS)
 
-    def make(**overrides: Any) -> HttpPair:
+    def make(*, max_depth: int | None = None, **overrides: Any) -> HttpPair:
         settings = ServiceSettings(database_url=database_url, auth_cache_seconds=600.0,
                                    **overrides)
+        if max_depth is not None:
+            settings = settings.with_coordinator(max_depth=max_depth)
         client = TestClient(create_app(settings), raise_server_exceptions=False)
         client.__enter__()
         opened.append(client)
-        model = Namespace(max_depth=settings.max_depth)
+        model = Namespace(max_depth=settings.coordinator.max_depth)
         pair = HttpPair(client, coord, model, headers)
         pair.ids["m0"] = coord.stat(NS, "/").id
         return pair

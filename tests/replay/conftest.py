@@ -17,9 +17,9 @@ from elasticsearch import Elasticsearch
 
 from coordinator import Coordinator
 from coordinator.indexing import consumer_for, wait_indexed
-from indexer.documents import is_indexed
-from indexer.replay import current_bound, expected_document
-from indexer.verify import comparable, stream_index_docs
+from indexer.contract import comparable, expected_document, is_indexed
+from indexer.replay import current_bound
+from indexer.verify import stream_index_docs
 
 _aliases = itertools.count()
 

@@ -17,9 +17,9 @@ from prometheus_client import REGISTRY
 
 from coordinator import Coordinator
 from coordinator.indexing import consumer_for, wait_indexed
-from indexer import mapping
+from indexer import elasticsearch_index
 from indexer.bulk import send
-from indexer.documents import index_action
+from indexer.contract import index_action
 from indexer.index_scan import stream_index_docs
 from indexer.replay import ReplayBusy, building_marker, rebuild, rebuild_namespaces
 from indexer.verify import Drift, scheduled_verify, verify_index
@@ -38,7 +38,7 @@ def test_kill_9_midway_leaves_the_alias_alone_and_a_rerun_succeeds(
     coord.create_namespace("k")
     random_ops(coord, "k", 50, seed=21)
     live_worker.caught_up(coord)
-    live_index = mapping.alias_targets(es, alias)
+    live_index = elasticsearch_index.alias_targets(es, alias)
     live = index_docs(es, alias)
     with subprocess.Popen(
         [sys.executable, str(HERE / "paused_replay.py"), database_url, es_url, alias],
@@ -59,7 +59,7 @@ def test_kill_9_midway_leaves_the_alias_alone_and_a_rerun_succeeds(
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(30)
     assert proc.returncode == -signal.SIGKILL
-    assert mapping.alias_targets(es, alias) == live_index
+    assert elasticsearch_index.alias_targets(es, alias) == live_index
     assert index_docs(es, alias) == live
     assert half_built in es.indices.get_alias(name=building_marker(alias)).body
 
@@ -154,10 +154,10 @@ def test_namespace_replay_rewrites_only_that_namespace_in_place(
         _plant(es, alias, docs["/known" + ns], content="wrong")
     coord.mkdir("n1", "/tick")
     live_worker.caught_up(coord)
-    index_before = mapping.alias_targets(es, alias)
+    index_before = elasticsearch_index.alias_targets(es, alias)
 
     result = rebuild_namespaces(coord, es, ["n1"], alias=alias)
-    assert not result.swapped and mapping.alias_targets(es, alias) == index_before
+    assert not result.swapped and elasticsearch_index.alias_targets(es, alias) == index_before
     report = verify_index(coord, es, alias=alias)
     assert [(d.namespace, d.fields) for d in report.drift] == [("n2", ("content",))]
 

@@ -11,7 +11,7 @@ from elasticsearch import Elasticsearch
 from tree_checks import writer_holding_its_block
 
 from coordinator import Coordinator
-from indexer import mapping
+from indexer import elasticsearch_index
 from indexer.replay import ReplayBusy, ReplayError, ReplayLease, current_bound, rebuild
 from indexer.verify import verify_index, verify_log
 from pathkeeper.cli.main import main
@@ -28,14 +28,14 @@ def test_replay_and_reindex_equal_the_live_index(
         coord.create_namespace(ns)
     assert concurrent_ops(coord, ["a", "b"], clients=4, ops_each=40, seed=11) > 80
     live_worker.caught_up(coord)
-    live_index = mapping.alias_targets(es, alias)
+    live_index = elasticsearch_index.alias_targets(es, alias)
     live, expected = index_docs(es, alias), expected_index(coord)
     assert live == expected, diff_summary(live, expected)
     assert len(live) > 30
 
     result = rebuild(coord, es, source="events", alias=alias, keep_old=True)
     assert result.swapped and result.old_indices == live_index
-    assert mapping.alias_targets(es, alias) == [result.index]
+    assert elasticsearch_index.alias_targets(es, alias) == [result.index]
     assert result.documents == len(live)
     assert index_docs(es, result.index) == live  # doc for doc, every field but seq
     assert index_docs(es, live_index[0]) == live  # the old one is kept (--keep-old)
@@ -54,7 +54,8 @@ def test_replay_and_reindex_equal_the_live_index(
         out = CliRunner().invoke(main, [command, "--alias", alias, "--dry-run", "-q"], env=env)
         assert out.exit_code == 0, out.output
         assert f"would write {len(live)} documents" in out.output
-    assert mapping.alias_targets(es, alias) == [again.index]  # a dry run changes nothing
+    # a dry run changes nothing
+    assert elasticsearch_index.alias_targets(es, alias) == [again.index]
 
 
 def test_swap_under_load_loses_nothing_and_search_never_comes_back_empty(
@@ -135,12 +136,12 @@ def test_until_rebuilds_a_past_state_beside_the_live_index(
     coord.create_namespace("later")
     coord.create_file("later", "/x", "new")
     live_worker.caught_up(coord)
-    live_index = mapping.alias_targets(es, alias)
+    live_index = elasticsearch_index.alias_targets(es, alias)
     assert index_docs(es, alias) != captured
 
     result = rebuild(coord, es, source="events", alias=alias, until=past)
     assert not result.swapped and result.position == past
-    assert mapping.alias_targets(es, alias) == live_index  # not swapped in
+    assert elasticsearch_index.alias_targets(es, alias) == live_index  # not swapped in
     assert index_docs(es, result.index) == captured
     # Not mistaken for an abandoned build by the next rebuild.
     nxt = rebuild(coord, es, source="events", alias=alias)

@@ -1,76 +1,32 @@
-"""The Elasticsearch index: settings, explicit mappings, and the alias in front of it.
+"""The index on an Elasticsearch server: create it, put the alias in front, check it,
+and the index steps of a rebuild (a new index marked as building, the atomic swap).
 
-Services search the alias (default ``pathkeeper-nodes``); the data lives in a
-versioned concrete index behind it (``pathkeeper-nodes-v1``, ``-v2``...), so a
-full rebuild can load a new concrete index and switch the alias with one atomic
-``_aliases`` request.
-
-The search contract (one document per live node, namespace roots excluded,
-``_id`` = node id, routed by namespace):
-
-* ``namespace``, ``node_id``, ``parent_id``, ``name``, ``kind``: keyword;
-* ``path``: keyword (the full path);
-* ``tree``: keyword, the path and each of its ancestors (``/a/b/c`` holds
-  ``/a``, ``/a/b``, ``/a/b/c``), written by the indexer: ``term tree: "/a"`` finds
-  ``/a`` and everything under it (``subtree_filter``). It needs nothing but core
-  field types, so the same mapping works on a node without optional modules (no
-  ``path_hierarchy`` tokenizer, which lives in ``analysis-common``) and costs one
-  term lookup, not a prefix scan over every path;
-* ``content``: text (files only); ``metadata``: stored, not indexed;
-* ``seq``: the event-log position the document reflects (also its external
-  version, see ``indexer.worker``).
-
-``dynamic: strict`` makes a document with an unexpected field fail loudly (it
-ends up in the dead-letter table) instead of silently growing the mapping.
+Every call to the server about the index itself lives here; what the index holds
+(settings, mappings, documents, queries, alias naming) is the engine-neutral
+``indexer.contract``. The split is for the second engine: OpenSearch's client has
+the same shape but other classes and exceptions, so supporting it is a module like
+this one, calling into the same contract. (The bulk and search requests of the
+worker, replay and verify still take an ``Elasticsearch`` client; what they send is
+the contract's actions and queries, so another engine needs only a client with the
+same ``bulk``/``search`` calls there, which the OpenSearch client has.)
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from elasticsearch import Elasticsearch, NotFoundError
+from elasticsearch import BadRequestError, Elasticsearch, NotFoundError
 
-DEFAULT_ALIAS = "pathkeeper-nodes"
-
-#: Deleted documents keep their version (the tombstone that stops a late, older
-#: write from resurrecting them) this long. Elasticsearch's default is 60 s; the
-#: worker aborts any batch older than ``MAX_BATCH_AGE`` seconds, which must stay
-#: well below this (see indexer.worker).
-GC_DELETES = "1h"
-MAX_BATCH_AGE = 1800.0
-
-TREE_FIELD = "tree"
-
-MAPPINGS: dict[str, Any] = {
-    "dynamic": "strict",
-    "properties": {
-        "namespace": {"type": "keyword"},
-        "node_id": {"type": "keyword"},
-        "parent_id": {"type": "keyword"},
-        "name": {"type": "keyword"},
-        "kind": {"type": "keyword"},
-        "path": {"type": "keyword"},
-        TREE_FIELD: {"type": "keyword"},
-        "content": {"type": "text"},
-        "metadata": {"type": "object", "enabled": False},
-        "seq": {"type": "long"},
-    },
-}
-
-
-def tree_values(path: str) -> list[str]:
-    """The ``tree`` field of the document at ``path``: it and every ancestor but the
-    root (``/`` would match a whole namespace, which the namespace filter already is)."""
-    parts = [p for p in path.split("/") if p]
-    return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
-
-
-def subtree_filter(path: str) -> dict[str, Any] | None:
-    """The filter clause for ``path`` and everything under it (None for ``/``: the
-    whole namespace)."""
-    if path == "/":
-        return None
-    return {"term": {TREE_FIELD: path}}
+from .contract import (
+    DEFAULT_ALIAS,
+    MAPPINGS,
+    building_marker,
+    concrete_name,
+    concrete_pattern,
+    concrete_version,
+    index_settings,
+    missing_fields,
+)
 
 
 class MappingOutdated(Exception):
@@ -86,28 +42,13 @@ def check_mapping(es: Elasticsearch, index: str, alias: str = DEFAULT_ALIAS) -> 
     search keeps answering from the old index until then."""
     found = es.indices.get_mapping(index=index)
     for body in found.body.values():
-        props = body.get("mappings", {}).get("properties", {})
-        missing = sorted(name for name in MAPPINGS["properties"] if name not in props)
+        missing = missing_fields(body.get("mappings", {}).get("properties", {}))
         if missing:
             raise MappingOutdated(
                 f"index {index} behind alias {alias} was created by an older version "
                 f"(no field {', '.join(missing)}); run `pathkeeper reindex --alias {alias}` "
                 "to rebuild it with this version's mapping, then start the worker again"
             )
-
-
-def index_settings(shards: int = 1, replicas: int = 0) -> dict[str, Any]:
-    """Settings of a concrete index (``replicas=0`` suits a single-node cluster)."""
-    return {
-        "number_of_shards": shards,
-        "number_of_replicas": replicas,
-        "gc_deletes": GC_DELETES,
-    }
-
-
-def concrete_name(alias: str = DEFAULT_ALIAS, version: int = 1) -> str:
-    """The concrete index name for ``alias`` at ``version``, e.g. ``pathkeeper-nodes-v1``."""
-    return f"{alias}-v{version}"
 
 
 def create_index(
@@ -148,7 +89,7 @@ class IndexMissing(Exception):
 def our_indices(es: Elasticsearch, alias: str = DEFAULT_ALIAS) -> list[str]:
     """Concrete indices named like ours (``<alias>-vN``), whether the alias points to
     them or not."""
-    found = es.indices.get(index=f"{alias}-v*", expand_wildcards="all")
+    found = es.indices.get(index=concrete_pattern(alias), expand_wildcards="all")
     return sorted(found.body.keys())
 
 
@@ -197,8 +138,11 @@ def ensure_alias(es: Elasticsearch, alias: str = DEFAULT_ALIAS, *, indexed: bool
     return targets[-1]
 
 
-def switch_alias(es: Elasticsearch, alias: str, new_index: str) -> list[str]:
-    """Point ``alias`` at ``new_index`` only, in one atomic ``_aliases`` request.
+def switch_alias(
+    es: Elasticsearch, alias: str, new_index: str, *, built: bool = False
+) -> list[str]:
+    """Point ``alias`` at ``new_index`` only, in one atomic ``_aliases`` request (which,
+    when ``built``, also takes the building marker off ``new_index``).
 
     Returns the indices it pointed to before (the caller decides whether to
     delete them).
@@ -206,8 +150,74 @@ def switch_alias(es: Elasticsearch, alias: str, new_index: str) -> list[str]:
     old = [i for i in alias_targets(es, alias) if i != new_index]
     actions: list[dict[str, Any]] = [{"remove": {"index": i, "alias": alias}} for i in old]
     actions.append({"add": {"index": new_index, "alias": alias, "is_write_index": True}})
+    if built:
+        actions.append({"remove": {"index": new_index, "alias": building_marker(alias)}})
     es.indices.update_aliases(actions=actions)
     return old
+
+
+# ------------------------------------------------ rebuilds (replay, reindex)
+
+
+def next_index_name(es: Elasticsearch, alias: str) -> str:
+    """``alias-vN`` with N one above every existing ``alias-v*`` index."""
+    try:
+        existing = es.indices.get(index=concrete_pattern(alias), expand_wildcards="all").body
+    except NotFoundError:
+        existing = {}
+    versions = [v for name in existing if (v := concrete_version(alias, name)) is not None]
+    return concrete_name(alias, max(versions, default=0) + 1)
+
+
+def abandoned_indices(es: Elasticsearch, alias: str) -> list[str]:
+    """Indices marked as building for ``alias`` that the alias does not point to."""
+    try:
+        found = es.indices.get_alias(name=building_marker(alias)).body
+    except NotFoundError:
+        return []
+    live = set(alias_targets(es, alias))
+    return sorted(i for i in found if i not in live)
+
+
+def create_building_index(es: Elasticsearch, alias: str, name: str, shards: int = 1) -> bool:
+    """Create ``name``, a new concrete index for ``alias`` (the contract's settings and
+    mappings), tuned for loading and marked as building in the same request, so that
+    no crash can leave an unmarked half-built index behind. False if it exists."""
+    settings = {**index_settings(shards, replicas=0), "refresh_interval": "-1"}
+    try:
+        es.indices.create(index=name, settings=settings, mappings=MAPPINGS,
+                          aliases={building_marker(alias): {}})
+    except BadRequestError as exc:
+        if exc.error == "resource_already_exists_exception":
+            return False
+        raise
+    return True
+
+
+def finish_loading(es: Elasticsearch, index: str, replicas: int) -> None:
+    """Restore the settings ``create_building_index`` changed, and make docs visible."""
+    es.indices.put_settings(
+        index=index,
+        settings={"index": {"refresh_interval": None, "number_of_replicas": replicas}},
+    )
+    es.indices.refresh(index=index)
+
+
+def unmark_building(es: Elasticsearch, alias: str, index: str) -> None:
+    """Take the building marker off ``index`` without switching ``alias`` to it."""
+    es.indices.update_aliases(
+        actions=[{"remove": {"index": index, "alias": building_marker(alias)}}]
+    )
+
+
+def live_shape(es: Elasticsearch, alias: str) -> tuple[int, int]:
+    """(shards, replicas) of the index behind ``alias``, to build its successor alike;
+    (1, 0) when there is none."""
+    targets = alias_targets(es, alias)
+    if not targets:
+        return 1, 0
+    got = es.indices.get_settings(index=targets[-1]).body[targets[-1]]["settings"]["index"]
+    return int(got.get("number_of_shards", 1)), int(got.get("number_of_replicas", 0))
 
 
 def drop_alias_and_indices(es: Elasticsearch, alias: str) -> None:

@@ -1,0 +1,300 @@
+"""The search contract: what the index holds, how it is asked, and which write wins.
+
+Pure data and functions, no client and no I/O. The worker, replay, reindex, verify,
+dead-letter retry and the HTTP search all build their documents, queries and index
+definitions here, so the shape of a document is written down once. The calls that
+talk to a server (create an index, move an alias, check a live mapping) are in
+``indexer.elasticsearch_index``: a second engine (OpenSearch speaks the same
+document, query and bulk-action format) is one more module of calls beside it,
+while this one stays as it is.
+
+**Documents.** One per live node, namespace roots excluded, ``_id`` = node id,
+routed by namespace (a namespace's documents live in one shard):
+
+* ``namespace``, ``node_id``, ``parent_id``, ``name``, ``kind``: keyword;
+* ``path``: keyword (the full path);
+* ``tree``: keyword, the path and each of its ancestors (``/a/b/c`` holds
+  ``/a``, ``/a/b``, ``/a/b/c``): ``term tree: "/a"`` finds ``/a`` and everything
+  under it (``subtree_filter``), never ``/ab``. It needs nothing but core field
+  types, so the same mapping works on a node without optional modules (no
+  ``path_hierarchy`` tokenizer, which lives in ``analysis-common``) and costs one
+  term lookup, not a prefix scan over every path;
+* ``content``: text (files only); ``metadata``: stored, not indexed;
+* ``seq``: the event-log position the document reflects.
+
+``dynamic: strict`` makes a document with an unexpected field fail loudly (it ends
+up in the dead-letter table) instead of silently growing the mapping.
+
+**Versions.** Every write carries its ``seq`` as its external version
+(``version_type=external``): the engine keeps the highest, whichever lane, worker or
+rebuild wrote last (``indexer.applier`` has the argument). A write the engine
+refuses with a version conflict is judged by ``supersedes``. A delete leaves a
+tombstone that refuses older writes for ``GC_DELETES``; every batch is abandoned
+well before that (``MAX_BATCH_AGE``).
+
+**Aliases.** Services search the alias (``DEFAULT_ALIAS``); the data lives in a
+versioned concrete index behind it (``<alias>-v1``, ``-v2``...), so a full rebuild
+loads a new concrete index and switches the alias with one atomic request; an index
+being built carries the ``<alias>-building`` marker alias until it is switched in.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from coordinator import Node
+
+# The core owns the alias name (it names the indexer's checkpoint consumer after
+# it); the contract re-exports it so search code finds it here.
+from coordinator.indexing import DEFAULT_ALIAS as DEFAULT_ALIAS
+
+# ------------------------------------------------------------------ aliases
+
+
+def concrete_name(alias: str = DEFAULT_ALIAS, version: int = 1) -> str:
+    """The concrete index name for ``alias`` at ``version``, e.g. ``pathkeeper-nodes-v1``."""
+    return f"{alias}-v{version}"
+
+
+def concrete_pattern(alias: str = DEFAULT_ALIAS) -> str:
+    """The index pattern matching every concrete index of ``alias``."""
+    return f"{alias}-v*"
+
+
+def concrete_version(alias: str, name: str) -> int | None:
+    """N for an index named ``<alias>-vN``, else None."""
+    m = re.fullmatch(re.escape(alias) + r"-v(\d+)", name)
+    return int(m.group(1)) if m else None
+
+
+def building_marker(alias: str) -> str:
+    """The alias that marks concrete indices still being built for ``alias``."""
+    return f"{alias}-building"
+
+
+# ------------------------------------------------------------ index definition
+
+#: Deleted documents keep their version (the tombstone that stops a late, older
+#: write from resurrecting them) this long. Elasticsearch's default is 60 s; the
+#: worker aborts any batch older than ``MAX_BATCH_AGE`` seconds, which must stay
+#: well below this (see indexer.worker).
+GC_DELETES = "1h"
+MAX_BATCH_AGE = 1800.0
+
+TREE_FIELD = "tree"
+
+MAPPINGS: dict[str, Any] = {
+    "dynamic": "strict",
+    "properties": {
+        "namespace": {"type": "keyword"},
+        "node_id": {"type": "keyword"},
+        "parent_id": {"type": "keyword"},
+        "name": {"type": "keyword"},
+        "kind": {"type": "keyword"},
+        "path": {"type": "keyword"},
+        TREE_FIELD: {"type": "keyword"},
+        "content": {"type": "text"},
+        "metadata": {"type": "object", "enabled": False},
+        "seq": {"type": "long"},
+    },
+}
+
+
+def index_settings(shards: int = 1, replicas: int = 0) -> dict[str, Any]:
+    """Settings of a concrete index (``replicas=0`` suits a single-node cluster)."""
+    return {
+        "number_of_shards": shards,
+        "number_of_replicas": replicas,
+        "gc_deletes": GC_DELETES,
+    }
+
+
+def missing_fields(properties: Mapping[str, Any]) -> list[str]:
+    """The fields of ``MAPPINGS`` a live index's mapping ``properties`` lacks (it was
+    created by an older version: writing to it would dead-letter every document)."""
+    return sorted(name for name in MAPPINGS["properties"] if name not in properties)
+
+
+# ------------------------------------------------------------------ documents
+
+
+def is_indexed(node: Node) -> bool:
+    """Namespace roots are not indexed; every other node is."""
+    return node.parent_id is not None
+
+
+def tree_values(path: str) -> list[str]:
+    """The ``tree`` field of the document at ``path``: it and every ancestor but the
+    root (``/`` would match a whole namespace, which the namespace filter already is)."""
+    parts = [p for p in path.split("/") if p]
+    return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def document_for(node: Node, seq: int) -> dict[str, Any]:
+    """The document for ``node`` as of event position ``seq``. ``content`` is present
+    for files only."""
+    if not is_indexed(node):
+        raise ValueError("namespace roots are not indexed")
+    doc: dict[str, Any] = {
+        "namespace": node.namespace,
+        "node_id": node.id,
+        "parent_id": node.parent_id,
+        "name": node.name,
+        "kind": node.kind,
+        "path": node.path,
+        TREE_FIELD: tree_values(node.path),
+        "metadata": dict(node.metadata),
+        "seq": seq,
+    }
+    if node.kind == "file":
+        doc["content"] = node.content if node.content is not None else ""
+    return doc
+
+
+#: Fields that record when a document was written, not what it says: documents that
+#: differ only there describe the same node (what verify compares is the rest).
+WRITE_FIELDS = ("seq",)
+
+
+def comparable(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """``doc`` without ``WRITE_FIELDS``."""
+    return {k: v for k, v in doc.items() if k not in WRITE_FIELDS}
+
+
+def expected_document(node: Node) -> dict[str, Any]:
+    """The document for ``node``, to compare with a stored one (``comparable``)."""
+    return comparable(document_for(node, 0))
+
+
+def differing_fields(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> tuple[str, ...]:
+    """The fields in which two documents describe their node differently."""
+    a, b = comparable(expected), comparable(actual)
+    return tuple(sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k)))
+
+
+# ------------------------------------------------------- writes and versions
+#
+# Bulk actions in the format of the official clients' ``bulk`` helpers (the
+# Elasticsearch and OpenSearch clients share it). Only ``index`` and ``delete``:
+# ``update`` refuses external versions.
+
+
+def index_action(index: str, node: Node, seq: int) -> dict[str, Any]:
+    """A bulk ``index`` action writing ``node`` at external version ``seq``."""
+    return {
+        "_op_type": "index",
+        "_index": index,
+        "_id": node.id,
+        "routing": node.namespace,
+        "version": seq,
+        "version_type": "external",
+        "_source": document_for(node, seq),
+    }
+
+
+def delete_action(index: str, namespace: str, node_id: str, seq: int) -> dict[str, Any]:
+    """A bulk ``delete`` action removing ``node_id`` at external version ``seq``: it
+    also leaves a tombstone that rejects older writes (for ``GC_DELETES``)."""
+    return {
+        "_op_type": "delete",
+        "_index": index,
+        "_id": node_id,
+        "routing": namespace,
+        "version": seq,
+        "version_type": "external",
+    }
+
+
+def supersedes(
+    stored_seq: object, stored_version: object, version: int, newest_legit: int | None = None
+) -> bool:
+    """Whether a stored document (the ``seq`` it reflects, its version) is at least as
+    new as a write at ``version``, i.e. a version conflict on that write means
+    "already applied".
+
+    The indexer writes every document at version = its ``seq``, so normally a conflict
+    means a write at least as new is there. A document changed outside the indexer
+    breaks that (the update API raises its version by one, a hand-made external
+    version can be anything): its ``seq`` says what it reflects. So: a later ``seq``,
+    or the same ``seq`` as the indexer wrote it (version = seq), supersedes; a ``seq``
+    past ``newest_legit`` (a log position read after the conflict: no event reached
+    it) or not a number does not."""
+    if not isinstance(stored_seq, int) or (newest_legit is not None and stored_seq > newest_legit):
+        return False
+    return stored_seq > version or (stored_seq == version and stored_version == stored_seq)
+
+
+# -------------------------------------------------------------------- queries
+
+
+def namespace_filter(namespace: str) -> dict[str, Any]:
+    """The filter clause every search must carry (routing alone is not isolation:
+    several namespaces share a shard)."""
+    return {"term": {"namespace": namespace}}
+
+
+def namespaces_filter(namespaces: Iterable[str]) -> dict[str, Any]:
+    """A filter clause for documents of any of ``namespaces``."""
+    return {"terms": {"namespace": list(namespaces)}}
+
+
+def subtree_filter(path: str) -> dict[str, Any] | None:
+    """The filter clause for ``path`` and everything under it (None for ``/``: the
+    whole namespace)."""
+    if path == "/":
+        return None
+    return {"term": {TREE_FIELD: path}}
+
+
+def search_filters(
+    namespace: str,
+    under: str | None = None,
+    *,
+    kind: str | None = None,
+    parent_id: str | None = None,
+) -> list[dict[str, Any]]:
+    """The filter clauses for documents of ``namespace``, under ``under`` (that path
+    and everything below it), of ``kind``, children of ``parent_id``."""
+    filters = [namespace_filter(namespace)]
+    if kind is not None:
+        filters.append({"term": {"kind": kind}})
+    subtree = subtree_filter(under) if under is not None else None
+    if subtree is not None:
+        filters.append(subtree)
+    if parent_id is not None:
+        filters.append({"term": {"parent_id": parent_id}})
+    return filters
+
+
+def under_path_query(namespace: str, path: str) -> dict[str, Any]:
+    """A query for ``path`` and everything under it, in ``namespace``."""
+    return {"bool": {"filter": search_filters(namespace, path)}}
+
+
+def text_query(q: str) -> dict[str, Any]:
+    """Documents whose content holds every word of ``q``, or whose name is ``q``
+    (ranked higher). ``q`` is a value, never query syntax."""
+    return {
+        "bool": {
+            "should": [
+                {"match": {"content": {"query": q, "operator": "and"}}},
+                {"term": {"name": {"value": q, "boost": 2.0}}},
+            ],
+            "minimum_should_match": 1,
+        }
+    }
+
+
+def stale_under_query(namespace: str, paths: Iterable[str], before: int) -> dict[str, Any]:
+    """Documents of ``namespace`` under any of ``paths`` written from a state older
+    than position ``before`` (``/`` among them: the whole namespace)."""
+    wanted = sorted(paths)
+    filters: list[dict[str, Any]] = [
+        namespace_filter(namespace),
+        {"range": {"seq": {"lt": before}}},
+    ]
+    if "/" not in wanted:
+        filters.append({"terms": {TREE_FIELD: wanted}})
+    return {"bool": {"filter": filters}}
