@@ -10,6 +10,7 @@ from .errors import (
     InvalidArgument,
     InvalidConfiguration,
     InvalidContent,
+    InvalidEvent,
     InvalidImport,
     InvalidMove,
     InvalidName,
@@ -20,6 +21,7 @@ from .errors import (
     NotMigrated,
     TooLarge,
     Unavailable,
+    UnknownEvent,
 )
 from .eventlog import Event, Partition
 from .importer import ImportProgress, ImportResult
@@ -39,6 +41,7 @@ __all__ = [
     "InvalidArgument",
     "InvalidConfiguration",
     "InvalidContent",
+    "InvalidEvent",
     "InvalidImport",
     "InvalidMove",
     "InvalidName",
@@ -54,4 +57,5 @@ __all__ = [
     "Settings",
     "TooLarge",
     "Unavailable",
+    "UnknownEvent",
 ]
