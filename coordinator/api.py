@@ -33,6 +33,7 @@ from .errors import (
     Unavailable,
 )
 from .eventlog import REPORT_AFTER, Event, EventAppender, Partition, Writer, read_events
+from .events import NamespaceCreated, NamespaceDropped
 from .importer import Importer, ImportResult, ProgressFn
 from .indexing import DEFAULT_CONSUMER, wait_indexed
 from .notifier import Notifier
@@ -281,7 +282,7 @@ class Coordinator:
                     {"ns": ns, "root": root},
                 )
                 appender = EventAppender(conn, notify=False)
-                seq = appender.append(ns, "namespace_created", root, {"root_id": str(root)})
+                seq = appender.append(ns, NamespaceCreated(root_id=str(root)))
                 appender.flush()
                 tx = TreeTx(conn, ns, appender)
                 result = MutationResult(tx.stat("/"), seq)
@@ -315,7 +316,7 @@ class Coordinator:
                 text("DELETE FROM nodes WHERE namespace = :ns"), {"ns": ns}
             ).rowcount
             conn.execute(text("DELETE FROM namespaces WHERE name = :ns"), {"ns": ns})
-            seq = tx.events.append(ns, "namespace_dropped", root.id, {"count": count})
+            seq = tx.events.append(ns, NamespaceDropped(root_id=str(root.id), count=count))
             return MutationResult(node, seq)
 
         return self.run(ns, body)
