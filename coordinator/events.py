@@ -179,6 +179,8 @@ EVENT_TYPES: Final[dict[str, type[DomainEvent]]] = {
 
 @dataclass(frozen=True)
 class _Key:
+    """One field of an event class as it is on the wire."""
+
     name: str
     hint: Any
     required: bool
@@ -189,7 +191,7 @@ def _keys(cls: type[DomainEvent]) -> tuple[_Key, ...]:
     hints = typing.get_type_hints(cls)
     return tuple(
         _Key(f.name, hints[f.name], f.default is MISSING and f.default_factory is MISSING,
-             f.metadata.get("wire") != "node_id")
+             dict(f.metadata) != NODE_ID_COLUMN)
         for f in fields(cls)
     )
 
