@@ -177,25 +177,46 @@ EVENT_TYPES: Final[dict[str, type[DomainEvent]]] = {
 }
 
 
+#: The Python types of JSON values a field may declare, and what JSON calls them.
+_JSON_NAMES: Final[dict[type, str]] = {
+    str: "a string", int: "an integer", bool: "a boolean", type(None): "null", dict: "an object"
+}
+
+
+def _json_types(hint: Any) -> tuple[type, ...]:
+    """The JSON value types a field declared ``hint`` accepts (``dict[...]``: an object)."""
+    if isinstance(hint, types.UnionType):
+        return tuple(t for h in typing.get_args(hint) for t in _json_types(h))
+    plain = typing.get_origin(hint) or hint
+    if plain not in _JSON_NAMES:
+        raise TypeError(f"an event field of type {hint!r} has no JSON form")
+    return (plain,)
+
+
 @dataclass(frozen=True)
 class _Key:
     """One field of an event class as it is on the wire."""
 
     name: str
-    hint: Any
+    accepts: tuple[type, ...]
     required: bool
     in_payload: bool
+
+    def expected(self) -> str:
+        return " or ".join(_JSON_NAMES[t] for t in self.accepts)
 
 
 def _keys(cls: type[DomainEvent]) -> tuple[_Key, ...]:
     hints = typing.get_type_hints(cls)
     return tuple(
-        _Key(f.name, hints[f.name], f.default is MISSING and f.default_factory is MISSING,
+        _Key(f.name, _json_types(hints[f.name]),
+             f.default is MISSING and f.default_factory is MISSING,
              dict(f.metadata) != NODE_ID_COLUMN)
         for f in fields(cls)
     )
 
 
+_ABSENT: Final = object()
 _SCHEMA: Final = {name: _keys(cls) for name, cls in EVENT_TYPES.items()}
 
 
@@ -227,33 +248,6 @@ def encode(event: DomainEvent) -> tuple[str, str, dict[str, Any]]:
     return event.TYPE, event.node_id, payload
 
 
-_JSON_NAMES: Final[dict[Any, str]] = {
-    str: "a string", int: "an integer", bool: "a boolean", type(None): "null", dict: "an object"
-}
-
-
-def _json_name(hint: Any) -> str:
-    """What the field type ``hint`` is called in JSON ("a string or null")."""
-    if isinstance(hint, types.UnionType):
-        return " or ".join(_json_name(h) for h in typing.get_args(hint))
-    return _JSON_NAMES[typing.get_origin(hint) or hint]
-
-
-def _fits(value: object, hint: Any) -> bool:
-    """Whether a JSON value is of the field type ``hint``."""
-    if isinstance(hint, types.UnionType):
-        return any(_fits(value, h) for h in typing.get_args(hint))
-    if hint is type(None):
-        return value is None
-    if typing.get_origin(hint) is dict:
-        return isinstance(value, dict)  # a JSON object: its keys are strings
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if hint is str or hint is bool:
-        return isinstance(value, hint)
-    raise TypeError(f"no JSON form for {hint!r}")
-
-
 def decode(type_: str, node_id: str | None, payload: dict[str, Any]) -> DomainEvent:
     """The typed event of a stored one (``encode``'s inverse).
 
@@ -273,19 +267,19 @@ def decode(type_: str, node_id: str | None, payload: dict[str, Any]) -> DomainEv
         )
     values: dict[str, Any] = {}
     for key in _SCHEMA[type_]:
+        name = key.name
         if not key.in_payload:
             value: object = node_id
-        elif key.name in payload:
-            value = payload[key.name]
-        elif key.required:
-            raise InvalidEvent(f"{type_} event: the payload has no {key.name!r}")
         else:
-            continue
-        if not _fits(value, key.hint):
-            raise InvalidEvent(
-                f"{type_} event: {key.name} is {value!r}, not {_json_name(key.hint)}"
-            )
-        values[key.name] = value
+            value = payload.get(name, _ABSENT)
+            if value is _ABSENT:
+                if key.required:
+                    raise InvalidEvent(f"{type_} event: the payload has no {name!r}")
+                continue
+        # Exact types: JSON decodes to exactly these, and True must not pass for an int.
+        if type(value) not in key.accepts:
+            raise InvalidEvent(f"{type_} event: {name} is {value!r}, not {key.expected()}")
+        values[name] = value
     return cls(**values)
 
 
