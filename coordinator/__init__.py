@@ -11,6 +11,7 @@ from .errors import (
     InvalidArgument,
     InvalidConfiguration,
     InvalidContent,
+    InvalidEvent,
     InvalidImport,
     InvalidMove,
     InvalidName,
@@ -21,6 +22,7 @@ from .errors import (
     NotMigrated,
     TooLarge,
     Unavailable,
+    UnknownEvent,
 )
 from .eventlog import Event, Partition
 from .importer import ImportProgress, ImportResult
@@ -44,6 +46,7 @@ __all__ = [
     "InvalidArgument",
     "InvalidConfiguration",
     "InvalidContent",
+    "InvalidEvent",
     "InvalidImport",
     "InvalidMove",
     "InvalidName",
@@ -61,5 +64,6 @@ __all__ = [
     "Settings",
     "TooLarge",
     "Unavailable",
+    "UnknownEvent",
     "WriteFile",
 ]

@@ -22,6 +22,7 @@ from .commands import Command, GroupCommands, NamespaceCommands
 from .db import connect_engine, is_retryable, translate
 from .errors import AlreadyExists, Conflict, CoordinatorError, DirectoryNotEmpty, TooLarge
 from .eventlog import REPORT_AFTER, Event, Partition, Writer, read_events
+from .events import NamespaceCreated, NamespaceDropped
 from .importer import Importer, ImportResult, ProgressFn
 from .indexing import DEFAULT_CONSUMER, wait_indexed
 from .notifier import Notifier
@@ -170,7 +171,7 @@ class Coordinator(NamespaceCommands):
                 ),
                 {"ns": ns, "root": root},
             )
-            seq = uow.events.append(ns, "namespace_created", root, {"root_id": str(root)})
+            seq = uow.events.append(ns, NamespaceCreated(root_id=str(root)))
             return MutationResult(uow.tree.stat("/"), seq)
 
         try:
@@ -199,7 +200,7 @@ class Coordinator(NamespaceCommands):
                 text("DELETE FROM nodes WHERE namespace = :ns"), {"ns": ns}
             ).rowcount
             conn.execute(text("DELETE FROM namespaces WHERE name = :ns"), {"ns": ns})
-            seq = tx.events.append(ns, "namespace_dropped", root.id, {"count": count})
+            seq = tx.events.append(ns, NamespaceDropped(root_id=str(root.id), count=count))
             return MutationResult(node, seq)
 
         return self.run(ns, body)

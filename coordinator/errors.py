@@ -112,6 +112,20 @@ class InvalidArgument(CoordinatorError, ValueError):
     code = "invalid_argument"
 
 
+class InvalidEvent(CoordinatorError):
+    """A stored event cannot be read: its payload lacks a key its type needs, or holds a
+    value of the wrong type (``coordinator.events.decode``)."""
+
+    code = "invalid_event"
+
+
+class UnknownEvent(InvalidEvent):
+    """A stored event has a type name, or a payload version, this code does not know:
+    written by a newer coordinator (upgrade this reader) or by something else."""
+
+    code = "unknown_event"
+
+
 class CursorExpired(CoordinatorError):
     """The cursor points into the part of the event log that compaction deleted: the events
     right after it are gone, so reading on would skip them. Rebuild from a snapshot

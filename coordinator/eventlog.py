@@ -99,15 +99,16 @@ from __future__ import annotations
 import json
 import math
 import time
-import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from sqlalchemy import Connection, Engine, text
 
 from .errors import CursorExpired, InvalidArgument, TooLarge
+from .events import DomainEvent, decode, encode
 from .models import POSITION_BLOCK
 
 NOTIFY_CHANNEL = "pathkeeper_events"
@@ -115,12 +116,31 @@ NOTIFY_CHANNEL = "pathkeeper_events"
 
 @dataclass(frozen=True)
 class Event:
+    """One event of the log: where it is (position, namespace, commit time) and what it
+    says, as stored and served (``type``, ``node_id``, ``payload``: the wire form of
+    ``coordinator.events``) and typed (``change``)."""
+
     position: int
     namespace: str
     type: str
     node_id: str | None
     payload: dict[str, Any]
     committed_at: datetime
+
+    @classmethod
+    def of(
+        cls, position: int, namespace: str, change: DomainEvent, committed_at: datetime
+    ) -> Event:
+        """The event that holds ``change`` at ``position``."""
+        type_, node_id, payload = encode(change)
+        return cls(position, namespace, type_, node_id, payload, committed_at)
+
+    @cached_property
+    def change(self) -> DomainEvent:
+        """The typed event, decoded on first use. Raises ``InvalidEvent`` (``UnknownEvent``
+        for a type or payload version this code does not know) if the stored form cannot
+        be read; the envelope's fields stay readable either way."""
+        return decode(self.type, self.node_id, self.payload)
 
     @property
     def transaction_block(self) -> int:
@@ -190,27 +210,22 @@ class EventAppender:
         self._conn = conn
         self._notify = notify
         self._base: int | None = None
-        self._pending: list[tuple[str, str | None, str, str]] = []
+        self._pending: list[tuple[str, str, str, str]] = []
 
     @property
     def base(self) -> int | None:
         """The first position of this transaction's block, once ``flush`` has run."""
         return self._base
 
-    def append(
-        self, namespace: str, type_: str, node_id: uuid.UUID | None, payload: Mapping[str, Any]
-    ) -> EventRef:
+    def append(self, namespace: str, event: DomainEvent) -> EventRef:
+        """Buffer ``event`` of ``namespace`` (in its wire form) for ``flush``."""
         if self._base is not None:
             raise RuntimeError("this transaction's events were already written")
         if len(self._pending) >= POSITION_BLOCK:
             raise TooLarge(f"a transaction may append at most {POSITION_BLOCK} events")
+        type_, node_id, payload = encode(event)
         self._pending.append(
-            (
-                namespace,
-                None if node_id is None else str(node_id),
-                type_,
-                json.dumps(payload, ensure_ascii=False),
-            )
+            (namespace, node_id, type_, json.dumps(payload, ensure_ascii=False))
         )
         return EventRef(self, len(self._pending) - 1)
 

@@ -57,6 +57,7 @@ from .errors import (
     NotFound,
 )
 from .eventlog import NOTIFY_CHANNEL, POSITION_LOCK_SQL
+from .events import Created, payload_sql
 from .models import POSITION_BLOCK
 from .tree import check_content, metadata_json
 
@@ -326,15 +327,20 @@ INSERT_NODES_SQL = f"""
     {NEW_ROWS}
 """
 
+# The payload of a 'created' event, in SQL: the keys are checked against
+# events.Created when this module loads, so a schema change cannot miss the importer.
+CREATED_PAYLOAD_SQL = payload_sql(Created, {
+    "id": "CAST(x.id AS text)", "parent_id": "CAST(x.parent AS text)", "name": "s.name",
+    "kind": "s.kind", "path": "s.path", "content": "s.content", "metadata": "s.metadata",
+    "version": "1",  # the node's version: new nodes start at 1
+})
+
 # Positions by depth: a parent's 'created' event comes before its children's, the
 # order the fold needs.
 INSERT_EVENTS_SQL = f"""
     INSERT INTO events (namespace, position, node_id, type, payload)
     SELECT :ns, :base + row_number() OVER (ORDER BY s.depth, s.line, s.seq) - 1, x.id,
-           'created',
-           jsonb_build_object('id', CAST(x.id AS text), 'parent_id', CAST(x.parent AS text),
-                              'name', s.name, 'kind', s.kind, 'path', s.path,
-                              'content', s.content, 'metadata', s.metadata, 'version', 1)
+           '{Created.TYPE}', {CREATED_PAYLOAD_SQL}
     {NEW_ROWS.replace("WHERE", ", LATERAL (SELECT " + _ID.format(t='s') + " AS id, "
                       + _PARENT + " AS parent) AS x WHERE")}
 """

@@ -57,6 +57,7 @@ from .errors import (
     NotFound,
 )
 from .eventlog import EventAppender, EventRef
+from .events import Created, Deleted, Moved, Written
 from .subtree import subtree_cte
 
 
@@ -424,18 +425,16 @@ class TreeTx:
         node = self._node(row, path)
         seq = self.events.append(
             self.ns,
-            "created",
-            row.id,
-            {
-                "id": node.id,
-                "parent_id": node.parent_id,
-                "name": node.name,
-                "kind": node.kind,
-                "path": path,
-                "content": node.content,
-                "metadata": node.metadata,
-                "version": node.version,
-            },
+            Created(
+                id=node.id,
+                parent_id=str(row.parent_id),  # a created node is never a root
+                name=node.name,
+                kind=node.kind,
+                path=path,
+                content=node.content,
+                metadata=node.metadata,
+                version=node.version,
+            ),
         )
         return MutationResult(node, seq)
 
@@ -511,15 +510,13 @@ class TreeTx:
         node = self._node(new, path)
         seq = self.events.append(
             self.ns,
-            "written",
-            new.id,
-            {
-                "id": node.id,
-                "path": path,
-                "content": node.content,
-                "metadata": node.metadata,
-                "version": node.version,
-            },
+            Written(
+                id=node.id,
+                path=path,
+                content=node.content,
+                metadata=node.metadata,
+                version=node.version,
+            ),
         )
         return MutationResult(node, seq)
 
@@ -580,19 +577,17 @@ class TreeTx:
         node = self._node(new, new_path)
         seq = self.events.append(
             self.ns,
-            "moved",
-            new.id,
-            {
-                "id": node.id,
-                "kind": node.kind,
-                "old_parent_id": str(row.parent_id),
-                "old_name": row.name,
-                "old_path": old_path,
-                "parent_id": node.parent_id,
-                "name": node.name,
-                "path": new_path,
-                "version": node.version,
-            },
+            Moved(
+                id=node.id,
+                kind=node.kind,
+                old_parent_id=str(row.parent_id),
+                old_name=row.name,
+                old_path=old_path,
+                parent_id=str(new_parent),
+                name=node.name,
+                path=new_path,
+                version=node.version,
+            ),
         )
         return MutationResult(node, seq)
 
@@ -646,16 +641,14 @@ class TreeTx:
         node = self._node(row, path)
         seq = self.events.append(
             self.ns,
-            "deleted",
-            row.id,
-            {
-                "id": node.id,
-                "kind": node.kind,
-                "path": path,
-                "recursive": bool(recursive),
-                "count": count,
-                "version": node.version,
-            },
+            Deleted(
+                id=node.id,
+                kind=node.kind,
+                path=path,
+                recursive=bool(recursive),
+                count=count,
+                version=node.version,
+            ),
         )
         return MutationResult(node, seq)
 

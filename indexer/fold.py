@@ -5,17 +5,9 @@ PostgreSQL set at a time, an order of magnitude faster); this sequential fold is
 as the definition it is tested against (``tests/replay/test_setfold.py``,
 ``tests/reliability``) and for callers that fold events they hold in memory.
 
-Event semantics (payloads as ``coordinator.tree`` writes them):
-
-* ``namespace_created {root_id}``: a new tree holding only its root (a ``dir``
-  named ``""``, version 1, no parent);
-* ``created {id, parent_id, name, kind, content, metadata, version}``;
-* ``written {id, content, metadata, version}``;
-* ``moved {id, parent_id, name, version}`` (rename or move: one node changes, its
-  subtree follows because paths are computed, never stored);
-* ``deleted {id, ...}``: removes the node and its whole subtree (a non-recursive
-  delete only ever targets a leaf, so the same rule covers both);
-* ``namespace_dropped``: the whole tree goes.
+Event semantics: ``coordinator.events``, where every event and its payload is
+defined. Events that cannot be decoded (an unknown type or payload version, a
+malformed payload) are anomalies, like events that do not fit the tree.
 
 Two interchangeable backends per namespace: ``MemoryTree`` (dicts) and
 ``SpilledTree`` (a temporary PostgreSQL table keyed by ``(namespace, id)``).
@@ -30,11 +22,21 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, assert_never
 
 from sqlalchemy import Connection, Engine, text
 
 from coordinator import Event, Node
+from coordinator.errors import InvalidEvent
+from coordinator.events import (
+    Created,
+    Deleted,
+    Moved,
+    NamespaceCreated,
+    NamespaceDropped,
+    NodeEvent,
+    Written,
+)
 
 #: Above this many nodes a namespace is folded in PostgreSQL instead of a dict
 #: (a node in memory costs roughly 300 bytes plus its content).
@@ -79,8 +81,8 @@ class Tree(Protocol):
 
     def __len__(self) -> int: ...
 
-    def apply(self, event: Event) -> None:
-        """Apply one event of this namespace (never ``namespace_created/dropped``)."""
+    def apply(self, position: int, change: NodeEvent) -> None:
+        """Apply one event of this namespace, at ``position`` (for anomaly messages)."""
 
     def nodes(self) -> Iterator[Node]:
         """Every live node, root included, with its full path (in no promised order)."""
@@ -124,54 +126,54 @@ class MemoryTree:
             if not siblings:
                 del self.children[parent_id]
 
-    def apply(self, event: Event) -> None:
-        p = event.payload
-        node_id = str(p.get("id") or event.node_id)
-        where = f"position {event.position} ({event.type} {node_id})"
-        if event.type == "created":
-            if node_id in self.state:
-                self.anomalies.add(f"{where}: node already exists")
-            parent = str(p["parent_id"])
-            if parent not in self.state:
-                self.anomalies.add(f"{where}: parent {parent} does not exist")
-            self.state[node_id] = NodeState(
-                parent, p["name"], p["kind"], p.get("content"), dict(p.get("metadata") or {}),
-                int(p["version"]),
-            )
-            self._link(node_id, parent)
-        elif event.type == "written":
-            node = self.state.get(node_id)
-            if node is None:
-                self.anomalies.add(f"{where}: no such node")
-                return
-            node.content = p.get("content")
-            if p.get("metadata") is not None:
-                node.metadata = dict(p["metadata"])
-            node.version = int(p["version"])
-        elif event.type == "moved":
-            node = self.state.get(node_id)
-            if node is None:
-                self.anomalies.add(f"{where}: no such node")
-                return
-            parent = str(p["parent_id"])
-            if parent not in self.state:
-                self.anomalies.add(f"{where}: destination {parent} does not exist")
-            self._unlink(node_id, node.parent_id)
-            node.parent_id, node.name, node.version = parent, p["name"], int(p["version"])
-            self._link(node_id, parent)
-        elif event.type == "deleted":
-            node = self.state.get(node_id)
-            if node is None:
-                self.anomalies.add(f"{where}: no such node")
-                return
-            self._unlink(node_id, node.parent_id)
-            stack = [node_id]
-            while stack:  # iterative: trees can be deeper than Python's recursion limit
-                current = stack.pop()
-                self.state.pop(current, None)
-                stack.extend(self.children.pop(current, ()))
-        else:
-            self.anomalies.add(f"{where}: unknown event type")
+    def apply(self, position: int, change: NodeEvent) -> None:
+        node_id = change.id
+        where = f"position {position} ({change.TYPE} {node_id})"
+        match change:
+            case Created():
+                if node_id in self.state:
+                    self.anomalies.add(f"{where}: node already exists")
+                parent = change.parent_id
+                if parent not in self.state:
+                    self.anomalies.add(f"{where}: parent {parent} does not exist")
+                self.state[node_id] = NodeState(
+                    parent, change.name, change.kind, change.content, dict(change.metadata),
+                    change.version,
+                )
+                self._link(node_id, parent)
+            case Written():
+                node = self.state.get(node_id)
+                if node is None:
+                    self.anomalies.add(f"{where}: no such node")
+                    return
+                node.content = change.content
+                if change.metadata is not None:
+                    node.metadata = dict(change.metadata)
+                node.version = change.version
+            case Moved():
+                node = self.state.get(node_id)
+                if node is None:
+                    self.anomalies.add(f"{where}: no such node")
+                    return
+                parent = change.parent_id
+                if parent not in self.state:
+                    self.anomalies.add(f"{where}: destination {parent} does not exist")
+                self._unlink(node_id, node.parent_id)
+                node.parent_id, node.name, node.version = parent, change.name, change.version
+                self._link(node_id, parent)
+            case Deleted():
+                node = self.state.get(node_id)
+                if node is None:
+                    self.anomalies.add(f"{where}: no such node")
+                    return
+                self._unlink(node_id, node.parent_id)
+                stack = [node_id]
+                while stack:  # iterative: trees can be deeper than Python's recursion limit
+                    current = stack.pop()
+                    self.state.pop(current, None)
+                    stack.extend(self.children.pop(current, ()))
+            case _:
+                assert_never(change)
 
     def _walk(self) -> Iterator[tuple[str, NodeState, str]]:
         stack: list[tuple[str, str]] = [(self.root_id, "/")]
@@ -317,62 +319,61 @@ class SpilledTree:
         self.flush()
         return self._count
 
-    def apply(self, event: Event) -> None:
-        p = event.payload
-        node_id = str(p.get("id") or event.node_id)
-        where = f"position {event.position} ({event.type} {node_id})"
-        if event.type == "created":
+    def apply(self, position: int, change: NodeEvent) -> None:
+        node_id = change.id
+        where = f"position {position} ({change.TYPE} {node_id})"
+        if isinstance(change, Created):
             # Existence checks of the parent are skipped here (one query per event);
             # verify's comparison with the nodes table catches a dangling parent.
             self._pending.append(self._row(node_id, NodeState(
-                str(p["parent_id"]), p["name"], p["kind"], p.get("content"),
-                dict(p.get("metadata") or {}), int(p["version"]),
+                change.parent_id, change.name, change.kind, change.content,
+                dict(change.metadata), change.version,
             )))
             if len(self._pending) >= self.BUFFER:
                 self.flush()
             return
         self.flush()
         params: dict[str, Any] = {"ns": self.namespace, "id": node_id}
-        if event.type == "written":
-            md = p.get("metadata")
-            changed = self.conn.execute(
-                text(
-                    "UPDATE pathkeeper_fold SET content = :content, "
-                    "metadata = COALESCE(CAST(:md AS jsonb), metadata), version = :version "
-                    "WHERE namespace = :ns AND id = :id"
-                ),
-                {**params, "content": p.get("content"), "version": int(p["version"]),
-                 "md": None if md is None else json.dumps(md, ensure_ascii=False)},
-            ).rowcount
-        elif event.type == "moved":
-            changed = self.conn.execute(
-                text(
-                    "UPDATE pathkeeper_fold SET parent_id = :parent, name = :name, "
-                    "version = :version WHERE namespace = :ns AND id = :id"
-                ),
-                {**params, "parent": str(p["parent_id"]), "name": p["name"],
-                 "version": int(p["version"])},
-            ).rowcount
-        elif event.type == "deleted":
-            changed = self.conn.execute(
-                text(
-                    """
-                    WITH RECURSIVE sub(id) AS (
-                        SELECT CAST(:id AS uuid)
-                      UNION
-                        SELECT n.id FROM sub s JOIN pathkeeper_fold n
-                          ON n.namespace = :ns AND n.parent_id = s.id
-                    )
-                    DELETE FROM pathkeeper_fold
-                    WHERE namespace = :ns AND id IN (SELECT id FROM sub)
-                    """
-                ),
-                params,
-            ).rowcount
-            self._count -= changed
-        else:
-            self.anomalies.add(f"{where}: unknown event type")
-            return
+        match change:
+            case Written():
+                md = change.metadata
+                changed = self.conn.execute(
+                    text(
+                        "UPDATE pathkeeper_fold SET content = :content, "
+                        "metadata = COALESCE(CAST(:md AS jsonb), metadata), "
+                        "version = :version WHERE namespace = :ns AND id = :id"
+                    ),
+                    {**params, "content": change.content, "version": change.version,
+                     "md": None if md is None else json.dumps(md, ensure_ascii=False)},
+                ).rowcount
+            case Moved():
+                changed = self.conn.execute(
+                    text(
+                        "UPDATE pathkeeper_fold SET parent_id = :parent, name = :name, "
+                        "version = :version WHERE namespace = :ns AND id = :id"
+                    ),
+                    {**params, "parent": change.parent_id, "name": change.name,
+                     "version": change.version},
+                ).rowcount
+            case Deleted():
+                changed = self.conn.execute(
+                    text(
+                        """
+                        WITH RECURSIVE sub(id) AS (
+                            SELECT CAST(:id AS uuid)
+                          UNION
+                            SELECT n.id FROM sub s JOIN pathkeeper_fold n
+                              ON n.namespace = :ns AND n.parent_id = s.id
+                        )
+                        DELETE FROM pathkeeper_fold
+                        WHERE namespace = :ns AND id IN (SELECT id FROM sub)
+                        """
+                    ),
+                    params,
+                ).rowcount
+                self._count -= changed
+            case _:
+                assert_never(change)
         self.conn.commit()
         if changed == 0:
             self.anomalies.add(f"{where}: no such node")
@@ -453,26 +454,35 @@ class Folder:
         self.events += 1
         self.position = event.position
         ns = event.namespace
-        if event.type == "namespace_created":
-            if ns in self.trees:
-                self.anomalies.add(f"position {event.position}: namespace {ns} exists")
-                self.trees.pop(ns).close()
-            root = str(event.payload.get("root_id") or event.node_id)
-            self.trees[ns] = MemoryTree(ns, root, self.anomalies)
-        elif event.type == "namespace_dropped":
-            tree = self.trees.pop(ns, None)
-            if tree is None:
-                self.anomalies.add(f"position {event.position}: no namespace {ns} to drop")
-            else:
-                tree.close()
+        try:
+            change = event.change
+        except InvalidEvent as exc:
+            self.anomalies.add(f"position {event.position}: {exc}")
         else:
-            found = self.trees.get(ns)
-            if found is None:
-                self.anomalies.add(f"position {event.position}: event in unknown namespace {ns}")
-            else:
-                found.apply(event)
-                if isinstance(found, MemoryTree) and len(found) > self.spill_threshold:
-                    self._spill(ns)
+            match change:
+                case NamespaceCreated():
+                    if ns in self.trees:
+                        self.anomalies.add(f"position {event.position}: namespace {ns} exists")
+                        self.trees.pop(ns).close()
+                    self.trees[ns] = MemoryTree(ns, change.root_id, self.anomalies)
+                case NamespaceDropped():
+                    tree = self.trees.pop(ns, None)
+                    if tree is None:
+                        self.anomalies.add(f"position {event.position}: no namespace {ns} to drop")
+                    else:
+                        tree.close()
+                case Created() | Written() | Moved() | Deleted():
+                    found = self.trees.get(ns)
+                    if found is None:
+                        self.anomalies.add(
+                            f"position {event.position}: event in unknown namespace {ns}"
+                        )
+                    else:
+                        found.apply(event.position, change)
+                        if isinstance(found, MemoryTree) and len(found) > self.spill_threshold:
+                            self._spill(ns)
+                case _:
+                    assert_never(change)
         if self.events % self.BUDGET_CHECK == 0:
             self._keep_budget()
         if self.strict and self.anomalies.count > before:

@@ -31,9 +31,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import assert_never
 
 from coordinator import Event
+from coordinator.errors import InvalidEvent
 from coordinator.eventlog import block_end
+from coordinator.events import (
+    Created,
+    Deleted,
+    Moved,
+    NamespaceCreated,
+    NamespaceDropped,
+    Written,
+)
 
 
 @dataclass
@@ -90,26 +100,33 @@ def plan_batch(events: Iterable[Event]) -> BatchPlan:
     """The work a batch implies (see module docstring)."""
     plan = BatchPlan()
     for ev in events:
-        p = ev.payload
-        if ev.type == "namespace_created":
-            continue  # the root is not indexed
-        ns = plan.of(ev.namespace)
-        if ev.type == "namespace_dropped":
-            ns.sweep_before["/"] = ev.position
+        try:
+            change = ev.change
+        except InvalidEvent:
+            # An event this indexer cannot read (a newer writer's type or version) still
+            # names its node: rewriting that from its current row is right whatever the
+            # event did to it.
+            if ev.node_id is not None:
+                plan.of(ev.namespace).nodes.add(ev.node_id)
             continue
-        node_id = ev.node_id or p.get("id")
-        if node_id is None:
-            continue
-        ns.nodes.add(str(node_id))
         sweep: str | None = None
-        if ev.type == "moved" and p.get("kind") == "dir":
-            ns.moves[str(node_id)] = ev.position  # events come in position order
-            sweep = str(p["old_path"]) if p.get("old_path") else None
-        elif (
-            ev.type == "deleted" and p.get("kind") == "dir" and p.get("recursive")
-            and int(p.get("count", 2)) > 1
-        ):
-            sweep = str(p["path"])
+        match change:
+            case NamespaceCreated():
+                continue  # the root is not indexed
+            case NamespaceDropped():
+                plan.of(ev.namespace).sweep_before["/"] = ev.position
+                continue
+            case Moved(kind="dir"):
+                plan.of(ev.namespace).moves[change.id] = ev.position  # in position order
+                sweep = change.old_path
+            case Deleted(kind="dir", recursive=True) if change.count > 1:
+                sweep = change.path
+            case Created() | Written() | Moved() | Deleted():
+                pass
+            case _:
+                assert_never(change)
+        ns = plan.of(ev.namespace)
+        ns.nodes.add(change.id)
         if sweep is not None:
             ns.sweep_before[sweep] = ev.position
     for ns in plan.namespaces.values():
@@ -119,7 +136,11 @@ def plan_batch(events: Iterable[Event]) -> BatchPlan:
 
 def moves_subtree(ev: Event) -> bool:
     """A directory move: its application rewrites a whole subtree."""
-    return ev.type == "moved" and ev.payload.get("kind") == "dir"
+    try:
+        change = ev.change
+    except InvalidEvent:
+        return False  # its node is rewritten alone (see ``plan_batch``)
+    return isinstance(change, Moved) and change.kind == "dir"
 
 
 def cut_after_subtree_move(events: list[Event], cursor: int) -> tuple[list[Event], int]:

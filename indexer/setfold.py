@@ -61,6 +61,17 @@ from typing import Any
 from sqlalchemy import Connection, Engine, text
 
 from coordinator import Node
+from coordinator.events import (
+    EVENT_TYPES,
+    UNVERSIONED,
+    VERSION_KEY,
+    Created,
+    Deleted,
+    Moved,
+    NamespaceCreated,
+    NamespaceDropped,
+    Written,
+)
 
 from .fold import Anomalies
 
@@ -132,40 +143,60 @@ def pick_base(conn: Connection, until: int, use_snapshots: bool = True) -> Base:
 # ``max(position)`` alone, but saves looking up each live node's payloads afterwards (two
 # random index reads per node, measured 2x slower at 1,000,000 nodes). node_id is the id
 # the coordinator also writes into the payload; namespace events carry the root's id.
+# Type names are bind parameters (``EVENT_PARAMS``), from ``coordinator.events``; the
+# payload keys read are those of its classes (``tests/replay/test_setfold.py`` checks).
+# An event of a type or payload version not known there counts as ``unknown`` (an
+# anomaly), as the reference fold's decoding does.
 AGG_SQL = """
 CREATE TEMPORARY TABLE {agg} AS
 SELECT namespace, node_id,
-       max(position) FILTER (WHERE type = 'namespace_created') AS ns_created,
-       max(position) FILTER (WHERE type = 'namespace_dropped') AS ns_dropped,
-       max(position) FILTER (WHERE type = 'created') AS c_pos,
-       count(*) FILTER (WHERE type = 'created') AS c_count,
+       max(position) FILTER (WHERE type = :t_namespace_created) AS ns_created,
+       max(position) FILTER (WHERE type = :t_namespace_dropped) AS ns_dropped,
+       max(position) FILTER (WHERE type = :t_created) AS c_pos,
+       count(*) FILTER (WHERE type = :t_created) AS c_count,
        max(position) FILTER (
-           WHERE type = 'created'
-              OR (type = 'written' AND payload -> 'metadata' <> CAST('null' AS jsonb))
+           WHERE type = :t_created
+              OR (type = :t_written AND payload -> 'metadata' <> CAST('null' AS jsonb))
        ) AS m_pos,
-       min(position) FILTER (WHERE type = 'deleted') AS d_pos,
-       min(position) FILTER (WHERE type IN ('written', 'moved', 'deleted')) AS first_change,
+       min(position) FILTER (WHERE type = :t_deleted) AS d_pos,
+       min(position) FILTER (WHERE type IN (:t_written, :t_moved, :t_deleted)) AS first_change,
        max(position) AS last_pos,
        count(*) AS n,
-       count(*) FILTER (WHERE type NOT IN ('namespace_created', 'namespace_dropped',
-                                           'created', 'written', 'moved', 'deleted'))
-           AS unknown,
-       max(payload ->> 'kind') FILTER (WHERE type = 'created') AS kind,
+       count(*) FILTER (
+           WHERE type || ':' || coalesce(payload ->> CAST(:version_key AS text),
+                                         CAST(:unversioned AS text))
+                 <> ALL(CAST(:known_events AS text[]))
+       ) AS unknown,
+       max(payload ->> 'kind') FILTER (WHERE type = :t_created) AS kind,
        max(ARRAY[lpad(CAST(position AS text), 19, '0'), payload ->> 'parent_id',
                  payload ->> 'name', payload ->> 'version'])
-           FILTER (WHERE type IN ('created', 'moved')) AS link,
+           FILTER (WHERE type IN (:t_created, :t_moved)) AS link,
        max(ARRAY[lpad(CAST(position AS text), 19, '0'), payload ->> 'content',
                  payload ->> 'version',
-                 CAST(CASE WHEN type = 'created'
+                 CAST(CASE WHEN type = :t_created
                            THEN coalesce(nullif(payload -> 'metadata', CAST('null' AS jsonb)),
                                          CAST('{{}}' AS jsonb))
                            ELSE nullif(payload -> 'metadata', CAST('null' AS jsonb))
                       END AS text)])
-           FILTER (WHERE type IN ('created', 'written')) AS cont
+           FILTER (WHERE type IN (:t_created, :t_written)) AS cont
 FROM events
 WHERE position > :after AND position <= :until {ns_filter}
 GROUP BY namespace, node_id
 """
+
+#: The bind parameters ``AGG_SQL`` takes from ``coordinator.events``: ``t_<type>`` for
+#: each type name, and what tells a known (type, payload version) from an unknown one.
+EVENT_PARAMS: dict[str, Any] = {
+    "t_namespace_created": NamespaceCreated.TYPE,
+    "t_namespace_dropped": NamespaceDropped.TYPE,
+    "t_created": Created.TYPE,
+    "t_written": Written.TYPE,
+    "t_moved": Moved.TYPE,
+    "t_deleted": Deleted.TYPE,
+    "version_key": VERSION_KEY,
+    "unversioned": str(UNVERSIONED),
+    "known_events": [f"{name}:{cls.VERSION}" for name, cls in EVENT_TYPES.items()],
+}
 
 # The namespaces alive at the end: created in the range (``since`` = that position;
 # the root is the node of that event), or continuing from the snapshot (``since`` NULL).
@@ -421,7 +452,7 @@ def fold_into(
     t = fold.tables
     params: dict[str, Any] = {
         "after": base.position, "until": until, "sid": base.snapshot_id,
-        "nss": list(namespaces or ()),
+        "nss": list(namespaces or ()), **EVENT_PARAMS,
     }
     if not re.fullmatch(r"\d+\s*(kB|MB|GB)?", WORK_MEM):
         raise ValueError(f"PATHKEEPER_FOLD_WORK_MEM: not a memory size: {WORK_MEM!r}")
@@ -462,7 +493,7 @@ def _anomalies(conn: Connection, fold: SetFold, params: dict[str, Any]) -> None:
     for r in conn.execute(text(ANOMALY_SQL.format(**t)), params):
         where = f"namespace {r.namespace} node {r.node_id}"
         if r.unknown:
-            fold.anomalies.add(f"{where}: {r.unknown} events of unknown type")
+            fold.anomalies.add(f"{where}: {r.unknown} events of unknown type or version")
         if r.c_count > 1:
             fold.anomalies.add(f"{where}: created {r.c_count} times")
         if r.d_pos is not None and r.last_pos > r.d_pos:

@@ -22,6 +22,7 @@ from typing import Any
 import click
 
 from coordinator import Coordinator, CoordinatorError
+from coordinator.events import Moved
 from coordinator.migrate import upgrade
 from pathkeeper.local.postgres import LocalPostgres
 
@@ -178,9 +179,10 @@ def run_demo(
         counts = Counter(e.type for e in events)
         click.echo(f"event log: {len(events)} events {dict(counts)}, cursor {cursor}; the last 8:")
         for e in events[-8:]:
-            detail = e.payload.get("path", "")
-            if e.type == "moved":
-                detail = f"{e.payload['old_path']} -> {e.payload['path']}"
+            change = e.change
+            detail = getattr(change, "path", "")
+            if isinstance(change, Moved):
+                detail = f"{change.old_path} -> {change.path}"
             click.echo(f"  {e.position:>12}  {e.type:<8} {detail}")
         expected_files = 3 * 6
         files = sorted(n.path for n in nodes if not n.is_dir)

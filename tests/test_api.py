@@ -59,19 +59,20 @@ def test_mutations_return_node_and_seq(coord: Coordinator, ns: str) -> None:
         "namespace_created", "created", "created", "written", "moved", "moved", "deleted"
     ]
     assert [e.position for e in events[1:]] == seqs
+    # The wire form, as stored and served; "v" is the payload version (coordinator.events).
     created = events[2].payload
     assert created == {
         "id": f.node.id, "parent_id": d.node.id, "name": "f", "kind": "file", "path": "/d/f",
-        "content": "hello", "metadata": {"lang": "en"}, "version": 1,
+        "content": "hello", "metadata": {"lang": "en"}, "version": 1, "v": 1,
     }
     assert events[4].payload == {
         "id": f.node.id, "kind": "file", "old_parent_id": d.node.id, "old_name": "f",
         "old_path": "/d/f", "parent_id": d.node.parent_id, "name": "g", "path": "/g",
-        "version": 3,
+        "version": 3, "v": 1,
     }
     assert events[6].payload == {
         "id": f.node.id, "kind": "file", "path": "/h", "recursive": False, "count": 1,
-        "version": 4,
+        "version": 4, "v": 1,
     }
     assert all(e.node_id == f.node.id for e in events[2:])
 

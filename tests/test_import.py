@@ -34,6 +34,7 @@ from coordinator import (
     NotADirectory,
     NotFound,
 )
+from coordinator.events import VERSION_KEY, Created, decode
 from coordinator.importer import contiguous_run, iter_lines
 from coordinator.models import POSITION_BLOCK
 from pathkeeper.cli.main import main as cli_main
@@ -88,6 +89,31 @@ def test_import_into_empty_namespace_creates_missing_parents_in_any_order(
     coord.write_file(ns, "/a/bb/c.txt", "new", if_version=1)
     coord.delete(ns, "/a", recursive=True)
     check_log_explains_table(coord, ns)
+
+
+def test_imported_events_decode_as_created_events_of_the_current_version(
+    coord: Coordinator, ns: str
+) -> None:
+    """The importer builds its payloads in SQL: they must be what ``coordinator.events``
+    defines, decoded by the one ``decode``, equal to what a create would have written."""
+    result = coord.import_nodes(ns, jl(
+        {"path": "/d/f", "kind": "file", "content": "x", "metadata": {"m": [1]}},
+        {"path": "/e", "kind": "dir"},
+    ))
+    events, _ = coord.read_events(after=(result.first_seq or 1) - 1, namespaces=[ns])
+    assert len(events) == result.created == 3
+    by_path = {n.path: n for n in coord.walk(ns)}
+    for e in events:
+        assert e.payload[VERSION_KEY] == Created.VERSION
+        change = decode(e.type, e.node_id, e.payload)
+        assert change == e.change
+        node = by_path[change.path] if isinstance(change, Created) else None
+        assert node is not None, change
+        assert change == Created(
+            id=node.id, parent_id=str(node.parent_id), name=node.name, kind=node.kind,
+            path=node.path, content=node.content, metadata=node.metadata, version=1,
+        )
+        assert e.node_id == node.id
 
 
 def test_import_into_non_empty_namespace_reuses_existing_directories(

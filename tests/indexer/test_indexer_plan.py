@@ -3,15 +3,42 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 from coordinator import Event
+from coordinator.events import (
+    Created,
+    Deleted,
+    DomainEvent,
+    Moved,
+    NamespaceCreated,
+    NamespaceDropped,
+    Written,
+)
 from coordinator.models import POSITION_BLOCK
-from indexer.plan import cut_after_subtree_move, plan_batch
+from indexer.plan import cut_after_subtree_move, moves_subtree, plan_batch
 
 
-def ev(position: int, type_: str, node: str | None = None, ns: str = "n", **payload: Any) -> Event:
-    return Event(position, ns, type_, node, payload, datetime.now(UTC))
+def ev(position: int, change: DomainEvent, ns: str = "n") -> Event:
+    return Event.of(position, ns, change, datetime.now(UTC))
+
+
+def created(node: str, kind: str = "file") -> Created:
+    return Created(id=node, parent_id="root", name=node, kind=kind, path=f"/{node}",
+                   content=None, metadata={}, version=1)
+
+
+def moved(node: str, kind: str, old_path: str, path: str) -> Moved:
+    return Moved(id=node, kind=kind, old_parent_id="root", old_name=old_path.split("/")[-1],
+                 old_path=old_path, parent_id="root", name=path.split("/")[-1], path=path,
+                 version=2)
+
+
+def deleted(node: str, kind: str, path: str, count: int) -> Deleted:
+    return Deleted(id=node, kind=kind, path=path, recursive=True, count=count, version=1)
+
+
+def written(node: str) -> Written:
+    return Written(id=node, path=f"/{node}", content="x", metadata={}, version=2)
 
 
 B = POSITION_BLOCK
@@ -19,14 +46,14 @@ B = POSITION_BLOCK
 
 def test_plan_collects_nodes_subtrees_and_sweeps() -> None:
     plan = plan_batch([
-        ev(B, "namespace_created", "root"),
-        ev(2 * B, "created", "f1", kind="file"),
-        ev(3 * B, "moved", "d1", kind="dir", old_path="/a", path="/b"),
-        ev(3 * B + 1, "moved", "d2", kind="dir", old_path="/a/x", path="/b/x"),
-        ev(4 * B, "deleted", "d3", kind="dir", path="/c", recursive=True, count=5),
-        ev(5 * B, "deleted", "d4", kind="dir", path="/e", recursive=True, count=1),
-        ev(6 * B, "moved", "f2", kind="file", old_path="/f", path="/g"),
-        ev(7 * B, "namespace_dropped", "root2", ns="gone", count=3),
+        ev(B, NamespaceCreated(root_id="root")),
+        ev(2 * B, created("f1")),
+        ev(3 * B, moved("d1", "dir", "/a", "/b")),
+        ev(3 * B + 1, moved("d2", "dir", "/a/x", "/b/x")),
+        ev(4 * B, deleted("d3", "dir", "/c", 5)),
+        ev(5 * B, deleted("d4", "dir", "/e", 1)),
+        ev(6 * B, moved("f2", "file", "/f", "/g")),
+        ev(7 * B, NamespaceDropped(root_id="root2", count=3), ns="gone"),
     ])
     n = plan.namespaces["n"]
     assert n.nodes == {"f1", "d1", "d2", "d3", "d4", "f2"}
@@ -37,12 +64,27 @@ def test_plan_collects_nodes_subtrees_and_sweeps() -> None:
     assert plan.needs_sweep
 
 
+def test_an_event_the_indexer_cannot_read_rewrites_its_node() -> None:
+    """A newer writer's event (unknown type or payload version) must not stop the indexer:
+    its node is rewritten from its current row, and nothing else is assumed."""
+    now = datetime.now(UTC)
+    newer = [
+        Event(B, "n", "touched", "t1", {"id": "t1"}, now),
+        Event(B + 1, "n", "moved", "m1", {**ev(0, moved("m1", "dir", "/a", "/b")).payload,
+                                          "v": 99}, now),
+    ]
+    plan = plan_batch(newer)
+    assert plan.namespaces["n"].nodes == {"t1", "m1"}
+    assert not plan.has_subtree_work
+    assert not any(moves_subtree(e) for e in newer)
+
+
 def test_batch_ends_after_the_first_transaction_touching_a_subtree() -> None:
     events = [
-        ev(B, "created", "f1", kind="file"),
-        ev(2 * B, "moved", "d1", kind="dir", old_path="/a", path="/b"),
-        ev(2 * B + 1, "written", "f1"),
-        ev(3 * B, "created", "f2", kind="file"),
+        ev(B, created("f1")),
+        ev(2 * B, moved("d1", "dir", "/a", "/b")),
+        ev(2 * B + 1, written("f1")),
+        ev(3 * B, created("f2")),
     ]
     cut, cursor = cut_after_subtree_move(events, 9 * B)
     assert [e.position for e in cut] == [B, 2 * B, 2 * B + 1]

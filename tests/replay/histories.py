@@ -2,7 +2,8 @@
 
 A small model of namespaces (mkdir, create, write with and without metadata, rename,
 move across directories, recursive delete, drop and re-create a namespace) emits the
-events the coordinator would, with its payload shapes, in blocks of positions like its
+events the coordinator would (``coordinator.events``; every other transaction without
+payload versions, as logs written before they existed), in blocks of positions like its
 transactions. Each step is decoded from a tuple of integers, so hypothesis shrinks a
 failing history to a short one. The moves are what make deletes hard: a node moved out
 of a directory before the directory is deleted must survive, one moved into it must not.
@@ -20,6 +21,17 @@ from typing import Any
 from sqlalchemy import Engine, text
 
 from coordinator import Event
+from coordinator.events import (
+    VERSION_KEY,
+    Created,
+    Deleted,
+    DomainEvent,
+    Moved,
+    NamespaceCreated,
+    NamespaceDropped,
+    Written,
+    encode,
+)
 from coordinator.models import POSITION_BLOCK
 
 NAMES = ["a", "b", "c", "d"]
@@ -65,6 +77,16 @@ class History:
     ends: list[int] = field(default_factory=list)
 
 
+#: An event of a history as it is stored: (namespace, type, node_id, payload).
+Wire = tuple[str, str, str, dict[str, Any]]
+
+
+def wire(ns: str, change: DomainEvent) -> Wire:
+    """``change`` as the coordinator would store it in ``ns``."""
+    type_, node_id, payload = encode(change)
+    return ns, type_, node_id, payload
+
+
 def build(steps: list[tuple[int, int, int, int]], namespaces: list[str],
           first_block: int) -> History:
     """Decode ``steps`` into a history of ``namespaces`` starting at block ``first_block``."""
@@ -73,20 +95,22 @@ def build(steps: list[tuple[int, int, int, int]], namespaces: list[str],
     models: dict[str, NsModel] = {}
     now = datetime.now(UTC)
 
-    def emit(tx: list[tuple[str, str, str, dict[str, Any]]]) -> None:
+    def emit(tx: list[Wire]) -> None:
         nonlocal block
         if not tx:
             return
         block += 1 + len(hist.ends) % 3  # holes between blocks, like rolled back writers
         base = block * POSITION_BLOCK
         for i, (ns, type_, node, payload) in enumerate(tx):
+            if len(hist.ends) % 2:  # as written before payloads had versions: both replay
+                payload = {k: v for k, v in payload.items() if k != VERSION_KEY}
             hist.events.append(Event(base + i, ns, type_, node, payload, now))
         hist.ends.append(base + len(tx) - 1)
 
-    def create_ns(ns: str) -> list[tuple[str, str, str, dict[str, Any]]]:
+    def create_ns(ns: str) -> list[Wire]:
         root = _uuid()
         models[ns] = NsModel(root, {root: None}, {root: ""}, {root: "dir"}, {root: 1})
-        return [(ns, "namespace_created", root, {"root_id": root})]
+        return [wire(ns, NamespaceCreated(root_id=root))]
 
     for ns in namespaces:
         emit(create_ns(ns))
@@ -94,7 +118,7 @@ def build(steps: list[tuple[int, int, int, int]], namespaces: list[str],
         ns = namespaces[a % len(namespaces)]
         m = models[ns]
         nodes = sorted(n for n in m.parent if n != m.root)
-        tx: list[tuple[str, str, str, dict[str, Any]]] = []
+        tx: list[Wire] = []
         if op in (0, 1):  # mkdir / create a file
             parent = m.dirs()[b % len(m.dirs())]
             name = m.free_name(parent, c)
@@ -104,22 +128,21 @@ def build(steps: list[tuple[int, int, int, int]], namespaces: list[str],
                     parent, name, kind, 1)
                 content = None if kind == "dir" else f"c{c}"
                 metadata = {} if c % 3 == 0 else {"k": c % 5}
-                tx.append((ns, "created", node, {
-                    "id": node, "parent_id": parent, "name": name, "kind": kind,
-                    "path": "(stale on purpose)", "content": content, "metadata": metadata,
-                    "version": 1}))
+                tx.append(wire(ns, Created(
+                    id=node, parent_id=parent, name=name, kind=kind,
+                    path="(stale on purpose)", content=content, metadata=metadata,
+                    version=1)))
         elif op == 2 and nodes:  # write a file, with metadata or without
             files = [n for n in nodes if m.kind[n] == "file"]
             if files:
                 node = files[b % len(files)]
                 m.version[node] += 1
-                payload: dict[str, Any] = {"id": node, "content": f"w{c}",
-                                           "version": m.version[node]}
-                if c % 2:
-                    payload["metadata"] = {"w": c % 7}
-                elif c % 4 == 2:
-                    payload["metadata"] = None
-                tx.append((ns, "written", node, payload))
+                write = wire(ns, Written(
+                    id=node, path="(stale on purpose)", content=f"w{c}",
+                    metadata={"w": c % 7} if c % 2 else None, version=m.version[node]))
+                if c % 4 == 0:  # without the key, which the folds read as null: unchanged
+                    del write[3]["metadata"]
+                tx.append(write)
         elif op == 3 and nodes:  # rename or move, never into its own subtree
             node = nodes[b % len(nodes)]
             inside = set(m.subtree(node))
@@ -127,22 +150,25 @@ def build(steps: list[tuple[int, int, int, int]], namespaces: list[str],
             parent = targets[c % len(targets)]
             name = m.free_name(parent, c // 7)
             if name is not None:
+                old_parent, old_name = m.parent[node], m.name[node]
+                assert old_parent is not None
                 m.parent[node], m.name[node] = parent, name
                 m.version[node] += 1
-                tx.append((ns, "moved", node, {
-                    "id": node, "parent_id": parent, "name": name, "version": m.version[node],
-                    "path": "(stale on purpose)"}))
+                tx.append(wire(ns, Moved(
+                    id=node, kind=m.kind[node], old_parent_id=old_parent, old_name=old_name,
+                    old_path="(stale on purpose)", parent_id=parent, name=name,
+                    path="(stale on purpose)", version=m.version[node])))
         elif op == 4 and nodes:  # delete, recursively
             node = nodes[b % len(nodes)]
             gone = m.subtree(node)
-            tx.append((ns, "deleted", node, {
-                "id": node, "kind": m.kind[node], "recursive": True, "count": len(gone),
-                "version": m.version[node]}))
+            tx.append(wire(ns, Deleted(
+                id=node, kind=m.kind[node], path="(stale on purpose)", recursive=True,
+                count=len(gone), version=m.version[node])))
             for n in gone:
                 for d in (m.parent, m.name, m.kind, m.version):
                     d.pop(n)
         elif op == 5 and c % 4 == 0:  # drop the namespace and create it again
-            tx.append((ns, "namespace_dropped", m.root, {"count": len(m.parent)}))
+            tx.append(wire(ns, NamespaceDropped(root_id=m.root, count=len(m.parent))))
             emit(tx)
             tx = create_ns(ns)
         emit(tx)

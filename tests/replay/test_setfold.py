@@ -5,8 +5,10 @@ coordinator."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -16,13 +18,14 @@ from hypothesis import strategies as st
 from sqlalchemy import Engine, text
 
 from coordinator import Coordinator, Event
+from coordinator.events import EVENT_TYPES, VERSION_KEY, Written, payload_keys
 from coordinator.models import POSITION_BLOCK
 from indexer import setfold
 from indexer.fold import Folder
 from indexer.replay import current_bound, scan_events
 from indexer.retention import compact, take_snapshot
 
-from .histories import build, insert
+from .histories import History, build, insert
 from .replay_workload import concurrent_ops
 
 EXAMPLES = 200 if os.environ.get("PATHKEEPER_LONG", "") not in ("", "0") else 30
@@ -160,3 +163,39 @@ def test_deep_trees_are_walked_past_the_shallow_levels(
         got = {n.id: (n.parent_id, n.name, n.path) for n in f.trees[ns].nodes()}
     assert got == {n.id: (n.parent_id, n.name, n.path) for n in coord.walk(ns)}
     assert max(p.count("/") for _, _, p in got.values()) == 27  # deeper than SHALLOW
+
+
+def test_the_set_fold_reads_only_payload_keys_that_events_define() -> None:
+    """The set fold reads payloads in SQL; a key renamed in ``coordinator.events`` must
+    not leave it reading a key nobody writes."""
+    sql = setfold.AGG_SQL + setfold.STATE_SQL
+    read = set(re.findall(r"payload\s*->>?\s*'(\w+)'", sql))
+    assert read and read <= {k for cls in EVENT_TYPES.values() for k in payload_keys(cls)}
+    assert {v for k, v in setfold.EVENT_PARAMS.items() if k.startswith("t_")} == set(EVENT_TYPES)
+
+
+def test_events_of_unknown_types_or_versions_are_anomalies_in_both_folds(
+    coord: Coordinator, ns: str
+) -> None:
+    """A newer writer's event is not folded as if this code knew it: both folds say so."""
+    f = coord.create_file(ns, "/f", "one")
+    bound = current_bound(coord.engine)
+    with coord.engine.connect() as conn:
+        events = [e for e in scan_events(conn, until=bound) if e.namespace == ns]
+    at = bound + 1
+    write = Event.of(at + 1, ns, Written(id=f.node.id, path="/f", content="two",
+                                         metadata=None, version=2), events[-1].committed_at)
+    newer = [
+        Event(at, ns, "touched", f.node.id, {"id": f.node.id}, write.committed_at),
+        dataclasses.replace(write, payload={**write.payload, VERSION_KEY: 9}),
+    ]
+    insert(coord.engine, History(events=newer))
+    with Folder() as folder:
+        folder.fold([*events, *newer])
+        assert folder.anomalies.count == 2, folder.anomalies.first
+        assert "unknown event type 'touched'" in folder.anomalies.first[0]
+        assert "payload version 9" in folder.anomalies.first[1]
+    with setfold.fold(coord.engine, until=at + 1, namespaces=[ns]) as sf:
+        assert sf.anomalies.first == [
+            f"namespace {ns} node {f.node.id}: 2 events of unknown type or version"
+        ]
