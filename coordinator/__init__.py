@@ -1,7 +1,16 @@
 """Pathkeeper's coordinator: transactional namespace trees in PostgreSQL with an event log."""
 
 from .api import Coordinator, GroupTx
-from .commands import Command, CreateFile, Delete, Mkdir, Move, Rename, WriteFile
+from .commands import (
+    Command,
+    CreateFile,
+    Delete,
+    Mkdir,
+    Move,
+    Rename,
+    SetMetadata,
+    WriteFile,
+)
 from .errors import (
     AlreadyExists,
     Conflict,
@@ -61,6 +70,7 @@ __all__ = [
     "NotMigrated",
     "Partition",
     "Rename",
+    "SetMetadata",
     "Settings",
     "TooLarge",
     "Unavailable",

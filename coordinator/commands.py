@@ -75,6 +75,19 @@ class WriteFile:
 
 
 @dataclass(frozen=True)
+class SetMetadata:
+    """Replace the metadata of a file or directory."""
+
+    ref: Ref
+    metadata: dict[str, Any]
+    if_version: Version | None = None
+    op: Literal["set_metadata"] = field(default="set_metadata", kw_only=True)
+
+    def apply(self, tree: TreeTx) -> MutationResult:
+        return tree.set_metadata(self.ref, self.metadata, self.if_version)
+
+
+@dataclass(frozen=True)
 class Move:
     """Move (and possibly rename) a node to the full path ``dst``."""
 
@@ -113,9 +126,11 @@ class Delete:
         return tree.delete(self.ref, self.recursive, self.if_version)
 
 
-Command = Mkdir | CreateFile | WriteFile | Move | Rename | Delete
+Command = Mkdir | CreateFile | WriteFile | SetMetadata | Move | Rename | Delete
 #: Every command class, in the order the documentation lists them.
-COMMANDS: tuple[type[Command], ...] = (Mkdir, CreateFile, WriteFile, Move, Rename, Delete)
+COMMANDS: tuple[type[Command], ...] = (
+    Mkdir, CreateFile, WriteFile, SetMetadata, Move, Rename, Delete
+)
 
 
 class NamespaceCommands(ABC):
@@ -139,6 +154,11 @@ class NamespaceCommands(ABC):
         if_version: int | None = None,
     ) -> MutationResult:
         return self.execute(ns, WriteFile(ref, content, metadata, if_version))
+
+    def set_metadata(
+        self, ns: str, ref: str, metadata: dict[str, Any], if_version: int | None = None
+    ) -> MutationResult:
+        return self.execute(ns, SetMetadata(ref, metadata, if_version))
 
     def move(
         self, ns: str, src: str, dst_path: str, if_version: int | None = None
@@ -176,6 +196,11 @@ class GroupCommands(ABC):
         if_version: int | None = None,
     ) -> MutationResult:
         return self.execute(WriteFile(ref, content, metadata, if_version))
+
+    def set_metadata(
+        self, ref: str, metadata: dict[str, Any], if_version: int | None = None
+    ) -> MutationResult:
+        return self.execute(SetMetadata(ref, metadata, if_version))
 
     def move(self, src: str, dst_path: str, if_version: int | None = None) -> MutationResult:
         return self.execute(Move(src, dst_path, if_version))

@@ -25,6 +25,7 @@ The events, with ``node_id`` the node's id (the root's for the namespace events)
 * ``created {id, parent_id, name, kind, path, content, metadata, version}``;
 * ``written {id, path, content, metadata, version}``: content and metadata as they are
   after the write (a write without ``metadata`` leaves it as it was);
+* ``metadata_set {id, path, metadata, version}``: the metadata replaced, nothing else;
 * ``moved {id, kind, old_parent_id, old_name, old_path, parent_id, name, path,
   version}``: a rename or a move; one node changes, its subtree follows because paths
   are computed, never stored;
@@ -124,6 +125,23 @@ class Written:
 
 
 @dataclass(frozen=True, kw_only=True)
+class MetadataSet:
+    """A node's metadata replaced (a file or a directory; content and place unchanged)."""
+
+    TYPE: ClassVar[str] = "metadata_set"
+    VERSION: ClassVar[int] = 1
+
+    id: str
+    path: str
+    metadata: dict[str, Any]
+    version: int
+
+    @property
+    def node_id(self) -> str:
+        return self.id
+
+
+@dataclass(frozen=True, kw_only=True)
 class Moved:
     """A node renamed or moved to another directory (its subtree goes with it)."""
 
@@ -167,13 +185,15 @@ class Deleted:
 
 NamespaceEvent: TypeAlias = NamespaceCreated | NamespaceDropped
 #: The events that change one node of an existing namespace.
-NodeEvent: TypeAlias = Created | Written | Moved | Deleted
+NodeEvent: TypeAlias = Created | Written | MetadataSet | Moved | Deleted
 DomainEvent: TypeAlias = NamespaceEvent | NodeEvent
 
 #: Wire type name -> class, for every event the system writes.
 EVENT_TYPES: Final[dict[str, type[DomainEvent]]] = {
     cls.TYPE: cls
-    for cls in (NamespaceCreated, NamespaceDropped, Created, Written, Moved, Deleted)
+    for cls in (
+        NamespaceCreated, NamespaceDropped, Created, Written, MetadataSet, Moved, Deleted
+    )
 }
 
 
@@ -291,6 +311,7 @@ __all__ = [
     "Created",
     "Deleted",
     "DomainEvent",
+    "MetadataSet",
     "Moved",
     "NamespaceCreated",
     "NamespaceDropped",

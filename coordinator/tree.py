@@ -50,6 +50,7 @@ from .errors import (
     Conflict,
     CoordinatorError,
     DirectoryNotEmpty,
+    InvalidArgument,
     InvalidContent,
     InvalidMove,
     IsADirectory,
@@ -57,7 +58,7 @@ from .errors import (
     NotFound,
 )
 from .eventlog import EventAppender, EventRef
-from .events import Created, Deleted, Moved, Written
+from .events import Created, Deleted, MetadataSet, Moved, Written
 from .subtree import subtree_cte
 
 
@@ -517,6 +518,32 @@ class TreeTx:
                 metadata=node.metadata,
                 version=node.version,
             ),
+        )
+        return MutationResult(node, seq)
+
+    def set_metadata(
+        self, ref: object, metadata: dict[str, Any], if_version: int | None = None
+    ) -> MutationResult:
+        """Replace the metadata of a file or directory (not the root: it is not indexed
+        and has none)."""
+        md = metadata_json(metadata)
+        # Like a content write, not a key update: creates below a directory go on.
+        row, path = self.lock(ref, "NO KEY UPDATE")
+        if row.parent_id is None:
+            raise InvalidArgument("the root has no metadata")
+        self.check_version(row, if_version)
+        new = self.conn.execute(
+            text(
+                "UPDATE nodes SET metadata = CAST(:md AS jsonb), "
+                "version = version + 1, updated_at = now() "
+                f"WHERE namespace = :ns AND id = :id RETURNING {NODE_COLUMNS}"
+            ),
+            {"ns": self.ns, "id": row.id, "md": md},
+        ).one()
+        node = self._node(new, path)
+        seq = self.events.append(
+            self.ns,
+            MetadataSet(id=node.id, path=path, metadata=node.metadata, version=node.version),
         )
         return MutationResult(node, seq)
 

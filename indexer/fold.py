@@ -31,6 +31,7 @@ from coordinator.errors import InvalidEvent
 from coordinator.events import (
     Created,
     Deleted,
+    MetadataSet,
     Moved,
     NamespaceCreated,
     NamespaceDropped,
@@ -149,6 +150,13 @@ class MemoryTree:
                 node.content = change.content
                 if change.metadata is not None:
                     node.metadata = dict(change.metadata)
+                node.version = change.version
+            case MetadataSet():
+                node = self.state.get(node_id)
+                if node is None:
+                    self.anomalies.add(f"{where}: no such node")
+                    return
+                node.metadata = dict(change.metadata)
                 node.version = change.version
             case Moved():
                 node = self.state.get(node_id)
@@ -346,6 +354,15 @@ class SpilledTree:
                     {**params, "content": change.content, "version": change.version,
                      "md": None if md is None else json.dumps(md, ensure_ascii=False)},
                 ).rowcount
+            case MetadataSet():
+                changed = self.conn.execute(
+                    text(
+                        "UPDATE pathkeeper_fold SET metadata = CAST(:md AS jsonb), "
+                        "version = :version WHERE namespace = :ns AND id = :id"
+                    ),
+                    {**params, "version": change.version,
+                     "md": json.dumps(change.metadata, ensure_ascii=False)},
+                ).rowcount
             case Moved():
                 changed = self.conn.execute(
                     text(
@@ -471,7 +488,7 @@ class Folder:
                         self.anomalies.add(f"position {event.position}: no namespace {ns} to drop")
                     else:
                         tree.close()
-                case Created() | Written() | Moved() | Deleted():
+                case Created() | Written() | MetadataSet() | Moved() | Deleted():
                     found = self.trees.get(ns)
                     if found is None:
                         self.anomalies.add(

@@ -39,6 +39,7 @@ from coordinator.eventlog import block_end
 from coordinator.events import (
     Created,
     Deleted,
+    MetadataSet,
     Moved,
     NamespaceCreated,
     NamespaceDropped,
@@ -121,7 +122,7 @@ def plan_batch(events: Iterable[Event]) -> BatchPlan:
                 sweep = change.old_path
             case Deleted(kind="dir", recursive=True) if change.count > 1:
                 sweep = change.path
-            case Created() | Written() | Moved() | Deleted():
+            case Created() | Written() | MetadataSet() | Moved() | Deleted():
                 pass
             case _:
                 assert_never(change)

@@ -67,6 +67,7 @@ from coordinator.events import (
     VERSION_KEY,
     Created,
     Deleted,
+    MetadataSet,
     Moved,
     NamespaceCreated,
     NamespaceDropped,
@@ -155,11 +156,13 @@ SELECT namespace, node_id,
        max(position) FILTER (WHERE type = :t_created) AS c_pos,
        count(*) FILTER (WHERE type = :t_created) AS c_count,
        max(position) FILTER (
-           WHERE type = :t_created
+           WHERE type IN (:t_created, :t_metadata_set)
               OR (type = :t_written AND payload -> 'metadata' <> CAST('null' AS jsonb))
        ) AS m_pos,
        min(position) FILTER (WHERE type = :t_deleted) AS d_pos,
-       min(position) FILTER (WHERE type IN (:t_written, :t_moved, :t_deleted)) AS first_change,
+       min(position) FILTER (
+           WHERE type IN (:t_written, :t_metadata_set, :t_moved, :t_deleted)
+       ) AS first_change,
        max(position) AS last_pos,
        count(*) AS n,
        count(*) FILTER (
@@ -178,7 +181,10 @@ SELECT namespace, node_id,
                                          CAST('{{}}' AS jsonb))
                            ELSE nullif(payload -> 'metadata', CAST('null' AS jsonb))
                       END AS text)])
-           FILTER (WHERE type IN (:t_created, :t_written)) AS cont
+           FILTER (WHERE type IN (:t_created, :t_written)) AS cont,
+       max(ARRAY[lpad(CAST(position AS text), 19, '0'), CAST(payload -> 'metadata' AS text),
+                 payload ->> 'version'])
+           FILTER (WHERE type = :t_metadata_set) AS meta
 FROM events
 WHERE position > :after AND position <= :until {ns_filter}
 GROUP BY namespace, node_id
@@ -191,6 +197,7 @@ EVENT_PARAMS: dict[str, Any] = {
     "t_namespace_dropped": NamespaceDropped.TYPE,
     "t_created": Created.TYPE,
     "t_written": Written.TYPE,
+    "t_metadata_set": MetadataSet.TYPE,
     "t_moved": Moved.TYPE,
     "t_deleted": Deleted.TYPE,
     "version_key": VERSION_KEY,
@@ -232,7 +239,7 @@ WITH s AS (
     WHERE n.snapshot_id = :sid
 ), j AS (
     SELECT coalesce(a.namespace, s.namespace) AS namespace, coalesce(a.node_id, s.id) AS id,
-           a.link, a.cont, a.m_pos, a.kind AS a_kind,
+           a.link, a.cont, a.meta, a.m_pos, a.kind AS a_kind,
            s.parent_id AS s_parent, s.name AS s_name, s.kind AS s_kind,
            s.content AS s_content, s.metadata AS s_metadata, s.version AS s_version,
            g.root_id, g.since
@@ -247,16 +254,20 @@ SELECT j.namespace, j.id,
        coalesce(j.a_kind, j.s_kind) AS kind,
        CASE WHEN j.cont IS NULL THEN j.s_content ELSE j.cont[2] END AS content,
        CASE WHEN j.m_pos IS NULL THEN j.s_metadata
+            WHEN j.meta[1] = lpad(CAST(j.m_pos AS text), 19, '0') THEN CAST(j.meta[2] AS jsonb)
             WHEN j.cont[4] IS NOT NULL THEN CAST(j.cont[4] AS jsonb)
             ELSE coalesce(nullif(m.payload -> 'metadata', CAST('null' AS jsonb)),
                           CAST('{{}}' AS jsonb)) END AS metadata,
-       CASE WHEN j.link IS NULL AND j.cont IS NULL THEN j.s_version
-            WHEN j.cont IS NULL OR j.link[1] >= j.cont[1] THEN CAST(j.link[4] AS bigint)
-            ELSE CAST(j.cont[3] AS bigint) END AS version
+       coalesce(CAST((greatest(
+           CASE WHEN j.link IS NOT NULL THEN ARRAY[j.link[1], j.link[4]] END,
+           CASE WHEN j.cont IS NOT NULL THEN ARRAY[j.cont[1], j.cont[3]] END,
+           CASE WHEN j.meta IS NOT NULL THEN ARRAY[j.meta[1], j.meta[3]] END))[2] AS bigint),
+           j.s_version) AS version
 FROM j
 LEFT JOIN LATERAL (
     SELECT e.payload FROM events e
     WHERE j.m_pos IS NOT NULL AND j.cont IS NOT NULL AND j.cont[4] IS NULL
+      AND j.meta[1] IS DISTINCT FROM lpad(CAST(j.m_pos AS text), 19, '0')
       AND e.position = j.m_pos
     LIMIT 1
 ) m ON true

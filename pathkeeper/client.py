@@ -34,6 +34,7 @@ from coordinator.commands import (
     Move,
     NamespaceCommands,
     Rename,
+    SetMetadata,
     WriteFile,
 )
 from coordinator.eventlog import Event
@@ -221,6 +222,9 @@ class Client(NamespaceCommands):
                 method, body = "POST", _fields(command)
             case WriteFile():
                 url, params = self._node(ns, command.ref, "/content")
+                method, body = "PUT", _fields(command, "ref")
+            case SetMetadata():
+                url, params = self._node(ns, command.ref, "/metadata")
                 method, body = "PUT", _fields(command, "ref")
             case Move() | Rename():
                 url, params = self._node(ns, command.ref, f"/{command.op}")

@@ -17,6 +17,7 @@ from coordinator import (
     CoordinatorError,
     CreateFile,
     DirectoryNotEmpty,
+    InvalidArgument,
     InvalidMove,
     IsADirectory,
     Mkdir,
@@ -25,9 +26,11 @@ from coordinator import (
     NotADirectory,
     NotFound,
     Rename,
+    SetMetadata,
     TooLarge,
     Unavailable,
 )
+from coordinator.events import MetadataSet
 from pathkeeper.local.postgres import free_port
 
 
@@ -409,3 +412,38 @@ def test_lock_timeout_inside_a_group_is_a_conflict(coord: Coordinator, database_
                 with pytest.raises(Conflict):  # typed inside the block, not a driver error
                     g.create_file("/a/f")
     assert [n.name for n in coord.listdir("t", "/")] == ["a2"]
+
+
+def test_set_metadata(coord: Coordinator, ns: str) -> None:
+    d = coord.mkdir(ns, "/d")
+    f = coord.create_file(ns, "/d/f", "body", {"lang": "en"})
+    # A directory gets metadata too; content, name and place stay.
+    md = coord.set_metadata(ns, "/d", {"owner": "bill"})
+    assert (md.node.metadata, md.node.version, md.node.path) == ({"owner": "bill"}, 2, "/d")
+    # Replaced, not merged; by id as by path; the version is a compare-and-swap.
+    mf = coord.set_metadata(ns, f.node.id, {"tags": ["a"]}, if_version=1)
+    assert (mf.node.metadata, mf.node.content, mf.node.version) == ({"tags": ["a"]}, "body", 2)
+    with pytest.raises(Conflict):
+        coord.set_metadata(ns, "/d/f", {"x": 1}, if_version=1)
+    with pytest.raises(NotFound):
+        coord.set_metadata(ns, "/nope", {})
+    with pytest.raises(InvalidArgument):
+        coord.set_metadata(ns, "/", {"x": 1})
+    assert coord.stat(ns, "/d/f").metadata == {"tags": ["a"]}
+    # One event each, carrying the metadata as it is after the change.
+    events, _ = coord.read_events(wait=5.0)
+    mine = [e for e in events if e.type == "metadata_set"]
+    assert [e.position for e in mine] == [md.seq, mf.seq]
+    assert mine[1].payload == {
+        "id": f.node.id, "path": "/d/f", "metadata": {"tags": ["a"]}, "version": 2, "v": 1,
+    }
+    assert mine[1].change == MetadataSet(
+        id=f.node.id, path="/d/f", metadata={"tags": ["a"]}, version=2
+    )
+    # In a group, as a command.
+    results = coord.apply(ns, [SetMetadata("/d", {}), Rename("/d", "e")])
+    assert [r.node.metadata for r in results] == [{}, {}]
+    with coord.transaction(ns) as group:
+        group.set_metadata("/e/f", {"n": 1})
+        group.set_metadata("/e", {"n": 2})
+    assert coord.stat(ns, "/e").metadata == {"n": 2} and d.node.id == coord.stat(ns, "/e").id

@@ -16,6 +16,7 @@ from coordinator.events import (
     Created,
     Deleted,
     DomainEvent,
+    MetadataSet,
     Moved,
     NamespaceCreated,
     NamespaceDropped,
@@ -41,6 +42,7 @@ SAMPLES: list[DomainEvent] = [
     Moved(id=A, kind="dir", old_parent_id=ROOT, old_name="a", old_path="/a",
           parent_id=ROOT, name="b", path="/b", version=2),
     Deleted(id=A, kind="dir", path="/b", recursive=True, count=2, version=2),
+    MetadataSet(id=A, path="/a", metadata={"owner": "ü", "n": [1]}, version=3),
 ]
 
 

@@ -94,6 +94,26 @@ def test_wait_indexed(coord: Coordinator, es: Elasticsearch, alias: str, databas
         assert doc["path"] == "/g" and doc["seq"] >= moved
 
 
+def test_set_metadata_reaches_the_document(
+    coord: Coordinator, es: Elasticsearch, alias: str, database_url: str, es_url: str
+) -> None:
+    coord.create_namespace("m")
+    d = coord.mkdir("m", "/d")
+    coord.create_file("m", "/d/f", "body", {"lang": "en"})
+    consumer = consumer_for(alias)
+    with running_worker(database_url, es_url, alias):
+        on_dir = coord.set_metadata("m", "/d", {"owner": "bill"})
+        on_file = coord.set_metadata("m", "/d/f", {"tags": ["a", "b"]})
+        assert on_file.seq is not None
+        assert coord.wait_indexed(on_file.seq, 30, consumer=consumer)
+        docs = index_docs(es, alias, "m")
+        assert docs[d.node.id]["metadata"] == {"owner": "bill"}
+        assert docs[d.node.id]["seq"] >= (on_dir.seq or 0)
+        assert docs[on_file.node.id]["metadata"] == {"tags": ["a", "b"]}
+        assert docs[on_file.node.id]["content"] == "body"  # untouched
+        assert_index_matches(coord, es, alias)
+
+
 def test_worker_reports_the_writer_its_reader_waits_for(
     coord: Coordinator, database_url: str, es_url: str, alias: str,
     caplog: pytest.LogCaptureFixture,

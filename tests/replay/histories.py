@@ -26,6 +26,7 @@ from coordinator.events import (
     Created,
     Deleted,
     DomainEvent,
+    MetadataSet,
     Moved,
     NamespaceCreated,
     NamespaceDropped,
@@ -167,6 +168,12 @@ def build(steps: list[tuple[int, int, int, int]], namespaces: list[str],
             for n in gone:
                 for d in (m.parent, m.name, m.kind, m.version):
                     d.pop(n)
+        elif op == 6 and nodes:  # replace the metadata of a file or a directory
+            node = nodes[b % len(nodes)]
+            m.version[node] += 1
+            tx.append(wire(ns, MetadataSet(
+                id=node, path="(stale on purpose)", metadata={"m": c % 3} if c % 5 else {},
+                version=m.version[node])))
         elif op == 5 and c % 4 == 0:  # drop the namespace and create it again
             tx.append(wire(ns, NamespaceDropped(root_id=m.root, count=len(m.parent))))
             emit(tx)

@@ -64,7 +64,7 @@ def next_block(engine: Engine) -> int:
     return int(last) // POSITION_BLOCK + 1
 
 
-step = st.tuples(st.integers(0, 5), st.integers(0, 50), st.integers(0, 50),
+step = st.tuples(st.integers(0, 6), st.integers(0, 50), st.integers(0, 50),
                  st.integers(0, 50))
 
 
