@@ -103,7 +103,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import Connection, Engine, text
 
@@ -249,6 +249,20 @@ class EventAppender:
                 },
             ).scalar_one()
         )
+
+
+class EventPosition(Protocol):
+    """Where a change's event is in the log: None until its transaction took its block."""
+
+    @property
+    def position(self) -> int | None: ...
+
+
+@dataclass(frozen=True)
+class Committed:
+    """The position of an event already committed (e.g. read from an HTTP answer)."""
+
+    position: int
 
 
 @dataclass(frozen=True, eq=False)

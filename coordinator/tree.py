@@ -57,7 +57,7 @@ from .errors import (
     NotADirectory,
     NotFound,
 )
-from .eventlog import EventAppender, EventRef
+from .eventlog import EventAppender, EventPosition
 from .events import Created, Deleted, MetadataSet, Moved, Written
 from .subtree import subtree_cte
 
@@ -92,14 +92,12 @@ class MutationResult:
     existing directory)."""
 
     node: Node
-    event: EventRef | int | None
+    event: EventPosition | None
 
     @property
     def seq(self) -> int | None:
         """Known once the transaction took its block: after commit (inside a group, None)."""
-        if isinstance(self.event, EventRef):
-            return self.event.position
-        return self.event
+        return None if self.event is None else self.event.position
 
 
 NODE_COLUMNS = "id, parent_id, name, kind, version, content, metadata, created_at, updated_at"

@@ -37,7 +37,7 @@ from coordinator.commands import (
     SetMetadata,
     WriteFile,
 )
-from coordinator.eventlog import Event
+from coordinator.eventlog import Committed, Event
 from coordinator.tree import MutationResult, Node
 from pathkeeper.http.cursors import encode_name_cursor
 
@@ -99,7 +99,8 @@ def node_of(data: dict[str, Any]) -> Node:
 
 
 def result_of(data: dict[str, Any]) -> MutationResult:
-    return MutationResult(node_of(data["node"]), data.get("seq"))
+    seq = data.get("seq")
+    return MutationResult(node_of(data["node"]), None if seq is None else Committed(seq))
 
 
 def error_of(response: httpx.Response) -> ce.CoordinatorError:
