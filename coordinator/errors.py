@@ -82,6 +82,12 @@ class Conflict(CoordinatorError):
     code = "conflict"
 
 
+class IdempotencyKeyReused(Conflict):
+    """This Idempotency-Key was used for a different request."""
+
+    code = "idempotency_key_reused"
+
+
 class TooLarge(CoordinatorError):
     """The request exceeds a configured limit (group size, events per transaction)."""
 

@@ -76,7 +76,6 @@ ERRORS = _error_classes()
 ERRORS.update({
     "overloaded": ce.Unavailable,
     "index_lagging": ce.Unavailable,
-    "idempotency_key_reused": ce.Conflict,
     "invalid_cursor": InvalidRequest,
     "method_not_allowed": InvalidRequest,
     "http_error": ce.CoordinatorError,

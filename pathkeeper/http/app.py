@@ -36,6 +36,7 @@ from coordinator.commands import (
 )
 from coordinator.db import is_retryable, translate
 from coordinator.errors import CoordinatorError, InvalidName, NotADirectory, Unavailable
+from coordinator.idempotency import purge
 from coordinator.importer import iter_lines
 from coordinator.indexing import consumer_for
 from coordinator.tree import MutationResult
@@ -45,7 +46,7 @@ from pathkeeper.http.auth import NO_AUTH, Authenticator, Principal
 from pathkeeper.http.cursors import InvalidCursor, decode_name_cursor, encode_name_cursor
 from pathkeeper.http.errors import BatchError, ServiceError
 from pathkeeper.http.feed import NotifyHub, follow, parse_after
-from pathkeeper.http.idempotency import purge, request_hash, run_idempotent
+from pathkeeper.http.idempotency import request_hash, run_idempotent
 from pathkeeper.http.limits import LimitsMiddleware, check_path
 from pathkeeper.http.schemas import (
     BatchIn,

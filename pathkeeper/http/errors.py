@@ -22,6 +22,8 @@ STATUS: list[tuple[type[ce.CoordinatorError], int]] = [
     (ce.NotFound, 404),
     (ce.AlreadyExists, 409),
     (ce.DirectoryNotEmpty, 409),
+    # The request is not the one the key was first used for: the caller's mistake.
+    (ce.IdempotencyKeyReused, 422),
     (ce.Conflict, 409),
     # The tree's current state does not allow the operation, like AlreadyExists.
     (ce.NotADirectory, 409),
