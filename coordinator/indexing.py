@@ -10,6 +10,7 @@ the same transaction: a waiter is woken at once and polls only as a fallback.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, text
 
@@ -59,3 +60,37 @@ def wait_indexed(
                     pass
         finally:
             conn.exec_driver_sql("UNLISTEN *")
+
+
+@dataclass(frozen=True)
+class IndexerLag:
+    """How far ``consumer`` is behind the event log; ``checkpoint`` None: it never ran
+    (and the lag is unknown)."""
+
+    checkpoint: int | None
+    events: int | None
+    seconds: float | None
+
+
+def indexer_lag(engine: Engine, consumer: str = DEFAULT_CONSUMER) -> IndexerLag:
+    """The lag of ``consumer`` (events counted up to a million), for readiness probes.
+    Driver errors are raised as they are: a probe reports them, it does not retry."""
+    with engine.connect() as conn:
+        conn.execute(text("SELECT 1"))
+        lag = conn.execute(
+            text(
+                """
+                WITH cp AS (SELECT min(position) AS p FROM checkpoints
+                            WHERE consumer = :c)
+                SELECT (SELECT p FROM cp) AS checkpoint,
+                       (SELECT count(*) FROM (SELECT 1 FROM events, cp
+                         WHERE events.position > cp.p LIMIT 1000000) s) AS behind,
+                       (SELECT extract(epoch FROM now() - min(committed_at))
+                          FROM events, cp WHERE events.position > cp.p) AS seconds
+                """
+            ),
+            {"c": consumer},
+        ).one()
+    if lag.checkpoint is None:
+        return IndexerLag(None, None, None)
+    return IndexerLag(int(lag.checkpoint), int(lag.behind), float(lag.seconds or 0.0))

@@ -20,7 +20,6 @@ import anyio.to_thread
 from fastapi import Depends, FastAPI, Header, Path, Query, Request
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy import event, text
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from coordinator import paths
@@ -34,11 +33,11 @@ from coordinator.commands import (
     Rename,
     WriteFile,
 )
-from coordinator.db import is_retryable, translate
+from coordinator.db import is_retryable, set_statement_timeout, translate
 from coordinator.errors import CoordinatorError, InvalidName, NotADirectory, Unavailable
 from coordinator.idempotency import purge
 from coordinator.importer import iter_lines
-from coordinator.indexing import consumer_for
+from coordinator.indexing import consumer_for, indexer_lag
 from coordinator.tree import MutationResult
 from coordinator.unit_of_work import UnitOfWork
 from pathkeeper.http import errors as service_errors
@@ -141,17 +140,6 @@ def parse_if_match(header: str | None, body_version: int | None) -> int | None:
     return version
 
 
-def _install_statement_timeout(coord: Coordinator, seconds: float) -> None:
-    ms = max(1, int(seconds * 1000))
-
-    @event.listens_for(coord.engine, "connect")
-    def _set_timeout(dbapi_conn: Any, _record: Any) -> None:
-        # SET is transactional: commit it, or the pool's reset would undo it.
-        with dbapi_conn.cursor() as cur:
-            cur.execute(f"SET statement_timeout = {ms}")
-        dbapi_conn.commit()
-
-
 def create_app(
     settings: ServiceSettings, coordinator: Coordinator | None = None
 ) -> FastAPI:
@@ -167,7 +155,7 @@ def create_app(
         **settings.coordinator_options,
     )
     if owned:
-        _install_statement_timeout(coord, settings.statement_timeout_seconds)
+        set_statement_timeout(coord.engine, settings.statement_timeout_seconds)
     consumer = settings.indexer_consumer or consumer_for(settings.index_alias)
     authenticator = Authenticator(coord.engine, settings.auth_cache_seconds)
     hub = NotifyHub(settings.database_url)
@@ -279,22 +267,7 @@ def create_app(
     def readyz() -> JSONResponse:
         """Readiness: PostgreSQL answers; reports the indexer's lag (does not fail on it)."""
         try:
-            with coord.engine.connect() as conn:
-                conn.execute(text("SELECT 1"))
-                lag = conn.execute(
-                    text(
-                        """
-                        WITH cp AS (SELECT min(position) AS p FROM checkpoints
-                                    WHERE consumer = :c)
-                        SELECT (SELECT p FROM cp) AS checkpoint,
-                               (SELECT count(*) FROM (SELECT 1 FROM events, cp
-                                 WHERE events.position > cp.p LIMIT 1000000) s) AS behind,
-                               (SELECT extract(epoch FROM now() - min(committed_at))
-                                  FROM events, cp WHERE events.position > cp.p) AS seconds
-                        """
-                    ),
-                    {"c": consumer},
-                ).one()
+            lag = indexer_lag(coord.engine, consumer)
         except (SQLAlchemyError, CoordinatorError) as exc:
             out = ReadyOut(status="unavailable", postgres=False, detail=str(exc)[:500])
             return JSONResponse(out.model_dump(mode="json"), 503,
@@ -307,10 +280,8 @@ def create_app(
         out = ReadyOut(
             status="ok",
             postgres=True,
-            indexer_lag_events=None if lag.checkpoint is None else int(lag.behind),
-            indexer_lag_seconds=(
-                None if lag.checkpoint is None else float(lag.seconds or 0.0)
-            ),
+            indexer_lag_events=lag.events,
+            indexer_lag_seconds=lag.seconds,
         )
         return JSONResponse(out.model_dump(mode="json"), 200)
 
