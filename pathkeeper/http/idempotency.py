@@ -10,6 +10,8 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from fastapi.responses import JSONResponse
+
 from coordinator.api import Coordinator
 from coordinator.idempotency import Outcome, run_once
 from coordinator.unit_of_work import UnitOfWork
@@ -53,3 +55,9 @@ def run_idempotent(
     API key ``owner`` (two clients cannot collide or read each other's answers)."""
     stored_key = f"{owner}:{check_key(key)}" if key is not None else None
     return run_once(coord, ns, stored_key, digest, ttl_seconds, work, answer)
+
+
+def replayable_response(outcome: Outcome) -> JSONResponse:
+    """The answer; a replayed one says so (``Idempotent-Replayed: true``)."""
+    headers = {"Idempotent-Replayed": "true"} if outcome.replayed else None
+    return JSONResponse(outcome.body, outcome.status, headers=headers)
