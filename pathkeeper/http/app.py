@@ -22,9 +22,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from coordinator.api import Coordinator
 from coordinator.db import set_statement_timeout
 from coordinator.idempotency import purge
+from coordinator.listener import NotifyHub
 from pathkeeper.http import errors as service_errors
 from pathkeeper.http.auth import Authenticator
-from pathkeeper.http.feed import NotifyHub
 from pathkeeper.http.limits import LimitsMiddleware
 from pathkeeper.http.routes import ROUTERS
 from pathkeeper.http.schemas import ErrorOut

@@ -19,10 +19,10 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from coordinator import paths
 from coordinator.api import Coordinator
 from coordinator.indexing import consumer_for
+from coordinator.listener import NotifyHub
 from pathkeeper.http import errors as service_errors
 from pathkeeper.http.auth import NO_AUTH, Authenticator, Principal
 from pathkeeper.http.errors import ServiceError
-from pathkeeper.http.feed import NotifyHub
 from pathkeeper.http.limits import check_path
 from pathkeeper.http.search import Searcher
 from pathkeeper.http.settings import ServiceSettings
