@@ -27,7 +27,7 @@ import httpx
 from common import load_average, median, migrated_cluster, now_utc, percentile, table
 
 from coordinator import Coordinator
-from pathkeeper.http.auth import create_key
+from coordinator.api_keys import create_key
 
 
 def rss_mib(pid: int) -> float:

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import httpx
 
 from coordinator import Coordinator
+from coordinator.api_keys import create_key
 from coordinator.migrate import upgrade
-from pathkeeper.http.auth import create_key
 from pathkeeper.local.postgres import LocalPostgres
 
 NS = "bench"

@@ -143,15 +143,14 @@ class Coordinator(NamespaceCommands):
             raise translate(exc) from exc
 
     def apply(self, namespace: str, commands: Sequence[Command]) -> list[MutationResult]:
-        """Apply a list of commands atomically, retrying the whole list on deadlocks."""
+        """Apply a list of commands atomically, retrying the whole list on deadlocks; a
+        failing command's error carries its position in ``.index``."""
         if len(commands) > self.settings.max_group_ops:
             raise TooLarge(f"at most {self.settings.max_group_ops} operations per group")
 
-        def body(uow: UnitOfWork) -> list[MutationResult]:
-            group = GroupTx(uow.tree, self.settings.max_group_ops)
-            return [group.execute(command) for command in commands]
-
-        return self.run(namespace, body)
+        return self.run(
+            namespace, lambda uow: apply_group(uow, commands, self.settings.max_group_ops)
+        )
 
     # ---------------------------------------------------------- namespaces
 
@@ -303,6 +302,23 @@ class Coordinator(NamespaceCommands):
             return wait_indexed(self.engine, seq, timeout, consumer)
         except DBAPIError as exc:
             raise translate(exc) from exc
+
+
+def apply_group(
+    uow: UnitOfWork, commands: Sequence[Command], max_ops: int
+) -> list[MutationResult]:
+    """Run ``commands`` in order as one group in ``uow`` (``Coordinator.apply`` inside a
+    unit of work the caller runs, e.g. with an idempotency key). A failing command's
+    error is raised with its position in ``.index``."""
+    group = GroupTx(uow.tree, max_ops)
+    results = []
+    for index, command in enumerate(commands):
+        try:
+            results.append(group.execute(command))
+        except CoordinatorError as exc:
+            exc.index = index
+            raise
+    return results
 
 
 class GroupTx(GroupCommands):

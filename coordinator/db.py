@@ -9,8 +9,9 @@ as a unique violation that means "run again", compares ``sqlstate`` with these n
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 
@@ -101,6 +102,19 @@ def connect_engine(database_url: str, s: Settings) -> Engine:
             "application_name": "pathkeeper",
         },
     )
+
+
+def set_statement_timeout(engine: Engine, seconds: float) -> None:
+    """Every new connection of ``engine`` cancels a statement after ``seconds`` (an
+    answering service bounds its requests; the worker and CLI commands do not)."""
+    ms = max(1, int(seconds * 1000))
+
+    @event.listens_for(engine, "connect")
+    def _set_timeout(dbapi_conn: Any, _record: Any) -> None:
+        # SET is transactional: commit it, or the pool's reset would undo it.
+        with dbapi_conn.cursor() as cur:
+            cur.execute(f"SET statement_timeout = {ms}")
+        dbapi_conn.commit()
 
 
 def sqlstate(exc: BaseException) -> str:

@@ -9,6 +9,9 @@ class CoordinatorError(Exception):
     code = "error"
     #: For a refused import: (line number, what is wrong) of the first bad lines.
     lines: tuple[tuple[int, str], ...] = ()
+    #: For a failed group of commands (``Coordinator.apply``, an HTTP batch): the
+    #: position of the command that failed; nothing of the group applied.
+    index: int | None = None
 
     def __init__(self, message: str | None = None) -> None:
         super().__init__(message or (self.__doc__ or "").strip())
@@ -80,6 +83,12 @@ class Conflict(CoordinatorError):
     """The node changed concurrently (version mismatch) or a lock wait timed out."""
 
     code = "conflict"
+
+
+class IdempotencyKeyReused(Conflict):
+    """This Idempotency-Key was used for a different request."""
+
+    code = "idempotency_key_reused"
 
 
 class TooLarge(CoordinatorError):

@@ -151,3 +151,11 @@ def lag(conn: Connection, consumer: str = DEFAULT_CONSUMER) -> Lag | None:
         events=sum(p.events for p in parts),
         seconds=max(p.seconds for p in parts),
     )
+
+
+def probe_lag(engine: Engine, consumer: str = DEFAULT_CONSUMER) -> Lag | None:
+    """For readiness probes: ``consumer``'s lag (None if it never ran), read on a new
+    connection. Driver errors are raised as they are: a probe reports them, it does not
+    retry."""
+    with engine.connect() as conn:
+        return lag(conn, consumer)

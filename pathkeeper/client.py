@@ -20,26 +20,17 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import Any, assert_never
+from typing import Any
 from urllib.parse import quote
 
 import httpx
 
 from coordinator import errors as ce
-from coordinator.commands import (
-    Command,
-    CreateFile,
-    Delete,
-    Mkdir,
-    Move,
-    NamespaceCommands,
-    Rename,
-    SetMetadata,
-    WriteFile,
-)
+from coordinator.commands import Command, NamespaceCommands
 from coordinator.eventlog import Committed, Event
 from coordinator.tree import MutationResult, Node
 from pathkeeper.http.cursors import encode_name_cursor
+from pathkeeper.http.operations import NAMESPACE_URL, NODE_BY_ID, NODE_BY_PATH, REF, ROUTE_OF
 
 
 class Unauthorized(ce.CoordinatorError):
@@ -77,7 +68,6 @@ ERRORS = _error_classes()
 ERRORS.update({
     "overloaded": ce.Unavailable,
     "index_lagging": ce.Unavailable,
-    "idempotency_key_reused": ce.Conflict,
     "invalid_cursor": InvalidRequest,
     "method_not_allowed": InvalidRequest,
     "http_error": ce.CoordinatorError,
@@ -119,7 +109,7 @@ def error_of(response: httpx.Response) -> ce.CoordinatorError:
     exc = cls(message)
     exc.lines = lines
     exc.status = response.status_code  # type: ignore[attr-defined]
-    exc.index = index  # type: ignore[attr-defined]
+    exc.index = index
     return exc
 
 
@@ -192,13 +182,14 @@ class Client(NamespaceCommands):
 
     @staticmethod
     def _ns(ns: str) -> str:
-        return f"/v1/namespaces/{_segment(ns, 'namespace')}"
+        return NAMESPACE_URL.format(ns=_segment(ns, "namespace"))
 
     def _node(self, ns: str, ref: str, suffix: str = "") -> tuple[str, dict[str, Any]]:
         """URL and params for a node named by path (starts with '/') or by id."""
         if ref.startswith("/"):
-            return f"{self._ns(ns)}/node{suffix}", {"path": ref}
-        return f"{self._ns(ns)}/nodes/{_segment(ref, 'node id')}{suffix}", {}
+            return f"{self._ns(ns)}{NODE_BY_PATH}{suffix}", {"path": ref}
+        node = NODE_BY_ID.format(node_id=_segment(ref, "node id"))
+        return f"{self._ns(ns)}{node}{suffix}", {}
 
     # ----------------------------------------------------------- namespaces
 
@@ -214,29 +205,19 @@ class Client(NamespaceCommands):
     # ------------------------------------------------------------ mutations
 
     def execute(self, ns: str, command: Command) -> MutationResult:
-        """One command over its own endpoint (by path or by id, as ``ref`` says)."""
-        params: dict[str, Any]
-        body: dict[str, Any] | None
-        match command:
-            case Mkdir() | CreateFile():
-                url, params = f"{self._ns(ns)}/{_CREATE_ROUTES[command.op]}", {}
-                method, body = "POST", _fields(command)
-            case WriteFile():
-                url, params = self._node(ns, command.ref, "/content")
-                method, body = "PUT", _fields(command, "ref")
-            case SetMetadata():
-                url, params = self._node(ns, command.ref, "/metadata")
-                method, body = "PUT", _fields(command, "ref")
-            case Move() | Rename():
-                url, params = self._node(ns, command.ref, f"/{command.op}")
-                method, body = "POST", _fields(command, "ref")
-            case Delete():
-                url, params = self._node(ns, command.ref)
-                params.update(recursive=command.recursive, if_version=command.if_version)
-                method, body = "DELETE", None
-            case _:
-                assert_never(command)
-        return result_of(self.request(method, url, params=params, mutation=True, json=body))
+        """One command over its own route (``pathkeeper.http.operations``), the node
+        named by path or by id as ``ref`` says."""
+        route = ROUTE_OF[type(command)]
+        values = {name: getattr(command, name) for name in route.fields}
+        if route.by_node:
+            url, params = self._node(ns, values[REF], route.suffix)
+        else:
+            url, params = f"{self._ns(ns)}{route.suffix}", {}
+        params.update((name, values[name]) for name in route.query)
+        body = {name: values[name] for name in route.body} or None
+        return result_of(
+            self.request(route.method, url, params=params, mutation=True, json=body)
+        )
 
     def import_nodes(self, ns: str, source: Iterable[bytes | str]) -> dict[str, Any]:
         """``Coordinator.import_nodes`` over HTTP: the lines are streamed as the request
@@ -358,18 +339,6 @@ def _segment(value: str, what: str) -> str:
     if not isinstance(value, str) or value in ("", ".", "..") or "/" in value:
         raise InvalidRequest(f"{what} {value!r} is not valid (it cannot be a URL segment)")
     return quote(value, safe="")
-
-
-_CREATE_ROUTES = {"mkdir": "dirs", "create_file": "files"}
-
-
-def _fields(command: Command, *path_fields: str) -> dict[str, Any]:
-    """The request body of a command: its fields but the discriminator and those the
-    URL carries."""
-    body = dataclasses.asdict(command)
-    for name in ("op", *path_fields):
-        body.pop(name)
-    return body
 
 
 __all__ = ["Client", "Forbidden", "InvalidRequest", "Unauthorized", "error_of"]

@@ -90,8 +90,8 @@ def start_api(stack: ExitStack, database_url: str, es_url: str) -> tuple[str, st
     """Serve the HTTP API on loopback; returns its URL and an admin key's secret."""
     import uvicorn
 
+    from coordinator.api_keys import create_key
     from pathkeeper.http.app import create_app
-    from pathkeeper.http.auth import create_key
     from pathkeeper.http.settings import ServiceSettings
 
     with Coordinator.connect(database_url) as coord:

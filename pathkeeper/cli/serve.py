@@ -102,7 +102,7 @@ def keys() -> None:
 def keys_create(database_url: str, namespaces: tuple[str, ...], scope: str, label: str) -> None:
     """Create a key and print its secret (shown once; only a hash is stored)."""
     from coordinator.api import Coordinator
-    from pathkeeper.http.auth import create_key
+    from coordinator.api_keys import create_key
 
     with Coordinator.connect(database_url) as coord:
         try:
@@ -120,7 +120,7 @@ def keys_create(database_url: str, namespaces: tuple[str, ...], scope: str, labe
 def keys_revoke(database_url: str, key_id: str) -> None:
     """Revoke a key by id (takes effect within the server's auth cache time)."""
     from coordinator.api import Coordinator
-    from pathkeeper.http.auth import revoke_key
+    from coordinator.api_keys import revoke_key
 
     with Coordinator.connect(database_url) as coord:
         if not revoke_key(coord.engine, key_id):
@@ -134,7 +134,7 @@ def keys_revoke(database_url: str, key_id: str) -> None:
 def keys_list(database_url: str) -> None:
     """List keys (never their secrets)."""
     from coordinator.api import Coordinator
-    from pathkeeper.http.auth import list_keys
+    from coordinator.api_keys import list_keys
 
     with Coordinator.connect(database_url) as coord:
         for k in list_keys(coord.engine):

@@ -22,6 +22,8 @@ STATUS: list[tuple[type[ce.CoordinatorError], int]] = [
     (ce.NotFound, 404),
     (ce.AlreadyExists, 409),
     (ce.DirectoryNotEmpty, 409),
+    # The request is not the one the key was first used for: the caller's mistake.
+    (ce.IdempotencyKeyReused, 422),
     (ce.Conflict, 409),
     # The tree's current state does not allow the operation, like AlreadyExists.
     (ce.NotADirectory, 409),
@@ -46,15 +48,6 @@ class ServiceError(Exception):
         self.code = code
         self.message = message
         self.headers = headers or {}
-
-
-class BatchError(Exception):
-    """Operation ``index`` of a batch failed with ``error``; nothing of the batch applied."""
-
-    def __init__(self, index: int, error: ce.CoordinatorError) -> None:
-        super().__init__(str(error))
-        self.index = index
-        self.error = error
 
 
 def unauthorized(message: str = "missing or invalid API key") -> ServiceError:
@@ -86,6 +79,8 @@ def coordinator_response(
 ) -> JSONResponse:
     status = status_of(exc)
     headers = {"Retry-After": str(retry_after)} if status in (429, 503) else None
+    if exc.index is not None:  # the failing operation of a batch
+        extra = {**extra, "index": exc.index}
     if exc.lines:  # a refused import: its bad lines, by number
         extra = {**extra, "lines": [{"line": n, "message": m} for n, m in exc.lines]}
     return JSONResponse(body(exc.code, str(exc), **extra), status, headers=headers)
@@ -97,10 +92,6 @@ def install(app: Any, retry_after: int) -> None:
     async def on_coordinator(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ce.CoordinatorError)
         return coordinator_response(exc, retry_after)
-
-    async def on_batch(_: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, BatchError)
-        return coordinator_response(exc.error, retry_after, index=exc.index)
 
     async def on_service(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ServiceError)
@@ -137,7 +128,6 @@ def install(app: Any, retry_after: int) -> None:
 
     app.add_exception_handler(ce.CoordinatorError, on_coordinator)
     app.add_exception_handler(Exception, on_unexpected)
-    app.add_exception_handler(BatchError, on_batch)
     app.add_exception_handler(ServiceError, on_service)
     app.add_exception_handler(PoolTimeout, on_pool_timeout)
     app.add_exception_handler(RequestValidationError, on_validation)

@@ -1,82 +1,20 @@
 """The change feed: a long poll over the coordinator's gap-safe event reader.
 
-One background thread per app LISTENs on the coordinator's NOTIFY channel and
-bumps a generation counter; a waiting request re-reads when the counter moves,
-and at least every ``POLL_FALLBACK`` seconds anyway (a NOTIFY can be missed while
-the listener reconnects, or writers may run with ``notify=False``).
+The app's ``NotifyHub`` (``coordinator.listener``) wakes a waiting request when events
+are appended; it re-reads at least every ``POLL_FALLBACK`` seconds anyway (a NOTIFY
+can be missed while the listener reconnects, or writers may run with ``notify=False``).
 """
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
 
-import psycopg
-
 from coordinator.api import Coordinator
-from coordinator.db import libpq_url
-from coordinator.eventlog import NOTIFY_CHANNEL
+from coordinator.listener import NotifyHub
 from pathkeeper.http.schemas import EventOut, EventsOut
 from pathkeeper.http.search import invalid_cursor
 
-log = logging.getLogger("pathkeeper.service.feed")
-
 POLL_FALLBACK = 1.0
-
-
-class NotifyHub:
-    """Wakes waiters when any transaction appends events."""
-
-    def __init__(self, database_url: str) -> None:
-        self._url = libpq_url(database_url)
-        self._cond = threading.Condition()
-        self._generation = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._conn: psycopg.Connection[object] | None = None
-
-    @property
-    def generation(self) -> int:
-        with self._cond:
-            return self._generation
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="pathkeeper-feed", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def wait(self, seen: int, timeout: float) -> None:
-        """Return when the generation differs from ``seen`` or after ``timeout``."""
-        with self._cond:
-            self._cond.wait_for(lambda: self._generation != seen, timeout=max(0.0, timeout))
-
-    def _bump(self) -> None:
-        with self._cond:
-            self._generation += 1
-            self._cond.notify_all()
-
-    def _run(self) -> None:
-        delay = 0.1
-        while not self._stop.is_set():
-            try:
-                with psycopg.connect(self._url, autocommit=True, connect_timeout=5) as conn:
-                    conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-                    delay = 0.1
-                    self._bump()  # we may have missed some while (re)connecting
-                    while not self._stop.is_set():
-                        for _ in conn.notifies(timeout=0.5, stop_after=1):
-                            self._bump()
-            except psycopg.Error as exc:
-                if self._stop.is_set():
-                    return
-                log.warning("change feed listener lost its connection: %s", exc)
-                self._stop.wait(delay)
-                delay = min(delay * 2, 5.0)
 
 
 def parse_after(after: str | None) -> int | None:

@@ -1,22 +1,6 @@
-"""Idempotency keys: a retried mutation returns the original answer instead of applying twice.
-
-The row ``(namespace, key)`` is inserted FIRST in the mutation's own transaction
-and filled with the answer at its end, so it commits or rolls back with the change:
-
-* a retry after completion finds the committed row and replays its answer;
-* a duplicate sent while the first is still running blocks on the uncommitted
-  unique-key entry (bounded by ``lock_timeout``, then 409 ``conflict``); when the
-  first commits, the duplicate's ``INSERT ... ON CONFLICT`` sees the row, and it
-  replays the stored answer, so the change applies once; when the first rolls
-  back (it failed), the duplicate proceeds and runs the request itself;
-* a failed request stores nothing (its transaction rolled back): retrying it runs
-  it again, which is safe because it changed nothing;
-* the same key with a different request (method, path, query, If-Match, body) is
-  refused with 422 ``idempotency_key_reused``.
-
-Keys are scoped by API key (two clients cannot collide or read each other's
-answers) and expire after ``ttl`` seconds: an expired row is taken over by the
-next request with that key, and ``purge`` deletes expired rows.
+"""Idempotency-Key over HTTP: what makes two requests the same request, which keys are
+acceptable, and whose they are. The semantics (claim first, answer stored in the
+change's own transaction, replay, expiry) are ``coordinator.idempotency``'s.
 """
 
 from __future__ import annotations
@@ -24,43 +8,18 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, text
+from fastapi.responses import JSONResponse
 
 from coordinator.api import Coordinator
-from coordinator.tree import Retry
+from coordinator.idempotency import Outcome, run_once
 from coordinator.unit_of_work import UnitOfWork
 from pathkeeper.http.errors import ServiceError
 
 MAX_KEY_LENGTH = 200
 
-CLAIM_SQL = text(
-    """
-    INSERT INTO idempotency_keys (namespace, key, request_hash, status, response, expires_at)
-    VALUES (:ns, :key, :hash, 0, '{}'::jsonb, now() + make_interval(secs => :ttl))
-    ON CONFLICT (namespace, key) DO UPDATE
-        SET request_hash = EXCLUDED.request_hash, status = 0, response = '{}'::jsonb,
-            created_at = now(), expires_at = EXCLUDED.expires_at
-        WHERE idempotency_keys.expires_at <= now()
-    RETURNING 1
-    """
-)
-
-STORE_SQL = text(
-    "UPDATE idempotency_keys SET status = :status, "
-    "response = CAST(:response AS jsonb) WHERE namespace = :ns AND key = :key"
-)
-
 R = TypeVar("R")
-
-
-@dataclass(frozen=True)
-class Outcome:
-    status: int
-    body: dict[str, Any]
-    replayed: bool
 
 
 def request_hash(method: str, path: str, query: Mapping[str, str], if_match: str | None,
@@ -92,68 +51,13 @@ def run_idempotent(
     work: Callable[[UnitOfWork], R],
     answer: Callable[[R], tuple[int, dict[str, Any]]],
 ) -> Outcome:
-    """Run ``work`` in one transaction on ``ns`` and answer ``answer(result)`` (status,
-    JSON body); with a key, record that answer in the same transaction, or replay the
-    answer recorded by an earlier request with the key.
-
-    The answer is made and stored by a hook of the unit of work, which runs once the
-    change's events have their positions, so it carries ``seq``."""
+    """``coordinator.idempotency.run_once`` with the request's key, checked and scoped by
+    API key ``owner`` (two clients cannot collide or read each other's answers)."""
     stored_key = f"{owner}:{check_key(key)}" if key is not None else None
-
-    def body(uow: UnitOfWork) -> list[Outcome]:
-        if stored_key is not None:
-            params = {"ns": ns, "key": stored_key, "hash": digest, "ttl": ttl_seconds}
-            if uow.conn.execute(CLAIM_SQL, params).first() is None:
-                return [_replay(uow, ns, stored_key, digest)]
-        result = work(uow)
-        made: list[Outcome] = []
-
-        def record() -> None:
-            status, payload = answer(result)
-            if stored_key is not None:
-                uow.conn.execute(STORE_SQL, {
-                    "ns": ns, "key": stored_key, "status": status,
-                    "response": json.dumps(payload, ensure_ascii=False),
-                })
-            made.append(Outcome(status, payload, False))
-
-        uow.after_events(record)
-        return made
-
-    return coord.run(ns, body)[0]
+    return run_once(coord, ns, stored_key, digest, ttl_seconds, work, answer)
 
 
-def _replay(uow: UnitOfWork, ns: str, stored_key: str, digest: str) -> Outcome:
-    # READ COMMITTED: this new statement sees the row the conflicting writer committed.
-    row = uow.conn.execute(
-        text(
-            "SELECT request_hash, status, response FROM idempotency_keys "
-            "WHERE namespace = :ns AND key = :key"
-        ),
-        {"ns": ns, "key": stored_key},
-    ).one_or_none()
-    if row is None:  # purged between the two statements: start over
-        raise Retry()
-    if row.request_hash != digest:
-        raise ServiceError(
-            422, "idempotency_key_reused",
-            "this Idempotency-Key was used for a different request",
-        )
-    return Outcome(int(row.status), dict(row.response), True)
-
-
-def purge(engine: Engine, batch: int = 10_000) -> int:
-    """Delete expired rows; returns how many."""
-    total = 0
-    while True:
-        with engine.begin() as conn:
-            n = conn.execute(
-                text(
-                    "DELETE FROM idempotency_keys WHERE ctid = ANY(ARRAY("
-                    "SELECT ctid FROM idempotency_keys WHERE expires_at <= now() LIMIT :n))"
-                ),
-                {"n": batch},
-            ).rowcount
-        total += n
-        if n < batch:
-            return total
+def replayable_response(outcome: Outcome) -> JSONResponse:
+    """The answer; a replayed one says so (``Idempotent-Replayed: true``)."""
+    headers = {"Idempotent-Replayed": "true"} if outcome.replayed else None
+    return JSONResponse(outcome.body, outcome.status, headers=headers)

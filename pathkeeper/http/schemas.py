@@ -2,25 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import operator
+from collections.abc import Iterable
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from coordinator import paths
+from coordinator.commands import COMMANDS, Command
 from coordinator.eventlog import Event
 from coordinator.tree import MutationResult, Node
+from pathkeeper.http.operations import COMMAND_ROUTES, CommandRoute
 
-# Lengths in characters; the coordinator enforces the byte limits and answers 422.
-PathStr = Annotated[str, Field(min_length=1, max_length=paths.MAX_PATH_BYTES)]
-NameStr = Annotated[str, Field(min_length=1, max_length=paths.MAX_NAME_BYTES)]
-#: A node reference: a path if it starts with "/", else a node id.
-RefStr = Annotated[str, Field(min_length=1, max_length=paths.MAX_PATH_BYTES)]
 NAMESPACE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 NamespaceStr = Annotated[
     str, Field(min_length=1, max_length=paths.NAMESPACE_MAX, pattern=NAMESPACE_PATTERN)
 ]
-Version = Annotated[int, Field(ge=1, le=2**62)]
 
 
 class Strict(BaseModel):
@@ -105,86 +105,81 @@ class NamespacesOut(BaseModel):
     namespaces: list[str]
 
 
-class MkdirIn(Strict):
-    path: PathStr
-    parents: bool = False
+# ------------------------------------------------------------------ commands
+#
+# The request bodies of the command routes and the batch items are derived from the
+# command dataclasses (``coordinator.commands``): their fields, types, defaults and
+# ``annotated_types`` limits, with unknown fields refused. A body has the fields the
+# URL does not carry (``operations.CommandRoute.body``); a batch item has them all
+# plus the ``op`` that names its command.
+
+#: What the OpenAPI document says of a field beyond its name and limits.
+_FIELD_DOCS = {"dst": "the full destination path"}
 
 
-class CreateFileIn(Strict):
-    path: PathStr
-    content: str = ""
-    metadata: dict[str, Any] | None = None
+def command_fields(command: type[Command], names: Iterable[str]
+                   ) -> dict[str, tuple[Any, Any]]:
+    """Some of a command's fields: name -> (type, default), ``...`` when required."""
+    hints = get_type_hints(command, include_extras=True)
+    fields = {f.name: f for f in dataclasses.fields(command)}
+    specs: dict[str, tuple[Any, Any]] = {}
+    for name in names:
+        f = fields[name]
+        if f.default_factory is not dataclasses.MISSING:
+            raise TypeError(f"{command.__name__}.{name}: a default_factory is not derived")
+        specs[name] = (hints[name], ... if f.default is dataclasses.MISSING else f.default)
+    return specs
 
 
-class WriteIn(Strict):
-    content: str
-    metadata: dict[str, Any] | None = None
-    if_version: Version | None = None
+def _model(name: str, command: type[Command], names: Iterable[str], **extra: Any
+           ) -> type[BaseModel]:
+    specs: dict[str, Any] = {**extra}
+    for field, (hint, default) in command_fields(command, names).items():
+        specs[field] = (hint, Field(default, description=_FIELD_DOCS.get(field)))
+    return create_model(name, __base__=Strict, **specs)
 
 
-class MoveIn(Strict):
-    dst: PathStr = Field(description="the full destination path")
-    if_version: Version | None = None
+def _body_model(route: CommandRoute) -> type[BaseModel] | None:
+    if not route.body:
+        return None
+    return _model(f"{route.command.__name__}In", route.command, route.body)
 
 
-class RenameIn(Strict):
-    name: NameStr
-    if_version: Version | None = None
+#: The JSON body of each command's route (None: everything is in the URL).
+BODY_OF = {route.command: _body_model(route) for route in COMMAND_ROUTES}
 
 
-# ------------------------------------------------------------------ batch
+def _op(command: type[Command]) -> str:
+    return str(command.__dataclass_fields__["op"].default)
 
 
-class MkdirOp(Strict):
-    op: Literal["mkdir"]
-    path: PathStr
-    parents: bool = False
+def _item_model(route: CommandRoute) -> type[BaseModel]:
+    op_type: Any = Literal.__getitem__(_op(route.command))  # Literal["mkdir"], ...
+    return _model(f"{route.command.__name__}Op", route.command, route.fields,
+                  op=(op_type, ...))
 
 
-class CreateFileOp(Strict):
-    op: Literal["create_file"]
-    path: PathStr
-    content: str = ""
-    metadata: dict[str, Any] | None = None
-
-
-class WriteFileOp(Strict):
-    op: Literal["write_file"]
-    ref: RefStr
-    content: str
-    metadata: dict[str, Any] | None = None
-    if_version: Version | None = None
-
-
-class MoveOp(Strict):
-    op: Literal["move"]
-    ref: RefStr
-    dst: PathStr
-    if_version: Version | None = None
-
-
-class RenameOp(Strict):
-    op: Literal["rename"]
-    ref: RefStr
-    name: NameStr
-    if_version: Version | None = None
-
-
-class DeleteOp(Strict):
-    op: Literal["delete"]
-    ref: RefStr
-    recursive: bool = False
-    if_version: Version | None = None
-
-
-BatchOp = Annotated[
-    MkdirOp | CreateFileOp | WriteFileOp | MoveOp | RenameOp | DeleteOp,
-    Field(discriminator="op"),
-]
+_ITEMS = {route.command: _item_model(route) for route in COMMAND_ROUTES}
+_COMMAND_OF_OP = {_op(command): command for command in COMMANDS}
+if TYPE_CHECKING:
+    BatchOp = BaseModel
+else:
+    BatchOp = Annotated[
+        functools.reduce(operator.or_, (_ITEMS[c] for c in COMMANDS)),
+        Field(discriminator="op"),
+    ]
 
 
 class BatchIn(Strict):
     operations: list[BatchOp] = Field(min_length=1, max_length=1000)
+
+    def commands(self) -> list[Command]:
+        """The operations as coordinator commands, in order."""
+        out: list[Command] = []
+        for item in self.operations:
+            values = {name: getattr(item, name) for name in type(item).model_fields}
+            out.append(_COMMAND_OF_OP[values.pop("op")](**values))
+        return out
 
 
 class BatchOut(BaseModel):

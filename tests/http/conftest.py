@@ -19,8 +19,8 @@ with warnings.catch_warnings():
     from fastapi.testclient import TestClient
 
 from coordinator import Coordinator
+from coordinator.api_keys import create_key
 from pathkeeper.http.app import create_app
-from pathkeeper.http.auth import create_key
 from pathkeeper.http.settings import ServiceSettings
 
 

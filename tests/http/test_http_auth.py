@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from http_support import Keys, err, ok
 
 from coordinator import Coordinator
-from pathkeeper.http.auth import revoke_key
+from coordinator.api_keys import revoke_key
 
 
 def requests_on(ns: str, node_id: str) -> list[tuple[str, str, dict[str, Any]]]:
@@ -80,7 +80,7 @@ def test_unauthenticated_and_scopes(client: TestClient, keys: Keys, coord: Coord
         {"op": "mkdir", "path": "/x"}]}, headers=Keys.h(keys.a_read)), 403, "forbidden")
     err(client.delete("/v1/namespaces/a", headers=Keys.h(keys.a_write)), 403, "forbidden")
     # Revocation (this app's auth cache is off).
-    from pathkeeper.http.auth import list_keys
+    from coordinator.api_keys import list_keys
 
     a_read_id = next(k.id for k in list_keys(coord.engine) if k.namespaces == ["a"]
                      and k.scope == "read")

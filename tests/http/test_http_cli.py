@@ -6,8 +6,9 @@ from __future__ import annotations
 from click.testing import CliRunner
 
 from coordinator import Coordinator
+from coordinator.api_keys import hash_secret
 from pathkeeper.cli.main import main
-from pathkeeper.http.auth import Authenticator, hash_secret
+from pathkeeper.http.auth import Authenticator
 
 
 def test_keys_create_list_revoke(database_url: str, coord: Coordinator) -> None:

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from coordinator import Coordinator
+from coordinator.api_keys import create_key
 from pathkeeper.http.app import create_app
-from pathkeeper.http.auth import create_key
 from pathkeeper.http.settings import ServiceSettings
 from pathkeeper.local.postgres import LocalPostgres
 

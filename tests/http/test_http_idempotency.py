@@ -74,7 +74,7 @@ def test_keys_expire(make_client: Callable[..., TestClient], keys: Keys,
     # The expired row is not replayed: the request runs again.
     err(client.post(f"{A}/files", json={"path": "/f"}, headers=h), 409, "already_exists")
     ok(client.post(f"{A}/dirs", json={"path": "/d"}, headers=h), 201)  # and the key is reusable
-    from pathkeeper.http.idempotency import purge
+    from coordinator.idempotency import purge
 
     assert purge(coord.engine) == 1
     with coord.engine.connect() as conn:

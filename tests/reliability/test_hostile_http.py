@@ -35,10 +35,10 @@ from urllib.parse import quote
 import pytest
 
 from coordinator import Coordinator
+from coordinator.api_keys import create_key
 from coordinator.errors import CoordinatorError, NotFound
 from indexer.worker import Worker
 from pathkeeper.http.app import create_app
-from pathkeeper.http.auth import create_key
 from pathkeeper.http.errors import status_of
 from pathkeeper.http.settings import ServiceSettings
 

@@ -13,13 +13,13 @@ from elasticsearch import Elasticsearch
 from sqlalchemy import text
 
 from coordinator import Coordinator, CursorExpired
+from coordinator.api_keys import create_key
 from indexer import setfold
 from indexer.replay import ReplayError, current_bound, rebuild
 from indexer.retention import compact, list_snapshots, parse_duration, take_snapshot
 from indexer.verify import verify_log
 from pathkeeper.cli.main import main
 from pathkeeper.http.app import create_app
-from pathkeeper.http.auth import create_key
 from pathkeeper.http.settings import ServiceSettings
 
 from .conftest import diff_summary, expected_index, index_docs

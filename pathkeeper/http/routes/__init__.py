@@ -1,0 +1,27 @@
+"""The app's routes, one router per area; ``create_app`` includes ``ROUTERS``."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from pathkeeper.http.routes import (
+    batch,
+    commands,
+    events,
+    health,
+    importing,
+    namespaces,
+    nodes,
+    search,
+)
+
+ROUTERS: tuple[APIRouter, ...] = (
+    health.router,
+    namespaces.router,
+    nodes.router,
+    commands.router,
+    batch.router,
+    importing.router,
+    search.router,
+    events.router,
+)

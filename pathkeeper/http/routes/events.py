@@ -1,0 +1,33 @@
+"""The change feed: a namespace's events in commit order, long-polled."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+
+from coordinator import paths
+from pathkeeper.http.deps import MAX_PAGE, MAX_WAIT, READ, CoordDep, HubDep, NsParam, SettingsDep
+from pathkeeper.http.feed import follow, parse_after
+from pathkeeper.http.operations import NAMESPACE_URL
+from pathkeeper.http.schemas import EventsOut
+
+router = APIRouter(tags=["events"])
+
+
+@router.get(f"{NAMESPACE_URL}/events", response_model=EventsOut, dependencies=[Depends(READ)])
+def events(
+    ns: NsParam,
+    coord: CoordDep,
+    hub: HubDep,
+    settings: SettingsDep,
+    after: Annotated[str | None, Query(max_length=20, description="cursor")] = None,
+    wait: Annotated[float, Query(ge=0, le=MAX_WAIT)] = 0.0,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+) -> EventsOut:
+    """Events of the namespace in commit order after ``after``; with ``wait``, long-polls
+    up to that many seconds for the first one. Continue from the returned ``cursor``."""
+    wait = min(wait, settings.max_feed_wait_seconds)
+    limit = min(limit, settings.max_page)
+    paths.validate_namespace(ns)
+    return follow(coord, hub, ns, parse_after(after), limit, wait)

@@ -1,0 +1,42 @@
+"""Liveness and readiness probes (no API key needed)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
+
+from coordinator.errors import CoordinatorError
+from coordinator.indexing import probe_lag
+from pathkeeper.http.deps import ConsumerDep, CoordDep, SearcherDep, SettingsDep, public
+from pathkeeper.http.schemas import HealthOut, ReadyOut
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", response_model=HealthOut, dependencies=[Depends(public)])
+def healthz() -> HealthOut:
+    """Liveness: the process answers."""
+    return HealthOut(status="ok")
+
+
+@router.get("/readyz", response_model=ReadyOut, responses={503: {"model": ReadyOut}},
+            dependencies=[Depends(public)])
+def readyz(coord: CoordDep, settings: SettingsDep, searcher: SearcherDep,
+           consumer: ConsumerDep) -> JSONResponse:
+    """Readiness: PostgreSQL answers; reports the indexer's lag (does not fail on it)."""
+    retry = {"Retry-After": str(settings.retry_after_seconds)}
+    try:
+        lag = probe_lag(coord.engine, consumer)
+    except (SQLAlchemyError, CoordinatorError) as exc:
+        out = ReadyOut(status="unavailable", postgres=False, detail=str(exc)[:500])
+        return JSONResponse(out.model_dump(mode="json"), 503, headers=retry)
+    indexed = lag is not None and lag.checkpoint != 0  # past the start of the log
+    lost = searcher.index_lost() if searcher is not None and indexed else None
+    if lost is not None:
+        out = ReadyOut(status="unavailable", postgres=True, detail=lost)
+        return JSONResponse(out.model_dump(mode="json"), 503, headers=retry)
+    out = ReadyOut(status="ok", postgres=True,
+                   indexer_lag_events=None if lag is None else lag.events,
+                   indexer_lag_seconds=None if lag is None else lag.seconds)
+    return JSONResponse(out.model_dump(mode="json"), 200)

@@ -1,0 +1,50 @@
+"""Importing a tree from JSON Lines, streamed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import anyio.from_thread
+import anyio.to_thread
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+
+from coordinator.importer import iter_lines
+from pathkeeper.http.deps import WRITE, CoordDep, NsParam
+from pathkeeper.http.operations import NAMESPACE_URL
+from pathkeeper.http.schemas import ImportOut
+
+router = APIRouter(tags=["import"])
+
+
+@router.post(f"{NAMESPACE_URL}/import", response_model=ImportOut, status_code=201,
+             dependencies=[Depends(WRITE)],
+             openapi_extra={"requestBody": {"required": True, "content": {
+                 "application/x-ndjson": {"schema": {"type": "string"}}}}})
+async def import_nodes(request: Request, ns: NsParam, coord: CoordDep) -> JSONResponse:
+    """Import JSON Lines (one node a line: ``{"path", "kind", "content", "metadata"}``,
+    any order, missing parents created), streamed: the body is read as it arrives,
+    never held whole. All or nothing; bad lines are listed with their numbers."""
+    body = request.stream().__aiter__()
+
+    async def next_chunk() -> bytes:
+        return await body.__anext__()
+
+    def chunks() -> Iterator[bytes]:
+        # Runs in the worker thread: each chunk is awaited on the event loop, so the
+        # client is read only as fast as the import consumes it.
+        while True:
+            try:
+                yield anyio.from_thread.run(next_chunk)
+            except StopAsyncIteration:
+                return
+
+    result = await anyio.to_thread.run_sync(
+        lambda: coord.import_nodes(ns, iter_lines(chunks()))
+    )
+    out = ImportOut(
+        namespace=result.namespace, lines=result.lines, created=result.created,
+        implied_dirs=result.implied_dirs, first_seq=result.first_seq,
+        last_seq=result.last_seq, seconds=round(result.seconds, 3),
+    )
+    return JSONResponse(out.model_dump(mode="json"), 201)
