@@ -30,6 +30,8 @@ STATUS: list[tuple[type[ce.CoordinatorError], int]] = [
     (ce.IsADirectory, 409),
     (ce.InvalidName, 422),  # also InvalidPath, InvalidContent
     (ce.InvalidMove, 400),
+    # A request the tree can never satisfy as asked (metadata of the root).
+    (ce.InvalidArgument, 422),
     (ce.TooLarge, 413),
     (ce.Unavailable, 503),
     # The change feed's cursor is below the compaction horizon: those events are gone.

@@ -17,6 +17,7 @@ from coordinator import (
     CoordinatorError,
     CreateFile,
     DirectoryNotEmpty,
+    InvalidArgument,
     InvalidMove,
     InvalidName,
     InvalidPath,
@@ -25,6 +26,7 @@ from coordinator import (
     NotADirectory,
     NotFound,
     Rename,
+    SetMetadata,
 )
 from pathkeeper.client import Client, Forbidden, Unauthorized
 
@@ -60,6 +62,13 @@ def scenario(api: Any, ns: str) -> list[Any]:
     attempt(lambda: api.stat(ns, "/missing"))  # NotFound
     attempt(lambda: api.rename(ns, "/d", "e"))
     attempt(lambda: api.move(ns, "/e", "/e/x/inside"))  # InvalidMove
+    attempt(lambda: api.set_metadata(ns, "/e", {"owner": "o"}))
+    attempt(lambda: api.set_metadata(ns, "/e/f", {"k": 2}, if_version=1))  # Conflict
+    attempt(lambda: api.set_metadata(ns, "/", {"k": 2}))  # InvalidArgument
+    attempt(lambda: api.apply(ns, [SetMetadata("/e/f", {"k": 3}), Rename("/e/f", "f2"),
+                                   Rename("/e/f2", "f")]))
+    attempt(lambda: api.stat(ns, "/e"))
+    attempt(lambda: api.stat(ns, "/e/f"))
     attempt(lambda: api.move(ns, "/e/f", "/f"))
     attempt(lambda: api.get(ns, api.stat(ns, "/f").id))
     attempt(lambda: api.listdir(ns, "/e"))
@@ -86,7 +95,7 @@ def test_client_matches_coordinator(live_server: LiveServer, keys: Keys,
         got = scenario(client, "b")
     assert got == expected
     for cls in (AlreadyExists, NotADirectory, IsADirectory, Conflict, NotFound, InvalidMove,
-                InvalidName, InvalidPath, DirectoryNotEmpty):
+                InvalidName, InvalidPath, DirectoryNotEmpty, InvalidArgument):
         assert cls in got, cls
 
 

@@ -70,6 +70,34 @@ def test_tree_lifecycle_by_path_and_id(client: TestClient, keys: Keys, coord: Co
     assert [n.path for n in coord.walk("a")] == ["/", "/bill"]
 
 
+def test_set_metadata_by_path_by_id_and_in_a_batch(
+    client: TestClient, keys: Keys, coord: Coordinator
+) -> None:
+    h = Keys.h(keys.a_write)
+    d = ok(client.post(f"{A}/dirs", json={"path": "/d"}, headers=h), 201)
+    f = ok(client.post(f"{A}/files", json={"path": "/d/f", "content": "c"}, headers=h), 201)
+    m = ok(client.put(f"{A}/node/metadata", params={"path": "/d"},
+                      json={"metadata": {"owner": "bill"}}, headers=h))
+    assert m["node"]["metadata"] == {"owner": "bill"} and m["version"] == 2
+    assert m["seq"] > f["seq"] and m["node"]["id"] == d["node"]["id"]
+    fid = f["node"]["id"]
+    ok(client.put(f"{A}/nodes/{fid}/metadata", json={"metadata": {"k": 1}},
+                  headers={**h, "If-Match": '"1"'}))
+    err(client.put(f"{A}/nodes/{fid}/metadata", json={"metadata": {"k": 2}},
+                   headers={**h, "If-Match": '"1"'}), 409, "conflict")
+    err(client.put(f"{A}/node/metadata", params={"path": "/d"}, json={"meta": {}},
+                   headers=h), 422, "invalid_request")
+    err(client.put(f"{A}/node/metadata", params={"path": "/d"}, json={"metadata": {}},
+                   headers=Keys.h(keys.a_read)), 403, "forbidden")
+    batch = ok(client.post(f"{A}/batch", json={"operations": [
+        {"op": "set_metadata", "ref": "/d/f", "metadata": {"k": 3}, "if_version": 2},
+        {"op": "set_metadata", "ref": "/d", "metadata": {}},
+    ]}, headers=h))
+    assert [r["node"]["metadata"] for r in batch["results"]] == [{"k": 3}, {}]
+    assert coord.stat("a", "/d/f").metadata == {"k": 3}
+    assert coord.stat("a", "/d/f").content == "c"
+
+
 def test_list_pagination(client: TestClient, keys: Keys, coord: Coordinator) -> None:
     names = sorted(f"f{i:02d}" for i in range(25))
     for n in names:

@@ -93,7 +93,9 @@ def test_node_reads_have_one_handler_per_operation() -> None:
                or r.path == NAMESPACE_URL + NODE_BY_PATH}
     by_id = {(tuple(r.methods), r.path.removeprefix(NAMESPACE_URL + NODE_BY_ID)): r.endpoint
              for r in api_routes(app.routes) if r.path.startswith(NAMESPACE_URL + NODE_BY_ID)}
-    assert by_path.keys() == by_id.keys() and len(by_path) == 6
+    # stat and children, and every command that names a node
+    node_commands = sum(1 for r in COMMAND_ROUTES if r.by_node)
+    assert by_path.keys() == by_id.keys() and len(by_path) == 2 + node_commands
     assert all(by_path[k] is by_id[k] for k in by_path)
 
 
