@@ -105,7 +105,7 @@ class Coordinator(NamespaceCommands):
                     yield uow
                     uow.finish()
                 except DBAPIError as exc:
-                    if exc.connection_invalidated:
+                    if exc.connection_invalidated and not uow.commit_sent:
                         # Before COMMIT, so nothing applied: safe to run again on a new
                         # connection (a server restart left the pooled one dead).
                         raise Disconnected(exc) from exc

@@ -107,6 +107,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, text
 
+from .db import Driver, driver_sql
 from .errors import CursorExpired, InvalidArgument, TooLarge
 from .events import DomainEvent, decode, encode
 from .models import POSITION_BLOCK
@@ -194,6 +195,9 @@ TAKE_BLOCK_SQL = text(
     FROM block
     """
 )
+_TAKE_BLOCK = driver_sql(TAKE_BLOCK_SQL)
+#: Sent right behind the block statement by ``flush(commit=True)``.
+_COMMIT = "COMMIT"
 
 
 class EventAppender:
@@ -229,26 +233,41 @@ class EventAppender:
         )
         return EventRef(self, len(self._pending) - 1)
 
-    def flush(self) -> None:
-        """Take the block and insert the events; a no-op without events or when done."""
+    def flush(self, *, commit: bool = False) -> bool:
+        """Take the block and insert the events; a no-op without events or when done.
+
+        With ``commit``, COMMIT is sent right behind that statement, and both answers
+        are awaited once (one round trip instead of two): for a caller with nothing
+        left to do in the transaction. Returns whether it committed (not without
+        events). If the connection fails then, whether the COMMIT applied is unknown:
+        the caller must not run the transaction again."""
         if self._base is not None or not self._pending:
-            return
+            return False
         namespaces, node_ids, types, payloads = (list(c) for c in zip(*self._pending, strict=True))
-        self._base = int(
-            self._conn.execute(
-                TAKE_BLOCK_SQL,
-                {
-                    "nss": namespaces,
-                    "nodes": node_ids,
-                    "types": types,
-                    "payloads": payloads,
-                    # Delivered at commit, once per transaction; the payload names the
-                    # partition hashes of its namespaces (``notified_partitions``).
-                    "notify": self._notify,
-                    "channel": NOTIFY_CHANNEL,
-                },
-            ).scalar_one()
-        )
+        params = {
+            "nss": namespaces,
+            "nodes": node_ids,
+            "types": types,
+            "payloads": payloads,
+            # Delivered at commit, once per transaction; the payload names the
+            # partition hashes of its namespaces (``notified_partitions``).
+            "notify": self._notify,
+            "channel": NOTIFY_CHANNEL,
+        }
+        db = Driver(self._conn)
+        if commit:
+            # In order, the second only if the first succeeded: the server skips what
+            # follows an error in a pipeline, and the transaction stays open to roll back.
+            with db.pipeline():
+                block = db.send(_TAKE_BLOCK, params)
+                db.send(_COMMIT, {})
+        else:
+            block = db.send(_TAKE_BLOCK, params)
+        with db.errors(_TAKE_BLOCK, params):
+            row = block.fetchone()
+        assert row is not None
+        self._base = int(row.base)
+        return commit
 
 
 @dataclass(frozen=True, eq=False)

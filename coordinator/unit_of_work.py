@@ -9,6 +9,8 @@ log's block of positions, taken by one statement (``EventAppender.flush``: a
 transaction that built on another's change must get later positions, so nothing that
 takes a tree lock may follow it); then the hooks, which may write rows of their own
 (an idempotency answer holding the positions) but must not touch the tree; then COMMIT.
+Without hooks, COMMIT goes out right behind the block statement (one round trip for
+both); the ``Coordinator``'s own COMMIT then finds nothing left to commit.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ class UnitOfWork:
         self.tree = TreeTx(conn, namespace, self.events, max_depth)
         self._hooks: list[Callable[[], None]] = []
         self._finished = False
+        #: COMMIT was sent (by ``finish``): from then on a lost connection may or may not
+        #: have committed, so the transaction must not be run again.
+        self.commit_sent = False
 
     def after_events(self, hook: Callable[[], None]) -> None:
         """Run ``hook`` inside the transaction once its events have positions (so any
@@ -47,6 +52,10 @@ class UnitOfWork:
     def finish(self) -> None:
         """Take the event positions, then run the hooks: the transaction's last steps."""
         self._finished = True
+        if not self._hooks:
+            self.commit_sent = True
+            self.commit_sent = self.events.flush(commit=True)
+            return
         self.events.flush()
         for hook in self._hooks:
             hook()
