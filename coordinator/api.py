@@ -100,7 +100,9 @@ class Coordinator(NamespaceCommands):
         try:
             with self.engine.begin() as conn:
                 # A missing namespace shows up as NotFound when the first path is resolved.
-                uow = UnitOfWork(conn, ns, self.settings.max_depth)
+                uow = UnitOfWork(
+                    conn, ns, self.settings.max_depth, notify=self.settings.notify
+                )
                 try:
                     yield uow
                     uow.finish()
@@ -114,7 +116,7 @@ class Coordinator(NamespaceCommands):
             if is_retryable(exc):
                 raise
             raise translate(exc) from exc
-        if uow.wrote_events and self.settings.notify:
+        if uow.wrote_events and self.settings.notify and not uow.notified:
             self.notifier.poke(ns)
 
     def execute(self, namespace: str, command: Command) -> MutationResult:

@@ -8,7 +8,7 @@ as a unique violation that means "run again", compares ``sqlstate`` with these n
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -111,11 +111,19 @@ def connect_engine(database_url: str, s: Settings) -> Engine:
 _DIALECT = PGDialect_psycopg()  # type: ignore[no-untyped-call]
 
 
-def driver_sql(sql: str | TextClause) -> str:
+def driver_sql(sql: str | TextClause, binary: Iterable[str] = ()) -> str:
     """A ``text()`` statement as psycopg takes it (``%(name)s`` placeholders, ``%``
-    escaped): what SQLAlchemy sends for it, compiled once instead of on every call."""
+    escaped): what SQLAlchemy sends for it, compiled once instead of on every call.
+    Parameters named in ``binary`` are sent in binary form (arrays of strings: the text
+    form escapes every element, with a regular expression, in Python)."""
     clause = text(sql) if isinstance(sql, str) else sql
-    return str(clause.compile(dialect=_DIALECT))
+    compiled = str(clause.compile(dialect=_DIALECT))
+    for name in binary:
+        placeholder = f"%({name})s"
+        if placeholder not in compiled:
+            raise ValueError(f"no parameter {name!r} in the statement")
+        compiled = compiled.replace(placeholder, f"%({name})b")
+    return compiled
 
 
 class Driver:

@@ -97,6 +97,7 @@ payload paths are as the writer resolved them.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -106,6 +107,7 @@ from functools import cached_property
 from typing import Any
 
 from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import DBAPIError
 
 from .db import Driver, driver_sql
 from .errors import CursorExpired, InvalidArgument, TooLarge
@@ -113,6 +115,8 @@ from .events import DomainEvent, decode, encode
 from .models import POSITION_BLOCK
 
 NOTIFY_CHANNEL = "pathkeeper_events"
+
+log = logging.getLogger("pathkeeper.eventlog")
 
 
 @dataclass(frozen=True)
@@ -195,7 +199,7 @@ TAKE_BLOCK_SQL = text(
     FROM block
     """
 )
-_TAKE_BLOCK = driver_sql(TAKE_BLOCK_SQL)
+_TAKE_BLOCK = driver_sql(TAKE_BLOCK_SQL, binary=("nss", "nodes", "types", "payloads"))
 #: Sent right behind the block statement by ``flush(commit=True)``.
 _COMMIT = "COMMIT"
 
@@ -233,14 +237,18 @@ class EventAppender:
         )
         return EventRef(self, len(self._pending) - 1)
 
-    def flush(self, *, commit: bool = False) -> bool:
+    def flush(
+        self, *, commit: bool = False, then: tuple[str, dict[str, Any]] | None = None
+    ) -> bool:
         """Take the block and insert the events; a no-op without events or when done.
 
-        With ``commit``, COMMIT is sent right behind that statement, and both answers
-        are awaited once (one round trip instead of two): for a caller with nothing
-        left to do in the transaction. Returns whether it committed (not without
-        events). If the connection fails then, whether the COMMIT applied is unknown:
-        the caller must not run the transaction again."""
+        With ``commit``, COMMIT is sent right behind that statement, and ``then`` (a
+        statement for ``Driver``, e.g. a wake-up) right behind COMMIT, in a transaction
+        of its own; all answers are awaited once (one round trip instead of two or
+        three): for a caller with nothing left to do in the transaction. Returns
+        whether it committed (not without events). An error of ``then`` once COMMIT
+        succeeded is logged, not raised. If the connection fails, whether the COMMIT
+        applied is unknown: the caller must not run the transaction again."""
         if self._base is not None or not self._pending:
             return False
         namespaces, node_ids, types, payloads = (list(c) for c in zip(*self._pending, strict=True))
@@ -256,11 +264,19 @@ class EventAppender:
         }
         db = Driver(self._conn)
         if commit:
-            # In order, the second only if the first succeeded: the server skips what
-            # follows an error in a pipeline, and the transaction stays open to roll back.
-            with db.pipeline():
-                block = db.send(_TAKE_BLOCK, params)
-                db.send(_COMMIT, {})
+            # In order, each only if the ones before succeeded: the server skips what
+            # follows an error in a pipeline (the transaction stays open to roll back).
+            try:
+                with db.pipeline():
+                    block = db.send(_TAKE_BLOCK, params)
+                    done = db.send(_COMMIT, {})
+                    if then is not None:
+                        db.send(*then)
+            except DBAPIError as exc:
+                # Answers are read in order: COMMIT's status is in when a later one failed.
+                if then is None or exc.connection_invalidated or done.statusmessage != "COMMIT":
+                    raise
+                log.warning("committed, but the statement after COMMIT failed: %s", exc)
         else:
             block = db.send(_TAKE_BLOCK, params)
         with db.errors(_TAKE_BLOCK, params):

@@ -121,7 +121,9 @@ WALK_CTE = """
     )
 """
 
-RESOLVE_SQL = driver_sql(WALK_CTE + "    SELECT id, kind FROM walk ORDER BY depth\n")
+RESOLVE_SQL = driver_sql(
+    WALK_CTE + "    SELECT id, kind FROM walk ORDER BY depth\n", binary=("parts",)
+)
 
 # Resolve and lock in one statement (one round trip less than resolve, then lock by
 # id): the row at the end of the path, only if the whole path resolves. The id comes
@@ -134,7 +136,8 @@ RESOLVE_AND_LOCK_SQL = WALK_CTE + """    SELECT {columns} FROM nodes
 #: Lock modes a mutation takes on its target (see the module docstring).
 LOCK_MODES = ("UPDATE", "NO KEY UPDATE")
 _LOCK_PATH_SQL = {
-    m: driver_sql(RESOLVE_AND_LOCK_SQL.format(columns=NODE_COLUMNS, mode=m)) for m in LOCK_MODES
+    m: driver_sql(RESOLVE_AND_LOCK_SQL.format(columns=NODE_COLUMNS, mode=m), binary=("parts",))
+    for m in LOCK_MODES
 }
 _ROW_SQL = {
     lock: driver_sql(f"SELECT {NODE_COLUMNS} FROM nodes WHERE namespace = :ns AND id = :id {lock}")
