@@ -24,10 +24,14 @@ The mechanism (no writer ever waits for another writer or for a reader):
   events are still one contiguous range, made visible by one commit. A reader with
   a ``limit`` may return such a range over several reads, each of whole blocks.
   Nothing else changes: the lock is taken before every ``nextval``.
-* Waking readers: the coordinator sends ``pg_notify`` after COMMIT from a thread of
-  its own (``coordinator/notifier.py``), not in this statement, so notifying commits
-  do not serialize on the notify lock; ``TAKE_BLOCK_SQL`` keeps its ``notify``
-  parameter for callers that want the in-transaction form.
+* Waking readers: the coordinator sends ``pg_notify`` after COMMIT, not in this
+  statement, so notifying commits do not serialize on the notify lock: right behind
+  the COMMIT in the same pipeline, in a transaction of its own (``flush(commit=True,
+  then=...)``), or from a thread of its own (``coordinator/notifier.py``) when the
+  caller commits itself; ``TAKE_BLOCK_SQL`` keeps its ``notify`` parameter for callers
+  that want the in-transaction form. Sending COMMIT right behind the block statement
+  changes nothing above: the block statement is still the last one of the transaction,
+  and the server runs pipelined statements one after another, in order.
 * Reading (``read_events``), in autocommit, each step a separate statement:
   1. read the sequence's ``last_value`` L. Every position ``<= L + BLOCK - 1``
      belongs to a block handed out before this moment;
