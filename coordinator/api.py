@@ -100,12 +100,14 @@ class Coordinator(NamespaceCommands):
         try:
             with self.engine.begin() as conn:
                 # A missing namespace shows up as NotFound when the first path is resolved.
-                uow = UnitOfWork(conn, ns, self.settings.max_depth)
+                uow = UnitOfWork(
+                    conn, ns, self.settings.max_depth, notify=self.settings.notify
+                )
                 try:
                     yield uow
                     uow.finish()
                 except DBAPIError as exc:
-                    if exc.connection_invalidated:
+                    if exc.connection_invalidated and not uow.commit_sent:
                         # Before COMMIT, so nothing applied: safe to run again on a new
                         # connection (a server restart left the pooled one dead).
                         raise Disconnected(exc) from exc
@@ -114,7 +116,7 @@ class Coordinator(NamespaceCommands):
             if is_retryable(exc):
                 raise
             raise translate(exc) from exc
-        if uow.wrote_events and self.settings.notify:
+        if uow.wrote_events and self.settings.notify and not uow.notified:
             self.notifier.poke(ns)
 
     def execute(self, namespace: str, command: Command) -> MutationResult:

@@ -8,10 +8,14 @@ as a unique violation that means "run again", compares ``sqlstate`` with these n
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+import psycopg
+from psycopg.rows import namedtuple_row
+from sqlalchemy import Connection, Engine, TextClause, create_engine, event, text
+from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 
@@ -115,6 +119,85 @@ def set_statement_timeout(engine: Engine, seconds: float) -> None:
         with dbapi_conn.cursor() as cur:
             cur.execute(f"SET statement_timeout = {ms}")
         dbapi_conn.commit()
+
+
+_DIALECT = PGDialect_psycopg()  # type: ignore[no-untyped-call]
+
+
+def driver_sql(sql: str | TextClause, binary: Iterable[str] = ()) -> str:
+    """A ``text()`` statement as psycopg takes it (``%(name)s`` placeholders, ``%``
+    escaped): what SQLAlchemy sends for it, compiled once instead of on every call.
+    Parameters named in ``binary`` are sent in binary form (arrays of strings: the text
+    form escapes every element, with a regular expression, in Python)."""
+    clause = text(sql) if isinstance(sql, str) else sql
+    compiled = str(clause.compile(dialect=_DIALECT))
+    for name in binary:
+        placeholder = f"%({name})s"
+        if placeholder not in compiled:
+            raise ValueError(f"no parameter {name!r} in the statement")
+        compiled = compiled.replace(placeholder, f"%({name})b")
+    return compiled
+
+
+class Driver:
+    """psycopg itself, under a SQLAlchemy ``Connection`` and in its transaction, for the
+    statements every write runs: SQLAlchemy's work per statement (compiling ``text()``,
+    result metadata) was most of a rename's client CPU, and only psycopg can pipeline
+    (send several statements, then wait once: one round trip for all of them).
+
+    Statements are written for ``text()`` and compiled with ``driver_sql``. A driver
+    error is raised exactly as SQLAlchemy raises it (``DBAPIError`` subclasses, and a
+    dead connection is invalidated and flagged ``connection_invalidated``), so callers
+    handle both paths alike. Rows are named tuples (``row.id``)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        raw = conn.connection.driver_connection
+        assert isinstance(raw, psycopg.Connection)
+        self.raw: psycopg.Connection[Any] = raw
+
+    def send(self, sql: str, params: Mapping[str, Any]) -> psycopg.Cursor[Any]:
+        """Execute ``sql`` (compiled by ``driver_sql``); its rows are on the cursor. In a
+        ``pipeline`` block the statement is only queued: read the cursor after the block."""
+        cur = self.raw.cursor(row_factory=namedtuple_row)
+        with self.errors(sql, params):
+            cur.execute(sql, params)
+        return cur
+
+    def all(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
+        cur = self.send(sql, params)
+        with self.errors(sql, params):
+            return cur.fetchall()
+
+    def one_or_none(self, sql: str, params: Mapping[str, Any]) -> Any:
+        rows = self.all(sql, params)
+        if len(rows) > 1:
+            raise RuntimeError("more than one row where at most one was expected")
+        return rows[0] if rows else None
+
+    def one(self, sql: str, params: Mapping[str, Any]) -> Any:
+        rows = self.all(sql, params)
+        if len(rows) != 1:
+            raise RuntimeError(f"expected one row, got {len(rows)}")
+        return rows[0]
+
+    @contextmanager
+    def pipeline(self) -> Iterator[None]:
+        """Queue the statements ``send`` inside; send them at once and wait for all their
+        results on exit (the server still runs them one after another, in order, and
+        skips the rest after an error, which is raised here)."""
+        with self.errors(None, None), self.raw.pipeline():
+            yield
+
+    @contextmanager
+    def errors(self, sql: str | None, params: Mapping[str, Any] | None) -> Iterator[None]:
+        """Raise a driver error as SQLAlchemy would have raised it for this statement."""
+        try:
+            yield
+        except psycopg.Error as exc:
+            # SQLAlchemy's own handling: wraps it, detects a disconnect, invalidates the
+            # connection and the pool's record of it.
+            self.conn._handle_dbapi_exception(exc, sql, dict(params or {}), None, None)
 
 
 def sqlstate(exc: BaseException) -> str:

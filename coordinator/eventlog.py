@@ -24,10 +24,14 @@ The mechanism (no writer ever waits for another writer or for a reader):
   events are still one contiguous range, made visible by one commit. A reader with
   a ``limit`` may return such a range over several reads, each of whole blocks.
   Nothing else changes: the lock is taken before every ``nextval``.
-* Waking readers: the coordinator sends ``pg_notify`` after COMMIT from a thread of
-  its own (``coordinator/notifier.py``), not in this statement, so notifying commits
-  do not serialize on the notify lock; ``TAKE_BLOCK_SQL`` keeps its ``notify``
-  parameter for callers that want the in-transaction form.
+* Waking readers: the coordinator sends ``pg_notify`` after COMMIT, not in this
+  statement, so notifying commits do not serialize on the notify lock: right behind
+  the COMMIT in the same pipeline, in a transaction of its own (``flush(commit=True,
+  then=...)``), or from a thread of its own (``coordinator/notifier.py``) when the
+  caller commits itself; ``TAKE_BLOCK_SQL`` keeps its ``notify`` parameter for callers
+  that want the in-transaction form. Sending COMMIT right behind the block statement
+  changes nothing above: the block statement is still the last one of the transaction,
+  and the server runs pipelined statements one after another, in order.
 * Reading (``read_events``), in autocommit, each step a separate statement:
   1. read the sequence's ``last_value`` L. Every position ``<= L + BLOCK - 1``
      belongs to a block handed out before this moment;
@@ -97,6 +101,7 @@ payload paths are as the writer resolved them.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -106,12 +111,16 @@ from functools import cached_property
 from typing import Any, Protocol
 
 from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import DBAPIError
 
+from .db import Driver, driver_sql
 from .errors import CursorExpired, InvalidArgument, TooLarge
 from .events import DomainEvent, decode, encode
 from .models import POSITION_BLOCK
 
 NOTIFY_CHANNEL = "pathkeeper_events"
+
+log = logging.getLogger("pathkeeper.eventlog")
 
 
 @dataclass(frozen=True)
@@ -194,6 +203,9 @@ TAKE_BLOCK_SQL = text(
     FROM block
     """
 )
+_TAKE_BLOCK = driver_sql(TAKE_BLOCK_SQL, binary=("nss", "nodes", "types", "payloads"))
+#: Sent right behind the block statement by ``flush(commit=True)``.
+_COMMIT = "COMMIT"
 
 
 class EventAppender:
@@ -229,26 +241,53 @@ class EventAppender:
         )
         return EventRef(self, len(self._pending) - 1)
 
-    def flush(self) -> None:
-        """Take the block and insert the events; a no-op without events or when done."""
+    def flush(
+        self, *, commit: bool = False, then: tuple[str, dict[str, Any]] | None = None
+    ) -> bool:
+        """Take the block and insert the events; a no-op without events or when done.
+
+        With ``commit``, COMMIT is sent right behind that statement, and ``then`` (a
+        statement for ``Driver``, e.g. a wake-up) right behind COMMIT, in a transaction
+        of its own; all answers are awaited once (one round trip instead of two or
+        three): for a caller with nothing left to do in the transaction. Returns
+        whether it committed (not without events). An error of ``then`` once COMMIT
+        succeeded is logged, not raised. If the connection fails, whether the COMMIT
+        applied is unknown: the caller must not run the transaction again."""
         if self._base is not None or not self._pending:
-            return
+            return False
         namespaces, node_ids, types, payloads = (list(c) for c in zip(*self._pending, strict=True))
-        self._base = int(
-            self._conn.execute(
-                TAKE_BLOCK_SQL,
-                {
-                    "nss": namespaces,
-                    "nodes": node_ids,
-                    "types": types,
-                    "payloads": payloads,
-                    # Delivered at commit, once per transaction; the payload names the
-                    # partition hashes of its namespaces (``notified_partitions``).
-                    "notify": self._notify,
-                    "channel": NOTIFY_CHANNEL,
-                },
-            ).scalar_one()
-        )
+        params = {
+            "nss": namespaces,
+            "nodes": node_ids,
+            "types": types,
+            "payloads": payloads,
+            # Delivered at commit, once per transaction; the payload names the
+            # partition hashes of its namespaces (``notified_partitions``).
+            "notify": self._notify,
+            "channel": NOTIFY_CHANNEL,
+        }
+        db = Driver(self._conn)
+        if commit:
+            # In order, each only if the ones before succeeded: the server skips what
+            # follows an error in a pipeline (the transaction stays open to roll back).
+            try:
+                with db.pipeline():
+                    block = db.send(_TAKE_BLOCK, params)
+                    done = db.send(_COMMIT, {})
+                    if then is not None:
+                        db.send(*then)
+            except DBAPIError as exc:
+                # Answers are read in order: COMMIT's status is in when a later one failed.
+                if then is None or exc.connection_invalidated or done.statusmessage != "COMMIT":
+                    raise
+                log.warning("committed, but the statement after COMMIT failed: %s", exc)
+        else:
+            block = db.send(_TAKE_BLOCK, params)
+        with db.errors(_TAKE_BLOCK, params):
+            row = block.fetchone()
+        assert row is not None
+        self._base = int(row.base)
+        return commit
 
 
 class EventPosition(Protocol):

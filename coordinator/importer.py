@@ -335,14 +335,20 @@ CREATED_PAYLOAD_SQL = payload_sql(Created, {
     "version": "1",  # the node's version: new nodes start at 1
 })
 
+# The new node's id and its parent's, for its event. Joined before the outer WHERE only:
+# the NOT EXISTS subquery has a WHERE of its own and needs neither.
+_EVENT_IDS = f",\n    LATERAL (SELECT {_ID.format(t='s')} AS id, {_PARENT} AS parent) AS x"
+_OUTER_WHERE = "\n    WHERE NOT EXISTS"
+_NEW_ROWS_WITH_IDS = NEW_ROWS.replace(_OUTER_WHERE, _EVENT_IDS + _OUTER_WHERE)
+assert _NEW_ROWS_WITH_IDS.count("LATERAL") == 1
+
 # Positions by depth: a parent's 'created' event comes before its children's, the
 # order the fold needs.
 INSERT_EVENTS_SQL = f"""
     INSERT INTO events (namespace, position, node_id, type, payload)
     SELECT :ns, :base + row_number() OVER (ORDER BY s.depth, s.line, s.seq) - 1, x.id,
            '{Created.TYPE}', {CREATED_PAYLOAD_SQL}
-    {NEW_ROWS.replace("WHERE", ", LATERAL (SELECT " + _ID.format(t='s') + " AS id, "
-                      + _PARENT + " AS parent) AS x WHERE")}
+    {_NEW_ROWS_WITH_IDS}
 """
 
 

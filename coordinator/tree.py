@@ -40,11 +40,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, text
+from sqlalchemy import Connection, text
 from sqlalchemy.exc import IntegrityError
 
 from . import paths
-from .db import FOREIGN_KEY_VIOLATION, sqlstate, translate
+from .db import FOREIGN_KEY_VIOLATION, Driver, driver_sql, sqlstate, translate
 from .errors import (
     AlreadyExists,
     Conflict,
@@ -60,6 +60,10 @@ from .errors import (
 from .eventlog import EventAppender, EventPosition
 from .events import Created, Deleted, MetadataSet, Moved, Written
 from .subtree import subtree_cte
+
+#: A row read by column name (``row.id``): psycopg's named tuple on the paths that go
+#: through ``Driver``, SQLAlchemy's ``Row`` elsewhere.
+DbRow = Any
 
 
 class Retry(Exception):
@@ -115,7 +119,9 @@ WALK_CTE = """
     )
 """
 
-RESOLVE_SQL = text(WALK_CTE + "    SELECT id, kind FROM walk ORDER BY depth\n")
+RESOLVE_SQL = driver_sql(
+    WALK_CTE + "    SELECT id, kind FROM walk ORDER BY depth\n", binary=("parts",)
+)
 
 # Resolve and lock in one statement (one round trip less than resolve, then lock by
 # id): the row at the end of the path, only if the whole path resolves. The id comes
@@ -125,6 +131,36 @@ RESOLVE_AND_LOCK_SQL = WALK_CTE + """    SELECT {columns} FROM nodes
     WHERE namespace = :ns AND id = (SELECT id FROM walk WHERE depth = :n)
     FOR {mode}
 """
+#: Lock modes a mutation takes on its target (see the module docstring).
+LOCK_MODES = ("UPDATE", "NO KEY UPDATE")
+_LOCK_PATH_SQL = {
+    m: driver_sql(RESOLVE_AND_LOCK_SQL.format(columns=NODE_COLUMNS, mode=m), binary=("parts",))
+    for m in LOCK_MODES
+}
+_ROW_SQL = {
+    lock: driver_sql(f"SELECT {NODE_COLUMNS} FROM nodes WHERE namespace = :ns AND id = :id {lock}")
+    for lock in ("", *(f"FOR {m}" for m in LOCK_MODES))
+}
+
+# The writes. Each target row is locked already (or new), so each statement finds it.
+_INSERT_SQL = driver_sql(
+    "INSERT INTO nodes (namespace, id, parent_id, name, kind, content, metadata) "
+    "VALUES (:ns, :id, :parent, :name, :kind, :content, CAST(:md AS jsonb)) "
+    f"RETURNING {NODE_COLUMNS}"
+)
+_WRITE_SQL = driver_sql(
+    "UPDATE nodes SET content = :content, metadata = COALESCE(CAST(:md AS jsonb), metadata), "
+    "version = version + 1, updated_at = now() "
+    f"WHERE namespace = :ns AND id = :id RETURNING {NODE_COLUMNS}"
+)
+_SET_METADATA_SQL = driver_sql(
+    "UPDATE nodes SET metadata = CAST(:md AS jsonb), version = version + 1, updated_at = now() "
+    f"WHERE namespace = :ns AND id = :id RETURNING {NODE_COLUMNS}"
+)
+_RELINK_SQL = driver_sql(
+    "UPDATE nodes SET parent_id = :parent, name = :name, version = version + 1, "
+    f"updated_at = now() WHERE namespace = :ns AND id = :id RETURNING {NODE_COLUMNS}"
+)
 
 # A subtree with paths, depth first (path order), from the node with id :id at :path.
 WALK_SQL = (
@@ -133,7 +169,7 @@ WALK_SQL = (
 )
 
 # Root first. The depth guard makes a (constraint-violating) cycle end the query.
-ANCESTORS_SQL = text(
+ANCESTORS_SQL = driver_sql(
     """
     WITH RECURSIVE up(id, parent_id, name, depth) AS (
         SELECT id, parent_id, name, 0 FROM nodes WHERE namespace = :ns AND id = :id
@@ -201,6 +237,7 @@ class TreeTx:
         max_depth: int = paths.MAX_DEPTH,
     ) -> None:
         self.conn = conn
+        self.db = Driver(conn)
         self.ns = namespace
         self.events = appender
         self.max_depth = max_depth
@@ -210,11 +247,15 @@ class TreeTx:
     def _split(self, path: object) -> list[str]:
         return paths.lookup_path(path)
 
-    def resolve(self, parts: list[str]) -> list[Row[Any]]:
+    def resolve(self, parts: list[str]) -> list[DbRow]:
         """The chain of (id, kind) from the root to ``parts``; raises if it breaks off."""
-        chain = list(
-            self.conn.execute(RESOLVE_SQL, {"ns": self.ns, "parts": parts, "n": len(parts)})
+        return self._whole(
+            parts, self.db.all(RESOLVE_SQL, {"ns": self.ns, "parts": parts, "n": len(parts)})
         )
+
+    def _whole(self, parts: list[str], chain: list[DbRow]) -> list[DbRow]:
+        """``chain`` (the rows of ``RESOLVE_SQL``) if it reaches the end of ``parts``;
+        raises saying where it breaks off otherwise."""
         if not chain:
             raise NotFound(f"no namespace {self.ns!r}")
         if len(chain) <= len(parts):
@@ -225,23 +266,22 @@ class TreeTx:
             raise NotFound(f"{paths.join_path(parts[: len(chain)])} does not exist")
         return chain
 
-    def _row(self, node_id: uuid.UUID, lock: str = "") -> Row[Any] | None:
-        return self.conn.execute(
-            text(f"SELECT {NODE_COLUMNS} FROM nodes WHERE namespace = :ns AND id = :id {lock}"),
-            {"ns": self.ns, "id": node_id},
-        ).one_or_none()
+    def _row(self, node_id: uuid.UUID, lock: str = "") -> DbRow | None:
+        return self.db.one_or_none(_ROW_SQL[lock], {"ns": self.ns, "id": node_id})
 
-    def ancestors(self, node_id: uuid.UUID) -> list[Row[Any]]:
+    def ancestors(self, node_id: uuid.UUID) -> list[DbRow]:
         """(id, name) rows from the root down to the node itself."""
-        return list(self.conn.execute(ANCESTORS_SQL, {"ns": self.ns, "id": node_id}))
+        return self.db.all(ANCESTORS_SQL, {"ns": self.ns, "id": node_id})
 
-    def path_of(self, node_id: uuid.UUID) -> str:
-        chain = self.ancestors(node_id)
+    def path_of(self, node_id: uuid.UUID, chain: list[DbRow] | None = None) -> str:
+        """The node's current path (from ``chain``, its ``ancestors`` if already read)."""
+        if chain is None:
+            chain = self.ancestors(node_id)
         if not chain:
             raise NotFound(f"no node with id {node_id}")
         return paths.join_path([r.name for r in chain[1:]])
 
-    def _node(self, row: Row[Any], path: str, with_content: bool = True) -> Node:
+    def _node(self, row: DbRow, path: str, with_content: bool = True) -> Node:
         return Node(
             id=str(row.id),
             namespace=self.ns,
@@ -305,32 +345,41 @@ class TreeTx:
 
     # ------------------------------------------------------------- locking
 
-    def lock(self, ref: object, mode: str = "UPDATE") -> tuple[Row[Any], str]:
+    def lock(self, ref: object, mode: str = "UPDATE") -> tuple[DbRow, str]:
         """Lock the node named by ``ref``; returns its row and its current path."""
         if not paths.is_path_ref(ref):
             node_id = parse_id(ref)
-            row = self._row(node_id, f"FOR {mode}")
+            params: dict[str, Any] = {"ns": self.ns, "id": node_id}
+            # The lock, then (once it is granted) the path: one round trip for both.
+            with self.db.pipeline():
+                locked = self.db.send(_ROW_SQL[f"FOR {mode}"], params)
+                up = self.db.send(ANCESTORS_SQL, params)
+            row = locked.fetchone()
             if row is None:
                 raise NotFound(f"no node with id {ref}")
-            return row, self.path_of(node_id)
+            return row, self.path_of(node_id, up.fetchall())
         parts = self._split(ref)
-        sql = text(RESOLVE_AND_LOCK_SQL.format(columns=NODE_COLUMNS, mode=mode))
+        params = {"ns": self.ns, "parts": parts, "n": len(parts)}
         for _ in range(5):
-            row = self.conn.execute(
-                sql, {"ns": self.ns, "parts": parts, "n": len(parts)}
-            ).one_or_none()
+            # Resolve and lock, then resolve again: the second statement runs after the
+            # lock was granted, with a snapshot of its own, as when sent on its own; the
+            # pipeline only saves waiting for the first answer before sending it.
+            with self.db.pipeline():
+                locked = self.db.send(_LOCK_PATH_SQL[mode], params)
+                again = self.db.send(RESOLVE_SQL, params)
+            row = locked.fetchone()
+            # Raises if the path does not resolve now (saying why, as resolve does).
+            chain = self._whole(parts, again.fetchall())
             if row is None:
-                # The path does not resolve (resolve says why, as before), or its row
-                # went away between the walk and the lock: look again.
-                self.resolve(parts)
+                # Its row went away between the walk and the lock: look again.
                 continue
             # Compare-and-swap: the path must still lead to the row we locked.
-            if self.resolve(parts)[-1].id == row.id:
+            if chain[-1].id == row.id:
                 return row, paths.join_path(parts)
         raise Conflict(f"{ref} kept changing while it was being locked")
 
     @staticmethod
-    def check_version(row: Row[Any], if_version: int | None) -> None:
+    def check_version(row: DbRow, if_version: int | None) -> None:
         if if_version is not None and int(row.version) != int(if_version):
             raise Conflict(f"version is {row.version}, expected {if_version}")
 
@@ -396,14 +445,10 @@ class TreeTx:
         kind: str,
         content: str | None,
         metadata: str,
-    ) -> Row[Any]:
+    ) -> DbRow:
         try:
-            return self.conn.execute(
-                text(
-                    "INSERT INTO nodes (namespace, id, parent_id, name, kind, content, metadata) "
-                    "VALUES (:ns, :id, :parent, :name, :kind, :content, CAST(:md AS jsonb)) "
-                    f"RETURNING {NODE_COLUMNS}"
-                ),
+            return self.db.one(
+                _INSERT_SQL,
                 {
                     "ns": self.ns,
                     "id": uuid.uuid4(),
@@ -413,14 +458,14 @@ class TreeTx:
                     "content": content,
                     "md": metadata,
                 },
-            ).one()
+            )
         except IntegrityError as exc:
             raise translate(exc, {
                 AlreadyExists: f"{name!r} already exists",
                 NotFound: "the parent directory was deleted",
             }) from exc
 
-    def _created(self, row: Row[Any], path: str) -> MutationResult:
+    def _created(self, row: DbRow, path: str) -> MutationResult:
         node = self._node(row, path)
         seq = self.events.append(
             self.ns,
@@ -450,9 +495,7 @@ class TreeTx:
             row = self._insert(self._parent_dir(parent_parts), name, "dir", None, "{}")
             return self._created(row, paths.join_path([*parent_parts, name]))
         parts = [*parent_parts, name]
-        chain = self.conn.execute(
-            RESOLVE_SQL, {"ns": self.ns, "parts": parts, "n": len(parts)}
-        ).all()
+        chain = self.db.all(RESOLVE_SQL, {"ns": self.ns, "parts": parts, "n": len(parts)})
         if not chain:
             raise NotFound(f"no namespace {self.ns!r}")
         if chain[-1].kind != "dir":
@@ -497,15 +540,9 @@ class TreeTx:
         if row.kind == "dir":
             raise IsADirectory(f"{path} is a directory")
         self.check_version(row, if_version)
-        new = self.conn.execute(
-            text(
-                "UPDATE nodes SET content = :content, "
-                "metadata = COALESCE(CAST(:md AS jsonb), metadata), "
-                "version = version + 1, updated_at = now() "
-                f"WHERE namespace = :ns AND id = :id RETURNING {NODE_COLUMNS}"
-            ),
-            {"ns": self.ns, "id": row.id, "content": body, "md": md},
-        ).one()
+        new = self.db.one(
+            _WRITE_SQL, {"ns": self.ns, "id": row.id, "content": body, "md": md}
+        )
         node = self._node(new, path)
         seq = self.events.append(
             self.ns,
@@ -530,14 +567,7 @@ class TreeTx:
         if row.parent_id is None:
             raise InvalidArgument("the root has no metadata")
         self.check_version(row, if_version)
-        new = self.conn.execute(
-            text(
-                "UPDATE nodes SET metadata = CAST(:md AS jsonb), "
-                "version = version + 1, updated_at = now() "
-                f"WHERE namespace = :ns AND id = :id RETURNING {NODE_COLUMNS}"
-            ),
-            {"ns": self.ns, "id": row.id, "md": md},
-        ).one()
+        new = self.db.one(_SET_METADATA_SQL, {"ns": self.ns, "id": row.id, "md": md})
         node = self._node(new, path)
         seq = self.events.append(
             self.ns,
@@ -570,7 +600,7 @@ class TreeTx:
 
     def _relink(
         self,
-        row: Row[Any],
+        row: DbRow,
         old_path: str,
         new_parent: uuid.UUID,
         name: str,
@@ -586,14 +616,9 @@ class TreeTx:
             if new_depth > len(paths.lookup_path(old_path)):
                 self._check_subtree_fits(row.id, new_depth, new_path)
         try:
-            new = self.conn.execute(
-                text(
-                    "UPDATE nodes SET parent_id = :parent, name = :name, "
-                    "version = version + 1, updated_at = now() "
-                    f"WHERE namespace = :ns AND id = :id RETURNING {NODE_COLUMNS}"
-                ),
-                {"ns": self.ns, "id": row.id, "parent": new_parent, "name": name},
-            ).one()
+            new = self.db.one(
+                _RELINK_SQL, {"ns": self.ns, "id": row.id, "parent": new_parent, "name": name}
+            )
         except IntegrityError as exc:
             raise translate(exc, {
                 AlreadyExists: f"{new_path} already exists",

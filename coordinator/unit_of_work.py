@@ -9,6 +9,8 @@ log's block of positions, taken by one statement (``EventAppender.flush``: a
 transaction that built on another's change must get later positions, so nothing that
 takes a tree lock may follow it); then the hooks, which may write rows of their own
 (an idempotency answer holding the positions) but must not touch the tree; then COMMIT.
+Without hooks, COMMIT goes out right behind the block statement (one round trip for
+both); the ``Coordinator``'s own COMMIT then finds nothing left to commit.
 """
 
 from __future__ import annotations
@@ -18,24 +20,39 @@ from collections.abc import Callable
 from sqlalchemy import Connection
 
 from . import paths
-from .eventlog import EventAppender
+from .db import driver_sql
+from .eventlog import NOTIFY_CHANNEL, EventAppender
+from .notifier import NOTIFY_SQL
 from .tree import TreeTx
+
+_NOTIFY = driver_sql(NOTIFY_SQL)
 
 
 class UnitOfWork:
     """The parts of one namespace transaction; see the module docstring for their order."""
 
     def __init__(
-        self, conn: Connection, namespace: str, max_depth: int = paths.MAX_DEPTH
+        self,
+        conn: Connection,
+        namespace: str,
+        max_depth: int = paths.MAX_DEPTH,
+        *,
+        notify: bool = False,
     ) -> None:
         self.conn = conn
         self.namespace = namespace
-        # The wake-up is sent after COMMIT by the coordinator's notifier, not in the
-        # transaction (see coordinator/notifier.py).
+        # The wake-up is never sent inside the transaction (see coordinator/notifier.py):
+        # with ``notify``, right behind the COMMIT that ``finish`` sends (``notified``),
+        # else the caller sends it after its own COMMIT.
+        self.notify = notify
+        self.notified = False
         self.events = EventAppender(conn, notify=False)
         self.tree = TreeTx(conn, namespace, self.events, max_depth)
         self._hooks: list[Callable[[], None]] = []
         self._finished = False
+        #: COMMIT was sent (by ``finish``): from then on a lost connection may or may not
+        #: have committed, so the transaction must not be run again.
+        self.commit_sent = False
 
     def after_events(self, hook: Callable[[], None]) -> None:
         """Run ``hook`` inside the transaction once its events have positions (so any
@@ -47,6 +64,16 @@ class UnitOfWork:
     def finish(self) -> None:
         """Take the event positions, then run the hooks: the transaction's last steps."""
         self._finished = True
+        if not self._hooks:
+            # Same channel and payload as the coordinator's notifier, but in the same
+            # round trip as the COMMIT, in a transaction of its own after it: no thread
+            # to wake and no extra answer to wait for, and commits still never share the
+            # notify lock with their WAL flush.
+            then = (_NOTIFY, {"c": NOTIFY_CHANNEL, "nss": [self.namespace]})
+            self.commit_sent = True
+            self.commit_sent = self.events.flush(commit=True, then=then if self.notify else None)
+            self.notified = self.commit_sent and self.notify
+            return
         self.events.flush()
         for hook in self._hooks:
             hook()

@@ -18,6 +18,7 @@ from sqlalchemy import text
 from tree_checks import node_rows, run_threads, wait_for_lock_waiter
 
 from coordinator import Coordinator, Event
+from coordinator.db import libpq_url
 from coordinator.eventlog import TAKE_BLOCK_SQL, safe_bound
 from coordinator.models import POSITION_BLOCK
 from coordinator.tree import TreeTx
@@ -469,3 +470,35 @@ def test_a_writer_holding_its_block_is_waited_for_and_bystanders_are_not(
         events, cursor = coord.read_events(after=start, wait=5.0)
     assert [e.payload["path"] for e in events] == ["/a", "/b"]
     assert b.seq is not None and cursor >= b.seq
+
+
+# ------------------------------------------------------------------ block, COMMIT and wake-up
+# A unit of work without hooks sends its block statement, COMMIT and the wake-up at once.
+
+
+def test_wake_up_follows_the_commit_in_the_same_round_trip(
+    coord: Coordinator, database_url: str
+) -> None:
+    coord.create_namespace("t")
+    with psycopg.connect(libpq_url(database_url), autocommit=True) as listener:
+        row = listener.execute("SELECT hashtext('t')::bigint & 2147483647").fetchone()
+        assert row is not None
+        listener.execute("LISTEN pathkeeper_events")
+        result = coord.mkdir("t", "/a")
+        note = next(listener.notifies(timeout=10.0, stop_after=1))
+    assert note.payload == str(row[0])  # the partition hash of the namespace written
+    events, _ = read_all(coord)
+    assert result.seq in positions(events)
+
+
+def test_a_failing_statement_after_commit_keeps_the_commit(coord: Coordinator) -> None:
+    """What follows COMMIT (the wake-up) runs in a transaction of its own: its failure is
+    logged, and the change it followed stays committed and is not reported as failed."""
+    coord.create_namespace("t")
+    with coord.engine.begin() as conn:
+        uow = UnitOfWork(conn, "t")
+        uow.tree.mkdir("/a")
+        assert uow.events.flush(commit=True, then=("SELECT 1/0", {}))
+    assert coord.stat("t", "/a").path == "/a"
+    events, _ = read_all(coord)
+    assert [e.type for e in events] == ["namespace_created", "created"]
