@@ -460,8 +460,8 @@ class PartitionRunner:
 
     def _step(self) -> bool:
         """Settle the node-lane requests that were answered, then read the next batch,
-        fetch its nodes and send them (or, with the pipeline full or nothing new to
-        read, wait for the oldest request); True if anything moved.
+        fetch its nodes and send them (with the pipeline full, wait for the oldest
+        request first); True if anything moved.
 
         No cut at directory moves: a batch is whatever ``read_events`` returns, and
         its subtrees cost the node lane nothing but a hand-over."""
@@ -472,8 +472,8 @@ class PartitionRunner:
         read_started = time.monotonic()
         events, cursor = self._read()
         if cursor <= self.read_cursor:
-            if self._in_flight:  # nothing new: wait for what is out
-                return self._settle(block=True) or settled
+            # Nothing new: the runner waits for a wake-up, which a notification or an
+            # answer to a request in flight (its done callback) gives.
             return settled
         after = self.read_cursor
         if not events:  # only holes: the cursor moves once the batches before are settled
@@ -494,6 +494,7 @@ class PartitionRunner:
         except BaseException:
             self.priority.idle()
             raise
+        future.add_done_callback(lambda _: self.wake.set())
         self._in_flight.append(_NodeBatch(
             after, cursor, len(events), version, None if work.empty else work, future,
             timings, read_started, in_flight,
