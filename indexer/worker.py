@@ -14,14 +14,16 @@ why they are safe):
    the *node lane* (its thread) reads a batch with
    ``read_events(after=read_cursor, partition=...)``, which returns whole
    transactions in a gap-safe order and a cursor, writes the documents of the
-   nodes the events name (``Applier.apply_nodes``, one per event at most) and
-   hands the batch's subtree rewrites and sweeps to the *subtree lane*
+   nodes the events name (``Applier.read_nodes`` / ``send_nodes``, one per event
+   at most; the request goes out from a sender thread while the lane reads the
+   next batch, two requests in flight at most) and, once Elasticsearch
+   acknowledged it, hands the batch's subtree rewrites and sweeps to the *subtree lane*
    (``SubtreeLane``, a second thread), which merges whatever piles up while it
    works and applies it with one snapshot, one refresh and one sweep. So a file
    rename behind a 10,000-document directory rename is visible in milliseconds,
    and directory moves no longer cost a batch each. External versions make the
    two lanes safe to run side by side (the rule in ``indexer.applier``). The
-   checkpoint moves to the node lane's cursor, but never past the batch before the
+   checkpoint moves to the node lane's acknowledged cursor, but never past the batch before the
    subtree lane's oldest unfinished work (``publish_checkpoint``), so
    ``wait_indexed(seq)`` keeps meaning "everything up to ``seq`` is in the
    index". Any error: capped exponential backoff, the same work again.
@@ -130,8 +132,8 @@ class NodeLanePriority:
 
     Both lanes share the process (the GIL), the PostgreSQL pool and the search server's
     write threads; a 1,000-document bulk request in flight makes a 20-document one
-    wait. So the node lane says when it is applying a batch, and the subtree lane,
-    between two of its bulk requests, waits for that to end (at most ``cap`` seconds,
+    wait. So the node lane counts its requests in flight, and the subtree lane,
+    between two of its bulk requests, waits while all ``slots`` are taken (at most ``cap`` seconds,
     so a steady stream of small batches cannot starve it: the node lane's reads,
     which wait on PostgreSQL, leave it room anyway)."""
 
@@ -314,7 +316,8 @@ class PartitionRunner:
     ``acked_cursor`` (what the checkpoint may reach) moves past it, only once its
     request and every earlier one were acknowledged. If any request fails, the ones
     after it are waited for and forgotten and the lane reads again from
-    ``acked_cursor``: what they wrote is written again, at the same versions."""
+    ``acked_cursor``: what they wrote is written again, at the same or higher
+    versions (the batches read again may end elsewhere), so never backwards."""
 
     def __init__(self, worker: Worker, partition: int) -> None:
         self.worker = worker
