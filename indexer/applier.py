@@ -71,7 +71,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import islice
 from typing import Any
 
 from elasticsearch import Elasticsearch
@@ -87,9 +86,6 @@ from .snapshot import fetch_nodes, stream_subtree_versions
 
 ID_CHUNK = 1000
 SWEEP_PAGE = 1000
-#: The smallest request ``Applier._send_timed`` makes (below it, the per-request cost
-#: would eat the throughput).
-TIMED_CHUNK_MIN = 100
 #: Paths per sweep search (values of one ``terms`` filter).
 SWEEP_CLAUSES = 1024
 
@@ -317,7 +313,6 @@ class Applier:
         *,
         chunk_size: int | None = None,
         yield_to: Callable[[], None] | None = None,
-        request_seconds: float | None = None,
     ) -> BulkStats:
         """Rewrite the moved subtrees of ``work``, then (one refresh, one sweep)
         reconcile what is left under stale paths. Call it only after the node part
@@ -326,9 +321,7 @@ class Applier:
 
         ``yield_to`` is called before each bulk request of ``chunk_size`` actions and
         before the refresh: the worker uses it to let the node lane's small, latency-
-        bound batches go first (``indexer.worker.SubtreeLane``). With
-        ``request_seconds``, requests are sized (``chunk_size`` at most) to take about
-        that long each, from how long the last one took (``_send_timed``)."""
+        bound batches go first (``indexer.worker.SubtreeLane``)."""
         check = self._checker(stop)
         size = chunk_size or self.chunk_size
         pause = yield_to or (lambda: None)
@@ -336,15 +329,9 @@ class Applier:
         with self.engine.connect() as raw:
             conn = raw.execution_options(isolation_level="REPEATABLE READ")
             with conn.begin():
-                if request_seconds is None:
-                    stats = self._send(
-                        self._subtree_actions(conn, work, check, size, pause), chunk_size=size
-                    )
-                else:
-                    stats = self._send_timed(
-                        self._subtree_actions(conn, work, check, 0, pause), size,
-                        request_seconds, pause,
-                    )
+                stats = self._send(
+                    self._subtree_actions(conn, work, check, size, pause), chunk_size=size
+                )
                 t1 = t2 = time.monotonic()
                 if work.needs_sweep:
                     check()
@@ -363,30 +350,6 @@ class Applier:
             self.on_reject(r)
 
         return send(self.es, actions, reject, chunk_size=chunk_size or self.chunk_size)
-
-    def _send_timed(
-        self, actions: Iterable[dict[str, Any]], most: int, seconds: float,
-        pause: Callable[[], None],
-    ) -> BulkStats:
-        """Send ``actions`` in requests of at most ``most``, each sized to take about
-        ``seconds``. Why: the search server has few write threads (one per core), and a
-        node-lane request that arrives while they all work on large requests waits
-        for one to finish; on a loaded machine a 1,000-document request takes a second
-        or more, and that wait was the tail of file-rename lag. On an idle one it takes
-        about 0.1 s and requests stay at ``most``."""
-        stats = BulkStats()
-        size = most
-        it = iter(actions)
-        while chunk := list(islice(it, size)):
-            pause()  # between two requests of this pass
-            started = time.monotonic()
-            if _source_bytes(chunk) <= CHUNK_BYTES // 2:
-                stats += send_request(self.es, chunk, self.on_reject)
-            else:
-                stats += self._send(chunk)
-            took = max(time.monotonic() - started, 1e-3)
-            size = max(min(most, TIMED_CHUNK_MIN), min(most, int(len(chunk) * seconds / took)))
-        return stats
 
     def _write_or_delete(
         self, ns: str, ids: list[str], found: dict[str, Node], version: int
@@ -423,7 +386,7 @@ class Applier:
                     if i % self.stream_chunk == 0:
                         check()
                     if w.written.get(node.id, 0) < version and is_indexed(node):
-                        if chunk and sent % chunk == 0:
+                        if sent % chunk == 0:
                             pause()  # between two bulk requests of this pass
                         sent += 1
                         yield index_action(self.alias, node, version)

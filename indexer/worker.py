@@ -133,16 +133,12 @@ class NodeLanePriority:
     Both lanes share the process (the GIL), the PostgreSQL pool and the search server's
     write threads; a 1,000-document bulk request in flight makes a 20-document one
     wait. So the node lane counts its requests in flight, and the subtree lane,
-    between two of its bulk requests, waits while all ``slots`` are taken (at most ``cap`` seconds,
+    between two of its bulk requests, waits while any is (at most ``cap`` seconds,
     so a steady stream of small batches cannot starve it: the node lane's reads,
     which wait on PostgreSQL, leave it room anyway)."""
 
-    def __init__(self, cap: float = 0.25, slots: int = 1) -> None:
+    def __init__(self, cap: float = 0.25) -> None:
         self.cap = cap
-        #: The subtree lane waits while this many node-lane requests are in flight:
-        #: with the pipeline full, another large request would make them queue for
-        #: the search server's write threads; with a slot free, it would not.
-        self.slots = max(1, slots)
         self._cond = threading.Condition()
         self._busy = 0  # node-lane requests in flight (the lane pipelines them)
 
@@ -157,7 +153,7 @@ class NodeLanePriority:
 
     def wait_idle(self) -> None:
         with self._cond:
-            self._cond.wait_for(lambda: self._busy < self.slots, timeout=self.cap)
+            self._cond.wait_for(lambda: self._busy <= 0, timeout=self.cap)
 
 
 class SubtreeLane:
@@ -181,10 +177,6 @@ class SubtreeLane:
     #: requests were no faster than with no directory renames at all (the box's
     #: load, not this lane, sets their time). 1,000 is the raw rate's chunk size.
     CHUNK_SIZE = 1000
-    #: ... and each sized to take about this long (``Applier._send_timed``): a node-lane
-    #: request that finds the search server's write threads busy with this lane's
-    #: waits for one of them, so this bounds that wait on a loaded machine.
-    REQUEST_SECONDS = 0.15
 
     def __init__(self, runner: PartitionRunner) -> None:
         self.runner = runner
@@ -246,7 +238,7 @@ class SubtreeLane:
         started = time.monotonic()
         stats = w.applier.apply_subtrees(
             work, self.runner.stop, chunk_size=self.CHUNK_SIZE,
-            yield_to=self.runner.priority.wait_idle, request_seconds=self.REQUEST_SECONDS,
+            yield_to=self.runner.priority.wait_idle,
         )
         seconds = time.monotonic() - started
         metrics.BATCH_SECONDS.labels(w.consumer).observe(seconds)
@@ -343,7 +335,7 @@ class PartitionRunner:
         )
         self._checkpoint_lock = threading.Lock()
         self.lane = SubtreeLane(self)
-        self.priority = NodeLanePriority(slots=worker.config.node_bulks_in_flight)
+        self.priority = NodeLanePriority()
         self._thread = threading.Thread(
             target=self._run, name=f"indexer-p{partition}", daemon=True
         )
