@@ -78,7 +78,7 @@ from sqlalchemy import Connection, Engine
 
 from coordinator import Event, Node
 
-from .bulk import BulkStats, Rejected, send
+from .bulk import CHUNK_BYTES, BulkStats, Rejected, send, send_request
 from .contract import MAX_BATCH_AGE, delete_action, index_action, is_indexed, stale_under_query
 from .plan import BatchPlan, minimal_sweeps, plan_batch
 from .snapshot import fetch_nodes, stream_subtree_versions
@@ -101,6 +101,16 @@ class BatchResult:
     stats: BulkStats
     swept: bool
     seconds: float
+
+
+@dataclass(frozen=True)
+class NodeActions:
+    """A batch's node documents read from PostgreSQL, not yet sent (``Applier.read_nodes``);
+    ``actions`` None: too many to hold, ``send_nodes`` streams them."""
+
+    plan: BatchPlan
+    version: int
+    actions: list[dict[str, Any]] | None
 
 
 @dataclass
@@ -175,6 +185,11 @@ def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
         yield items[i : i + size]
 
 
+def _source_bytes(actions: list[dict[str, Any]]) -> int:
+    """About how large the documents of ``actions`` are (their contents dominate)."""
+    return sum(len(str((a.get("_source") or {}).get("content") or "")) + 256 for a in actions)
+
+
 def _outermost(tops: Iterable[Node]) -> list[Node]:
     """Subtree roots that are not inside another one (their rewrite covers them)."""
     kept: list[Node] = []
@@ -242,24 +257,52 @@ class Applier:
         self, plan: BatchPlan, version: int, stop: threading.Event | None = None,
         timings: dict[str, float] | None = None,
     ) -> BulkStats:
-        """The nodes the batch's events name, at ``version``, from one snapshot.
+        """The nodes the batch's events name, at ``version``, from one snapshot."""
+        return self.send_nodes(self.read_nodes(plan, version, stop, timings), stop, timings)
+
+    def read_nodes(
+        self, plan: BatchPlan, version: int, stop: threading.Event | None = None,
+        timings: dict[str, float] | None = None,
+    ) -> NodeActions:
+        """The first half of ``apply_nodes``: read the named nodes from one snapshot.
 
         A batch of at most ``ID_CHUNK`` nodes (the node lane's usual one) is read
-        whole, and the snapshot closed, before the bulk request: the same documents,
-        a shorter transaction."""
+        whole and the snapshot closed before anything is sent: the same documents, a
+        shorter transaction, and the worker can read the next batch while this one's
+        request is in flight. A larger one is left to ``send_nodes``, which streams it
+        from a snapshot of its own (taken later still: the rule holds)."""
+        if sum(len(p.nodes) for p in plan.namespaces.values()) > ID_CHUNK:
+            return NodeActions(plan, version, None)
         check = self._checker(stop)
         t0 = time.monotonic()
         with self.engine.connect() as raw:
             conn = raw.execution_options(isolation_level="REPEATABLE READ")
             with conn.begin():
-                actions = self._node_actions(conn, plan, version, check)
-                if sum(len(p.nodes) for p in plan.namespaces.values()) > ID_CHUNK:
-                    return self._send(actions)
-                ready = list(actions)
-        t1 = time.monotonic()
-        stats = self._send(ready)
+                ready = list(self._node_actions(conn, plan, version, check))
         if timings is not None:
-            timings.update(read_nodes=t1 - t0, bulk=time.monotonic() - t1)
+            timings["read_nodes"] = time.monotonic() - t0
+        return NodeActions(plan, version, ready)
+
+    def send_nodes(
+        self, nodes: NodeActions, stop: threading.Event | None = None,
+        timings: dict[str, float] | None = None,
+    ) -> BulkStats:
+        """The second half of ``apply_nodes``: write what ``read_nodes`` read."""
+        if timings is None:
+            timings = {}
+        t1 = time.monotonic()
+        ready = nodes.actions
+        if ready is None:
+            check = self._checker(stop)
+            with self.engine.connect() as raw:
+                conn = raw.execution_options(isolation_level="REPEATABLE READ")
+                with conn.begin():
+                    stats = self._send(self._node_actions(conn, nodes.plan, nodes.version, check))
+        elif len(ready) <= self.chunk_size and _source_bytes(ready) <= CHUNK_BYTES // 2:
+            stats = send_request(self.es, ready, self.on_reject, timings)
+        else:  # large contents: chunks by size too
+            stats = self._send(ready)
+        timings["bulk"] = time.monotonic() - t1
         return stats
 
     def apply_subtrees(

@@ -14,14 +14,16 @@ why they are safe):
    the *node lane* (its thread) reads a batch with
    ``read_events(after=read_cursor, partition=...)``, which returns whole
    transactions in a gap-safe order and a cursor, writes the documents of the
-   nodes the events name (``Applier.apply_nodes``, one per event at most) and
-   hands the batch's subtree rewrites and sweeps to the *subtree lane*
+   nodes the events name (``Applier.read_nodes`` / ``send_nodes``, one per event
+   at most; the request goes out from a sender thread while the lane reads the
+   next batch, two requests in flight at most) and, once Elasticsearch
+   acknowledged it, hands the batch's subtree rewrites and sweeps to the *subtree lane*
    (``SubtreeLane``, a second thread), which merges whatever piles up while it
    works and applies it with one snapshot, one refresh and one sweep. So a file
    rename behind a 10,000-document directory rename is visible in milliseconds,
    and directory moves no longer cost a batch each. External versions make the
    two lanes safe to run side by side (the rule in ``indexer.applier``). The
-   checkpoint moves to the node lane's cursor, but never past the batch before the
+   checkpoint moves to the node lane's acknowledged cursor, but never past the batch before the
    subtree lane's oldest unfinished work (``publish_checkpoint``), so
    ``wait_indexed(seq)`` keeps meaning "everything up to ``seq`` is in the
    index". Any error: capped exponential backoff, the same work again.
@@ -45,7 +47,9 @@ import signal
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from functools import partial
 from types import FrameType
@@ -60,7 +64,7 @@ from coordinator.indexing import consumer_for, wait_indexed
 from coordinator.migrate import require_current
 
 from . import checkpoints, deadletters, metrics, status
-from .applier import Abandoned, Applier, SubtreeWork
+from .applier import Abandoned, Applier, NodeActions, SubtreeWork
 from .bulk import BulkStats, Rejected
 from .contract import DEFAULT_ALIAS, MAX_BATCH_AGE
 from .elasticsearch_index import (
@@ -109,6 +113,9 @@ class WorkerConfig:
     #: ``log_read_waiting`` (warning) and the ``read_*`` metrics. Keep it below ``read_wait``.
     read_report_after: float = 3.0
     es_options: dict[str, Any] = field(default_factory=dict)
+    #: Node-lane bulk requests a partition keeps in flight: while one is answered, the
+    #: next batch is read and its nodes fetched (``PartitionRunner``). 1: none overlap.
+    node_bulks_in_flight: int = 2
     #: Run ``verify`` of the alias on this crontab schedule (``verify.cron_trigger``:
     #: five fields, or six with seconds first) and export the drift count as the
     #: ``pathkeeper_verify_drift`` gauge. None (the default): never.
@@ -124,28 +131,28 @@ class NodeLanePriority:
 
     Both lanes share the process (the GIL), the PostgreSQL pool and the search server's
     write threads; a 1,000-document bulk request in flight makes a 20-document one
-    wait. So the node lane says when it is applying a batch, and the subtree lane,
-    between two of its bulk requests, waits for that to end (at most ``cap`` seconds,
+    wait. So the node lane counts its requests in flight, and the subtree lane,
+    between two of its bulk requests, waits while any is (at most ``cap`` seconds,
     so a steady stream of small batches cannot starve it: the node lane's reads,
     which wait on PostgreSQL, leave it room anyway)."""
 
     def __init__(self, cap: float = 0.25) -> None:
         self.cap = cap
         self._cond = threading.Condition()
-        self._busy = False
+        self._busy = 0  # node-lane requests in flight (the lane pipelines them)
 
     def busy(self) -> None:
         with self._cond:
-            self._busy = True
+            self._busy += 1
 
     def idle(self) -> None:
         with self._cond:
-            self._busy = False
+            self._busy -= 1
             self._cond.notify_all()
 
     def wait_idle(self) -> None:
         with self._cond:
-            self._cond.wait_for(lambda: not self._busy, timeout=self.cap)
+            self._cond.wait_for(lambda: self._busy <= 0, timeout=self.cap)
 
 
 class SubtreeLane:
@@ -270,9 +277,38 @@ def _count_documents(consumer: str, stats: BulkStats) -> None:
             metrics.DOCUMENTS.labels(consumer, outcome).inc(n)
 
 
+@dataclass
+class _NodeBatch:
+    """A node-lane batch read and handed to a sender thread, not yet settled."""
+
+    after: int  # the read cursor before it
+    cursor: int
+    events: int
+    version: int
+    work: SubtreeWork | None  # its subtree part, handed to the lane once the nodes are in
+    future: Future[BulkStats] | None  # None: nothing to write (the read only moved on)
+    timings: dict[str, float]
+    started: float
+    in_flight: int  # node-lane requests already in flight when it was sent
+
+
 class PartitionRunner:
     """Applies one partition's events, in order: the node lane in its own thread,
-    subtrees and sweeps in the partition's ``SubtreeLane``."""
+    subtrees and sweeps in the partition's ``SubtreeLane``.
+
+    The node lane pipelines: while batch N's bulk request is in flight (a sender
+    thread), it reads batch N+1 and fetches its nodes, and sends that too (at most
+    ``node_bulks_in_flight`` requests). A file rename then waits for one read, one
+    fetch and one request, not also for the rest of the request before it. Safe
+    because every write carries an external version from a snapshot taken after
+    its batch was read (``indexer.applier``): the two requests may be applied in
+    either order. What is ordered is the bookkeeping: batches are settled strictly
+    in read order (``_settle``): a batch's subtree work goes to the lane, and
+    ``acked_cursor`` (what the checkpoint may reach) moves past it, only once its
+    request and every earlier one were acknowledged. If any request fails, the ones
+    after it are waited for and forgotten and the lane reads again from
+    ``acked_cursor``: what they wrote is written again, at the same or higher
+    versions (the batches read again may end elsewhere), so never backwards."""
 
     def __init__(self, worker: Worker, partition: int) -> None:
         self.worker = worker
@@ -286,8 +322,16 @@ class PartitionRunner:
         #: When the current run of held-back reads began (None: not held back).
         self._held_since: float | None = None
         self._held_this_read = False
-        #: Where the node lane reads on from (>= checkpoint).
+        #: Where the node lane reads on from (>= acked_cursor).
         self.read_cursor = 0
+        #: Every event up to it has its nodes acknowledged by Elasticsearch and its
+        #: subtree work handed to the lane (>= checkpoint).
+        self.acked_cursor = 0
+        self._in_flight: deque[_NodeBatch] = deque()
+        self._sender = ThreadPoolExecutor(
+            max_workers=max(1, worker.config.node_bulks_in_flight),
+            thread_name_prefix=f"indexer-p{partition}-send",
+        )
         self._checkpoint_lock = threading.Lock()
         self.lane = SubtreeLane(self)
         self.priority = NodeLanePriority()
@@ -320,7 +364,7 @@ class PartitionRunner:
             self.checkpoint = self._retrying(self._load_checkpoint, default=-1)
             if self.checkpoint < 0:
                 return
-            self.read_cursor = self.checkpoint
+            self.read_cursor = self.acked_cursor = self.checkpoint
             metrics.CHECKPOINT.labels(w.consumer, self.label).set(self.checkpoint)
             self.lane.start()
             while not self.stop.is_set():
@@ -335,8 +379,10 @@ class PartitionRunner:
             log(logger, logging.ERROR, "partition_runner_crashed", exc_info=True,
                 partition=self.partition)
         finally:
-            # The lease is released once we are not alive: the lane must be done first.
+            # The lease is released once we are not alive: the node lane's requests in
+            # flight and the subtree lane must be done first.
             self.request_stop()
+            self._sender.shutdown(wait=True)
             self.lane.join()
             w.wake_main()
 
@@ -396,7 +442,7 @@ class PartitionRunner:
     def publish_checkpoint(self) -> None:
         """Save the checkpoint as far as both lanes allow (and wake ``wait_indexed``).
 
-        The node lane has applied everything up to ``read_cursor``; the subtree lane
+        The node lane has applied everything up to ``acked_cursor``; the subtree lane
         everything before the first batch of its oldest outstanding work. The saved
         checkpoint is the smaller, so ``wait_indexed(seq)`` still means every event
         ``<= seq`` is fully in the index, subtrees included, and a restart re-reads
@@ -405,7 +451,8 @@ class PartitionRunner:
         w = self.worker
         with self._checkpoint_lock:
             hold = self.lane.holds_back()
-            target = self.read_cursor if hold is None else min(self.read_cursor, hold)
+            acked = self.acked_cursor
+            target = acked if hold is None else min(acked, hold)
             if target <= self.checkpoint:
                 return
             checkpoints.save(w.engine, w.consumer, self.partition, target)
@@ -414,49 +461,114 @@ class PartitionRunner:
         self.wake.set()  # --once: the node lane re-checks whether it is done
 
     def _step(self) -> bool:
-        """Apply the next batch's nodes and hand its subtree work to the lane; True if
-        it had events.
+        """Settle the node-lane requests that were answered, then read the next batch,
+        fetch its nodes and send them (with the pipeline full, wait for the oldest
+        request first); True if anything moved.
 
         No cut at directory moves: a batch is whatever ``read_events`` returns, and
         its subtrees cost the node lane nothing but a hand-over."""
         w = self.worker
+        settled = self._settle(block=False)
+        if len(self._in_flight) >= max(1, w.config.node_bulks_in_flight):
+            return self._settle(block=True) or settled
         read_started = time.monotonic()
         events, cursor = self._read()
         if cursor <= self.read_cursor:
-            return False
-        if events:
-            version = events[-1].position
-            started = time.monotonic()
-            read_seconds = started - read_started
-            plan = plan_batch(events)
-            self.priority.busy()
-            timings: dict[str, float] = {}
-            try:
-                stats = w.applier.apply_nodes(plan, version, self.stop, timings)
-            finally:
-                self.priority.idle()
-            work = SubtreeWork.from_plan(plan, after=self.read_cursor, cursor=cursor,
-                                         version=version)
-            if not work.empty:
-                # Handed over BEFORE read_cursor moves: publish_checkpoint always sees
-                # either the old cursor or this work holding the checkpoint back.
-                self.lane.submit(work)
-            seconds = time.monotonic() - started
-            metrics.EVENTS_APPLIED.labels(w.consumer, self.label).inc(len(events))
-            metrics.BATCH_SECONDS.labels(w.consumer).observe(seconds)
-            _count_documents(w.consumer, stats)
-            log(logger, logging.INFO, "batch_applied", partition=self.partition,
-                events=len(events), version=version, cursor=cursor,
-                indexed=stats.indexed, deleted=stats.deleted,
-                already_newer=stats.already_newer, rejected=stats.rejected,
-                overridden=stats.overridden,
-                subtree_work=not work.empty, read_seconds=round(read_seconds, 4),
-                nodes_seconds=round(timings.get("read_nodes", 0.0), 4),
-                bulk_seconds=round(timings.get("bulk", 0.0), 4),
-                seconds=round(seconds, 4))
+            # Nothing new: the runner waits for a wake-up, which a notification or an
+            # answer to a request in flight (its done callback) gives.
+            return settled
+        after = self.read_cursor
+        if not events:  # only holes: the cursor moves once the batches before are settled
+            self._in_flight.append(_NodeBatch(after, cursor, 0, 0, None, None, {},
+                                              read_started, 0))
+            self.read_cursor = cursor
+            self._settle(block=False)
+            return True
+        version = events[-1].position
+        plan = plan_batch(events)
+        timings: dict[str, float] = {"read": time.monotonic() - read_started}
+        nodes = w.applier.read_nodes(plan, version, self.stop, timings)
+        work = SubtreeWork.from_plan(plan, after=after, cursor=cursor, version=version)
+        self.priority.busy()
+        in_flight = sum(1 for b in self._in_flight if b.future is not None)
+        try:
+            future = self._sender.submit(self._send_nodes, nodes, timings)
+        except BaseException:
+            self.priority.idle()
+            raise
+        future.add_done_callback(lambda _: self.wake.set())
+        self._in_flight.append(_NodeBatch(
+            after, cursor, len(events), version, None if work.empty else work, future,
+            timings, read_started, in_flight,
+        ))
         self.read_cursor = cursor
-        self.publish_checkpoint()
-        return bool(events)
+        self._settle(block=False)
+        return True
+
+    def _send_nodes(self, nodes: NodeActions, timings: dict[str, float]) -> BulkStats:
+        """A sender thread: one batch's node documents to Elasticsearch."""
+        try:
+            return self.worker.applier.send_nodes(nodes, self.stop, timings)
+        finally:
+            self.priority.idle()
+
+    def _settle(self, block: bool) -> bool:
+        """Settle answered batches, oldest first, stopping at the first one still in
+        flight (``block``: wait for that one first). A failed request drops every
+        batch after it too and sends the node lane back to ``acked_cursor``, then
+        raises (``_retrying`` backs off and goes on). True if any batch was settled."""
+        settled = False
+        while self._in_flight:
+            head = self._in_flight[0]
+            stats = BulkStats()
+            if head.future is not None:
+                if not (block or head.future.done()):
+                    break
+                try:
+                    stats = head.future.result()
+                except BaseException:
+                    self._drop_in_flight()
+                    raise
+            block = False
+            self._in_flight.popleft()
+            if head.work is not None:
+                # Handed over BEFORE acked_cursor moves: publish_checkpoint always sees
+                # either the old cursor or this work holding the checkpoint back.
+                self.lane.submit(head.work)
+            self.acked_cursor = head.cursor
+            settled = True
+            if head.future is not None:
+                self._log_batch(head, stats)
+        if settled:
+            self.publish_checkpoint()
+        return settled
+
+    def _drop_in_flight(self) -> None:
+        """Forget every batch not settled (after waiting for their requests: nothing of
+        them may still be on its way once the lane reads them again)."""
+        for batch in self._in_flight:
+            if batch.future is not None:
+                wait([batch.future])
+        self._in_flight.clear()
+        self.read_cursor = self.acked_cursor
+
+    def _log_batch(self, batch: _NodeBatch, stats: BulkStats) -> None:
+        w = self.worker
+        seconds = time.monotonic() - batch.started
+        t = batch.timings
+        metrics.EVENTS_APPLIED.labels(w.consumer, self.label).inc(batch.events)
+        metrics.BATCH_SECONDS.labels(w.consumer).observe(seconds)
+        _count_documents(w.consumer, stats)
+        log(logger, logging.INFO, "batch_applied", partition=self.partition,
+            events=batch.events, version=batch.version, cursor=batch.cursor,
+            indexed=stats.indexed, deleted=stats.deleted,
+            already_newer=stats.already_newer, rejected=stats.rejected,
+            overridden=stats.overridden, subtree_work=batch.work is not None,
+            read_seconds=round(t.get("read", 0.0), 4),
+            nodes_seconds=round(t.get("read_nodes", 0.0), 4),
+            bulk_seconds=round(t.get("bulk", 0.0), 4),
+            es_took_seconds=round(t.get("es_took", 0.0), 4),
+            in_flight=batch.in_flight, seconds=round(seconds, 4))
 
 
 class Worker:
