@@ -47,6 +47,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from functools import partial
 from types import FrameType
 from typing import Any
@@ -114,6 +115,11 @@ class WorkerConfig:
     #: five fields, or six with seconds first) and export the drift count as the
     #: ``pathkeeper_verify_drift`` gauge. None (the default): never.
     verify_cron: str | None = None
+    #: Take a snapshot of the event log on this crontab schedule, then compact with
+    #: ``compact_retain`` if set (``indexer.retention.scheduled_snapshot``: of several
+    #: workers, one takes it). None (the default): never.
+    snapshot_cron: str | None = None
+    compact_retain: timedelta | None = None
 
     @property
     def consumer_name(self) -> str:
@@ -730,6 +736,16 @@ class Worker:
         )
         log(logger, logging.INFO, "verify_scheduled", cron=cron, alias=self.config.alias)
 
+    def _add_snapshot(self, scheduler: Any, cron: str) -> None:
+        """Schedule snapshots of the event log (and compaction, with a retention);
+        with several workers one takes each (``indexer.retention``)."""
+        from .retention import add_snapshot_job
+
+        add_snapshot_job(scheduler, self.engine, cron, self.config.compact_retain)
+        log(logger, logging.INFO, "snapshot_scheduled", cron=cron,
+            compact_retain=None if self.config.compact_retain is None
+            else self.config.compact_retain.total_seconds())
+
     # ------------------------------------------------------------ main loop
 
     def run(self) -> int:
@@ -762,6 +778,8 @@ class Worker:
             )
             if self.config.verify_cron:
                 self._add_verify(scheduler, self.config.verify_cron)
+            if self.config.snapshot_cron:
+                self._add_snapshot(scheduler, self.config.snapshot_cron)
             scheduler.start()
             while not self._stop.is_set():
                 try:
