@@ -26,7 +26,11 @@ The procedure (``rebuild``), for alias A (e.g. ``pathkeeper-nodes``):
    swap; after the swap it continues on the new index from its own checkpoint,
    so those events are ours to apply (both sides write with external versions
    from the same cursor sequence, so double writes are harmless);
-8. delete the old index unless ``keep_old``.
+8. move the live consumer's checkpoints (``consumer``, default ``indexer:A``) forward
+   to the final position: the new index holds every event up to it. A worker never
+   re-applies what is already there, and one whose checkpoint fell below the
+   compaction horizon (``indexer.retention``) reads on from here instead of failing;
+9. delete the old index unless ``keep_old``.
 
 A replay killed before step 6 leaves A untouched (the half-built index is
 deleted by the next run); killed between 6 and 7, the new index may miss the
@@ -57,8 +61,9 @@ from sqlalchemy import Connection, Engine, text
 
 from coordinator import Coordinator, Event, Node
 from coordinator.eventlog import BoundTimeout, Writer, wait_for_bound
+from coordinator.indexing import consumer_for
 
-from . import mapping, setfold
+from . import checkpoints, mapping, setfold
 from .applier import Applier
 from .bulk import Rejected
 from .documents import delete_action, document_for, index_action, is_indexed
@@ -469,6 +474,8 @@ class RebuildResult:
     cleaned_up: list[str] = field(default_factory=list)
     dry_run: bool = False
     rejected: int = 0
+    #: Partitions of the live consumer whose checkpoint moved to ``final_position``.
+    checkpoints_moved: int = 0
     seconds: float = 0.0
 
 
@@ -485,6 +492,7 @@ def rebuild(
     progress: Progress | None = None,
     spill_threshold: int = DEFAULT_SPILL_THRESHOLD,
     after_load: Callable[[str], None] | None = None,
+    consumer: str | None = None,
 ) -> RebuildResult:
     """Build a new concrete index for ``alias`` from the log (``source="events"``) or
     a snapshot of ``nodes`` (``source="snapshot"``), catch up and swap it in.
@@ -494,6 +502,8 @@ def rebuild(
     index swapped in must hold every namespace: see ``rebuild_namespaces``).
     With ``dry_run``, only counts.
     ``after_load`` is a test hook, called with the index name once loading ends.
+    ``consumer`` names the live worker's checkpoints moved after the swap (default
+    ``indexer:<alias>``).
     """
     if source not in ("events", "snapshot"):
         raise ValueError(f"unknown source {source!r}")
@@ -556,6 +566,8 @@ def rebuild(
         for r in rejected:
             log.error("document rejected during the tail: %s", r)
         result.final_position = cursor
+        result.checkpoints_moved = checkpoints.advance_all(
+            engine, consumer or consumer_for(alias), cursor)
         if not keep_old:
             for i in old:
                 es.indices.delete(index=i)

@@ -26,8 +26,11 @@ What compaction gives up, exactly:
   indexer worker, ``GET .../events`` with HTTP 410 ``cursor_expired``) raises
   ``CursorExpired``. The check runs after each read, so a compaction committing
   during a read either shows in that read's check or deleted nothing it returned.
-  A consumer behind the horizon (only possible with ``force``) has to be rebuilt:
-  ``pathkeeper replay`` and a checkpoint moved to the horizon;
+  A consumer behind the horizon (only possible with ``force``) is rebuilt by one
+  command, ``pathkeeper replay --alias A`` (``rebuild_command``): the rebuilt index
+  holds every event up to the replay's final position, so the replay moves the
+  consumer's checkpoints there (``indexer.checkpoints.advance_all``), and the worker,
+  whose ``cursor_expired`` log line names that command, reads on from them;
 * the individual events themselves (who renamed what, when): the snapshot keeps the
   state, not the history. ``verify``'s log check then verifies snapshot + tail, and
   trusts the snapshot as it trusted the events it was folded from.

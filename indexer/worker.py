@@ -55,7 +55,7 @@ from typing import Any
 import psycopg
 
 from coordinator import Coordinator
-from coordinator.errors import NotMigrated
+from coordinator.errors import CursorExpired, NotMigrated
 from coordinator.eventlog import Event, Partition, Writer, notified_partitions, wait_for_bound
 from coordinator.indexing import consumer_for, wait_indexed
 from coordinator.migrate import require_current
@@ -389,16 +389,44 @@ class PartitionRunner:
         w = self.worker
         started = time.monotonic()
         self._held_this_read = False
-        out = w.coord.read_events(
-            after=self.read_cursor, limit=w.config.batch_events,
-            partition=Partition(self.partition, w.config.partitions),
-            wait=w.config.read_wait, on_slow=partial(self._held_back, started),
-            report_after=w.config.read_report_after,
-        )
+        try:
+            out = w.coord.read_events(
+                after=self.read_cursor, limit=w.config.batch_events,
+                partition=Partition(self.partition, w.config.partitions),
+                wait=w.config.read_wait, on_slow=partial(self._held_back, started),
+                report_after=w.config.read_report_after,
+            )
+        except CursorExpired as exc:
+            if not self._adopt_rebuilt_checkpoint(exc):
+                raise  # backed off and retried: a rebuild may move the checkpoint meanwhile
+            return [], self.read_cursor
         if not self._held_this_read and self._held_since is not None:
             self.worker.report_resumed(self.partition, time.monotonic() - self._held_since)
             self._held_since = None
         return out
+
+    def _adopt_rebuilt_checkpoint(self, exc: CursorExpired) -> bool:
+        """Our cursor is below the compaction horizon. If a rebuild has since moved the
+        saved checkpoint past it (the rebuilt index holds every event up to there),
+        read on from it and say True; else log the command that does that."""
+        from .retention import rebuild_command
+
+        saved = self._load_checkpoint()
+        if saved >= exc.horizon and saved > self.read_cursor:
+            log(logger, logging.WARNING, "checkpoint_moved_by_rebuild",
+                partition=self.partition, cursor=self.read_cursor, checkpoint=saved)
+            with self._checkpoint_lock:
+                self.checkpoint = max(self.checkpoint, saved)
+            self.read_cursor = saved
+            metrics.CHECKPOINT.labels(self.worker.consumer, self.label).set(self.checkpoint)
+            return True
+        cfg = self.worker.config
+        log(logger, logging.ERROR, "cursor_expired", partition=self.partition,
+            cursor=exc.cursor, horizon=exc.horizon,
+            error="the events after this partition's checkpoint were compacted away",
+            fix=f"run `{rebuild_command(cfg.alias, cfg.consumer)}`: it rebuilds the index "
+                "and moves this consumer's checkpoints to it; this worker then reads on")
+        return False
 
     def publish_checkpoint(self) -> None:
         """Save the checkpoint as far as both lanes allow (and wake ``wait_indexed``).
