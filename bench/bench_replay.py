@@ -3,11 +3,14 @@ to merely read the same events (the ceiling), for a namespace below and one abov
 old spill size, from the start, ``--until`` half-way and from a snapshot; replay end to
 end against the raw bulk rate of the same documents to the same server in the same run;
 verify of a large namespace (seconds, peak memory); the event log's size per million
-renames.
+renames. The replay part runs ``--rounds`` rounds of raw read, set fold, raw bulk of the
+documents replay writes (read back from a file of bulk actions, so memory stays bounded)
+and replay end to end with its time by phase and peak resident size, then the medians.
 
     python bench/bench_replay.py                       # everything, default sizes
     python bench/bench_replay.py --fold-only           # only the fold part (no search)
     python bench/bench_replay.py --fold-only --big-nodes 1000000 --big-events 5000000
+    python bench/bench_replay.py --skip-fold --skip-verify --docs 1000000 --events 5000000
 
 The event log is generated directly in SQL (a valid history: a namespace, its
 directories, its files, then renames and content writes of those files, in blocks
@@ -22,18 +25,20 @@ verify), or ``ES_URL``.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import os
 import resource
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from common import load_average, migrated_cluster, now_utc, table
+from common import load_average, median, migrated_cluster, now_utc, table
 from elasticsearch import Elasticsearch, helpers
 from sqlalchemy import create_engine, text
 
@@ -352,55 +357,203 @@ def fold_part(args: argparse.Namespace, url: str, report: Callable[..., None]) -
     engine.dispose()
 
 
+class PhaseTimes(Progress):
+    """``Progress`` that also notes when each phase began: replay's time by phase."""
+
+    def __init__(self) -> None:
+        super().__init__(enabled=True, tty=False, interval=60)
+        self.marks: list[tuple[str, float]] = []
+
+    def phase(self, name: str, total: int | None = None, unit: str = "documents") -> None:
+        self.marks.append((name, time.monotonic()))
+        super().phase(name, total, unit)
+
+    def seconds(self, name: str, end: float) -> float:
+        starts = [*self.marks, ("", end)]
+        for (got, t0), (_, t1) in itertools.pairwise(starts):
+            if got == name:
+                return t1 - t0
+        return 0.0
+
+
+class PeakRss:
+    """The process's resident size before and at its peak during a ``with`` block,
+    sampled from /proc (``ru_maxrss`` keeps a peak from before the block)."""
+
+    def __init__(self) -> None:
+        self.before = self.peak = 0.0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    @staticmethod
+    def resident_mib() -> float:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.05):
+            self.peak = max(self.peak, self.resident_mib())
+
+    def __enter__(self) -> PeakRss:
+        self.before = self.peak = self.resident_mib()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.resident_mib())
+
+
+def write_actions(url: str, ns: str, path: str) -> int:
+    """The documents replay writes for ``ns``, as bulk actions, one JSON line each: the
+    raw bulk's input, read back at disk speed so that the timed part is the bulk (and
+    memory stays bounded at a million documents)."""
+    folded, _ = set_fold(url, ns, current_bound(create_engine(sqlalchemy_url(url))))
+    n = 0
+    with folded, open(path, "w") as out:
+        for node in folded.trees[ns].nodes():
+            if is_indexed(node):
+                out.write(json.dumps(index_action("", node, 1)) + "\n")
+                n += 1
+    return n
+
+
+def raw_bulk_file(
+    es: Elasticsearch, path: str, index: str, limit: int | None = None
+) -> tuple[int, float]:
+    """``raw_bulk`` from a ``write_actions`` file: the same client settings into an index
+    created the same way; the bulk (and the file's reading) is timed."""
+    elasticsearch_index.create_index(es, index)
+    es.indices.put_settings(index=index, settings={"index": {"refresh_interval": "-1"}})
+
+    def actions() -> Iterator[dict[str, Any]]:
+        with open(path) as f:
+            for line in itertools.islice(f, limit):
+                action: dict[str, Any] = json.loads(line)
+                action["_index"] = index
+                yield action
+
+    started = time.monotonic()
+    docs = 0
+    for ok, info in helpers.streaming_bulk(es, actions(), chunk_size=BULK_CHUNK,
+                                           max_chunk_bytes=BULK_BYTES, raise_on_error=True):
+        assert ok, info
+        docs += 1
+    es.indices.refresh(index=index)
+    return docs, time.monotonic() - started
+
+
+def materialize_sql(url: str, ns: str) -> None:
+    """Write ``nodes`` (and ``namespaces``) of ``ns`` from its set fold, inside PostgreSQL
+    (setup for reindex and verify_log: no row through Python)."""
+    engine = create_engine(sqlalchemy_url(url))
+    folded, _ = set_fold(url, ns, current_bound(engine))
+    with folded:
+        conn = folded.conn
+        conn.execute(text("SET LOCAL session_replication_role = replica"))
+        conn.execute(text("INSERT INTO namespaces (name, root_id) SELECT namespace, id FROM "
+                          f"{folded.tables['nodes']} WHERE parent_id IS NULL"))
+        conn.execute(text("INSERT INTO nodes (namespace, id, parent_id, name, kind, content, "
+                          "metadata, version) SELECT namespace, id, parent_id, name, kind, "
+                          f"content, metadata, version FROM {folded.tables['nodes']}"))
+        conn.commit()
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM ANALYZE nodes"))
+    engine.dispose()
+
+
+def replay_round(
+    url: str, es: Elasticsearch, n: int, path: str, round_: int,
+    report: Callable[..., None],
+) -> dict[str, float]:
+    """One round, in this order: raw read, set fold, raw bulk of the same documents,
+    replay end to end (fold + load + catch up + swap), with its time by phase."""
+    load = load_average().split()[0]
+    raw_s, _, _ = raw_read(url, "r")
+    report(f"raw read of the log (COPY), round {round_}", f"{n:,} events", f"{raw_s:.1f}",
+           f"{n / raw_s:,.0f} events/s (load {load})")
+    folded, fold_s = set_fold(url, "r", current_bound(create_engine(sqlalchemy_url(url))))
+    folded.close()
+    report(f"set fold, round {round_}", f"{n:,} events", f"{fold_s:.1f}",
+           f"{n / fold_s:,.0f} events/s = {raw_s / fold_s:.2f} x raw read")
+    docs, bulk_s = raw_bulk_file(es, path, "bench-raw")
+    es.indices.delete(index="bench-raw")
+    report(f"raw streaming_bulk, same docs, round {round_}", f"{docs:,} docs", f"{bulk_s:.1f}",
+           f"{docs / bulk_s:,.0f} docs/s (load {load_average().split()[0]})")
+    coord = Coordinator.connect(url)
+    progress = PhaseTimes()
+    with progress, PeakRss() as rss:
+        result = rebuild(coord, es, source="events", alias="bench-nodes", progress=progress)
+        end = time.monotonic()
+    coord.close()
+    fold_phase = progress.seconds("fold events", end)
+    load_phase = progress.seconds("load documents", end)
+    report(f"replay end to end (fold+load+swap), round {round_}",
+           f"{n:,} ev -> {result.documents:,} docs", f"{result.seconds:.1f}",
+           f"fold {fold_phase:.1f} s + load {load_phase:.1f} s "
+           f"({result.documents / load_phase:,.0f} docs/s = "
+           f"{bulk_s / load_phase:.2f} x raw bulk) + rest "
+           f"{result.seconds - fold_phase - load_phase:.1f} s; end to end = "
+           f"{(fold_s + bulk_s) / result.seconds:.2f} x (fold + raw bulk); "
+           f"RSS {rss.before:.0f} -> peak {rss.peak:.0f} MiB "
+           f"(load {load_average().split()[0]})")
+    return {"raw_read": raw_s, "fold": fold_s, "bulk": bulk_s, "replay": result.seconds,
+            "replay_fold": fold_phase, "replay_load": load_phase, "docs": result.documents,
+            "rss_peak": rss.peak, "rss_before": rss.before}
+
+
 def replay_part(
     args: argparse.Namespace, url: str, es: Elasticsearch, report: Callable[..., None]
 ) -> None:
-    """Generate the long history, then fold it, bulk its documents raw, replay, reindex."""
+    """Generate the long history, then ``--rounds`` rounds of: raw read, set fold, raw
+    bulk of its documents, replay end to end; medians; then reindex."""
     dirs = max(1, args.docs // 100)
     files = args.docs - dirs
     changes = args.events - 1 - dirs - files
     t = time.monotonic()
     n = generate(url, "r", dirs, files, changes)
-    gen_s = time.monotonic() - t
-    print(f"generated {n:,} events ({files:,} files, {dirs:,} dirs, {changes:,} renames "
-          f"and writes) in {gen_s:.1f}s")
     engine = create_engine(sqlalchemy_url(url))
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM ANALYZE events"))  # a log at rest, as autovacuum leaves it
+    print(f"generated {n:,} events ({files:,} files, {dirs:,} dirs, {changes:,} renames "
+          f"and writes) in {time.monotonic() - t:.1f}s; load {load_average()}", flush=True)
     with engine.connect() as conn:
         size = int(conn.execute(text(
             "SELECT pg_total_relation_size('events')")).scalar_one())
-        moved = conn.execute(text(
-            "SELECT avg(pg_column_size(e.*)) FROM events e WHERE type = 'moved'"
-        )).scalar_one()
     engine.dispose()
     print(f"event log: {size / n:.0f} bytes/event on disk with indexes "
-          f"({size / 2**20:.0f} MiB); a rename row is {float(moved):.0f} bytes "
-          f"-> ~{size / n * 1e6 / 2**30:.2f} GiB per million renames")
+          f"({size / 2**20:.0f} MiB) -> ~{size / n * 1e6 / 2**30:.2f} GiB per million "
+          "renames", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "actions.jsonl")
+        docs = write_actions(url, "r", path)
+        print(f"{docs:,} documents written to {os.path.getsize(path) / 2**20:.0f} MiB of "
+              "bulk actions (the raw bulk's input)", flush=True)
+        # Untimed: the search server's first bulk pays for class loading and JIT.
+        raw_bulk_file(es, path, "bench-warmup", limit=50_000)
+        es.indices.delete(index="bench-warmup")
+        rounds = [replay_round(url, es, n, path, r + 1, report) for r in range(args.rounds)]
 
-    raw_s, _, _ = raw_read(url, "r")
-    report("raw read of the log (COPY)", f"{n:,} events", f"{raw_s:.1f}",
-           f"{n / raw_s:,.0f} events/s")
-    folder, secs = set_fold(url, "r", current_bound(create_engine(sqlalchemy_url(url))))
-    report("set fold", f"{folder.events:,} events", f"{secs:.1f}",
-           f"{folder.events / secs:,.0f} events/s = {raw_s / secs:.2f} x raw read")
+    def med(key: str) -> float:
+        return median([r[key] for r in rounds])
 
-    docs, secs = raw_bulk(es, folder, "r", "bench-raw")
-    report("raw streaming_bulk, same docs", f"{docs:,} docs", f"{secs:.1f}",
-           f"{docs / secs:,.0f} docs/s")
-    es.indices.delete(index="bench-raw")
-
-    alias = "bench-nodes"
+    report(f"MEDIAN of {len(rounds)}: set fold / raw read", f"{n:,} events",
+           f"{med('fold'):.1f} / {med('raw_read'):.1f}",
+           f"{median([r['raw_read'] / r['fold'] for r in rounds]):.2f} x raw read")
+    report(f"MEDIAN of {len(rounds)}: replay load / raw bulk", f"{docs:,} docs",
+           f"{med('replay_load'):.1f} / {med('bulk'):.1f}",
+           f"{median([r['bulk'] / r['replay_load'] for r in rounds]):.2f} x raw bulk rate")
+    report(f"MEDIAN of {len(rounds)}: replay end to end", f"{n:,} events",
+           f"{med('replay'):.1f}",
+           f"{median([(r['fold'] + r['bulk']) / r['replay'] for r in rounds]):.2f} x "
+           f"(fold + raw bulk); peak RSS {max(r['rss_peak'] for r in rounds):.0f} MiB")
+    if args.no_reindex:
+        return
+    materialize_sql(url, "r")
     coord = Coordinator.connect(url)
-    with Progress(enabled=True, tty=False, interval=30) as progress:
-        result = rebuild(coord, es, source="events", alias=alias, progress=progress)
-    report("replay end to end (fold+load+swap)",
-           f"{n:,} ev -> {result.documents:,} docs", f"{result.seconds:.1f}",
-           f"{n / result.seconds:,.0f} events/s, "
-           f"{result.documents / result.seconds:,.0f} docs/s")
-
-    materialize_nodes(url, folder, "r")
-    folder.close()
-    with Progress(enabled=True, tty=False, interval=30) as progress:
-        result = rebuild(coord, es, source="snapshot", alias=alias, progress=progress)
+    with Progress(enabled=True, tty=False, interval=60) as progress:
+        result = rebuild(coord, es, source="snapshot", alias="bench-nodes", progress=progress)
     report("reindex end to end (snapshot+load+swap)", f"{result.documents:,} docs",
            f"{result.seconds:.1f}", f"{result.documents / result.seconds:,.0f} docs/s")
     coord.close()
@@ -420,6 +573,10 @@ def main() -> None:
     parser.add_argument("--big-nodes", type=int, default=1_000_000,
                         help="nodes of the namespace above the spill size")
     parser.add_argument("--big-events", type=int, default=5_000_000)
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="rounds of raw read / fold / raw bulk / replay (medians)")
+    parser.add_argument("--no-reindex", action="store_true", help="skip reindex")
+    parser.add_argument("--skip-verify", action="store_true", help="skip verify")
     parser.add_argument("--fold-only", action="store_true",
                         help="only the fold part (no search server)")
     parser.add_argument("--skip-fold", action="store_true", help="skip the fold part")
@@ -459,8 +616,11 @@ def main() -> None:
             fold_part(args, fold_url, report)
         if not args.verify_only:
             replay_part(args, url, es, report)
-
-
+        if args.skip_verify:
+            es.close()
+            print(table(["what", "size", "seconds", "rate"], rows))
+            print(f"load average at the end {load_average()}")
+            return
         vdirs = max(1, args.verify_nodes // 100)
         generate(url, "v", vdirs, args.verify_nodes - vdirs - 1, 0)
         vfolder, _ = set_fold(url, "v", current_bound(create_engine(sqlalchemy_url(url))))

@@ -98,3 +98,23 @@ def load_all(conn: Connection, consumer: str) -> dict[int, int]:
         {"c": consumer},
     ).all()
     return {int(r.partition): int(r.position) for r in rows}
+
+
+def advance_all(engine: Engine, consumer: str, position: int) -> int:
+    """Move every partition's checkpoint of ``consumer`` forward to ``position`` (never
+    back) and notify waiters; returns how many moved. For a rebuild whose index holds
+    every event up to ``position``: the consumer reads on from there, which is what
+    lets a consumer behind the compaction horizon resume. A consumer that never ran has
+    no rows and is left alone."""
+    with engine.begin() as conn:
+        moved = conn.execute(
+            text(
+                "UPDATE checkpoints SET position = :pos, updated_at = now() "
+                "WHERE consumer = :c AND position < :pos"
+            ),
+            {"c": consumer, "pos": position},
+        ).rowcount
+        if moved:
+            conn.execute(text("SELECT pg_notify(:ch, :c)"),
+                         {"ch": INDEXED_CHANNEL, "c": consumer})
+    return int(moved)

@@ -27,7 +27,11 @@ The procedure (``rebuild``), for alias A (e.g. ``pathkeeper-nodes``):
    swap; after the swap it continues on the new index from its own checkpoint,
    so those events are ours to apply (both sides write with external versions
    from the same cursor sequence, so double writes are harmless);
-8. delete the old index unless ``keep_old``.
+8. move the live consumer's checkpoints (``consumer``, default ``indexer:A``) forward
+   to the final position: the new index holds every event up to it. A worker never
+   re-applies what is already there, and one whose checkpoint fell below the
+   compaction horizon (``indexer.retention``) reads on from here instead of failing;
+9. delete the old index unless ``keep_old``.
 
 A replay killed before step 6 leaves A untouched (the half-built index is
 deleted by the next run); killed between 6 and 7, the new index may miss the
@@ -46,20 +50,23 @@ below the compaction horizon fails with a ``ReplayError`` saying so.
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from elasticsearch import Elasticsearch, helpers
 from sqlalchemy import Connection, Engine, text
 
 from coordinator import Coordinator, Event, Node
 from coordinator.eventlog import BoundTimeout, Writer, wait_for_bound
+from coordinator.indexing import consumer_for
 from coordinator.subtree import subtree_cte
 
-from . import contract, elasticsearch_index, setfold
+from . import checkpoints, contract, elasticsearch_index, setfold
 from .applier import Applier
 from .bulk import Rejected
 from .contract import building_marker, delete_action, index_action, is_indexed
@@ -78,6 +85,10 @@ TAIL_BATCH = 5000
 CAUGHT_UP_EVENTS = 500
 #: How long a read of the log waits for writers in flight before replay gives up on it.
 BOUND_WAIT = 30.0
+#: Bulk chunks of documents prepared ahead of the one being sent while loading.
+PREFETCH_CHUNKS = 2
+
+T = TypeVar("T")
 
 
 class ReplayError(Exception):
@@ -340,6 +351,61 @@ def bulk_index(
     return ok, conflicts
 
 
+def prefetched(
+    items: Iterator[T], batch: int = BULK_CHUNK, depth: int = PREFETCH_CHUNKS
+) -> Generator[T, None, None]:
+    """``items``, in order, produced by a thread of their own up to ``depth`` batches
+    ahead: reading the folded rows and building documents overlaps the search server
+    indexing the previous bulk request, instead of adding to it. Memory: at most
+    ``depth + 2`` batches. An error in ``items`` is raised here; closing this generator
+    (the caller must, e.g. in a ``finally``) stops the thread, closes ``items`` in it and
+    waits for it, so the caller may then close what ``items`` reads from."""
+    handoff: queue.Queue[tuple[list[T], BaseException | None]] = queue.Queue(depth)
+    stop = threading.Event()
+
+    def put(buf: list[T], exc: BaseException | None = None) -> bool:
+        while not stop.is_set():
+            try:
+                handoff.put((buf, exc), timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        buf: list[T] = []
+        try:
+            for item in items:
+                buf.append(item)
+                if len(buf) >= batch:
+                    if not put(buf):
+                        return
+                    buf = []
+            if buf:
+                put(buf)
+            put([])  # an empty batch: the end
+        except BaseException as exc:
+            put([], exc)
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+
+    thread = threading.Thread(target=produce, name="replay-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            buf, exc = handoff.get()
+            if exc is not None:
+                raise exc
+            if not buf:
+                return
+            yield from buf
+    finally:
+        stop.set()
+        thread.join()
+
+
 # ----------------------------------------------------------------- the tail
 
 #: ``apply(events, cursor)``: apply one ``read_events`` batch at version ``cursor``.
@@ -418,6 +484,8 @@ class RebuildResult:
     cleaned_up: list[str] = field(default_factory=list)
     dry_run: bool = False
     rejected: int = 0
+    #: Partitions of the live consumer whose checkpoint moved to ``final_position``.
+    checkpoints_moved: int = 0
     seconds: float = 0.0
 
 
@@ -434,6 +502,7 @@ def rebuild(
     progress: Progress | None = None,
     spill_threshold: int = DEFAULT_SPILL_THRESHOLD,
     after_load: Callable[[str], None] | None = None,
+    consumer: str | None = None,
 ) -> RebuildResult:
     """Build a new concrete index for ``alias`` from the log (``source="events"``) or
     a snapshot of ``nodes`` (``source="snapshot"``), catch up and swap it in.
@@ -443,6 +512,8 @@ def rebuild(
     index swapped in must hold every namespace: see ``rebuild_namespaces``).
     With ``dry_run``, only counts.
     ``after_load`` is a test hook, called with the index name once loading ends.
+    ``consumer`` names the live worker's checkpoints moved after the swap (default
+    ``indexer:<alias>``).
     """
     if source not in ("events", "snapshot"):
         raise ValueError(f"unknown source {source!r}")
@@ -474,7 +545,11 @@ def rebuild(
         result.index = index
         progress.note(f"building {index} as of position {v0} (from {source})")
         progress.phase("load documents", unit="documents")
-        result.documents, _ = bulk_index(es, (index_action(index, n, v0) for n in nodes), progress)
+        docs = prefetched(index_action(index, n, v0) for n in nodes)
+        try:
+            result.documents, _ = bulk_index(es, docs, progress)
+        finally:
+            docs.close()  # the prefetching thread is done with the fold before it closes
         elasticsearch_index.finish_loading(es, index, replicas)
         if after_load is not None:
             after_load(index)
@@ -500,6 +575,8 @@ def rebuild(
         for r in rejected:
             log.error("document rejected during the tail: %s", r)
         result.final_position = cursor
+        result.checkpoints_moved = checkpoints.advance_all(
+            engine, consumer or consumer_for(alias), cursor)
         if not keep_old:
             for i in old:
                 es.indices.delete(index=i)

@@ -26,36 +26,76 @@ What compaction gives up, exactly:
   indexer worker, ``GET .../events`` with HTTP 410 ``cursor_expired``) raises
   ``CursorExpired``. The check runs after each read, so a compaction committing
   during a read either shows in that read's check or deleted nothing it returned.
-  A consumer behind the horizon (only possible with ``force``) has to be rebuilt:
-  ``pathkeeper replay`` and a checkpoint moved to the horizon;
+  A consumer behind the horizon (only possible with ``force``) is rebuilt by one
+  command, ``pathkeeper replay --alias A`` (``rebuild_command``): the rebuilt index
+  holds every event up to the replay's final position, so the replay moves the
+  consumer's checkpoints there (``indexer.checkpoints.advance_all``), and the worker,
+  whose ``cursor_expired`` log line names that command, reads on from them;
 * the individual events themselves (who renamed what, when): the snapshot keeps the
   state, not the history. ``verify``'s log check then verifies snapshot + tail, and
   trusts the snapshot as it trusted the events it was folded from.
 
-Scheduling: run ``pathkeeper snapshot take`` and ``pathkeeper compact`` from cron (or
-a Kubernetes CronJob), e.g. ``17 3 * * *``; both are safe to run while the system runs
-(a snapshot reads one REPEATABLE READ cut; compaction deletes only what a snapshot and
-every checkpoint already cover). The indexer worker does not take snapshots itself:
-its module is being reworked elsewhere, and a cron line keeps the two independent.
+Scheduling: either from cron (or a Kubernetes CronJob), e.g. ``17 3 * * *``, running
+``pathkeeper snapshot take`` and ``pathkeeper compact``, or by the indexer worker:
+``pathkeeper indexer run --snapshot-cron "17 3 * * *" [--compact-retain 7d]`` runs
+``scheduled_snapshot`` on that schedule. Both are safe while the system runs (a snapshot
+reads one REPEATABLE READ cut; compaction deletes only what a snapshot and every
+checkpoint already cover). With several workers, each schedules the job and one takes
+the snapshot: the job holds a session advisory lock (``SNAPSHOT_LOCK_CLASS``; it dies
+with its connection, so a killed worker never blocks the next run) and a worker that
+finds the lock taken, or a snapshot younger than half the schedule's period (another
+worker's run of the same tick), skips that run. A failed run is logged and counted
+(``pathkeeper_snapshot_failures_total``), and the worker indexes on.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
+from itertools import pairwise
+from typing import Any
 
+from prometheus_client import Counter, Gauge
 from sqlalchemy import Engine, text
 
 from coordinator.eventlog import BoundTimeout, wait_for_bound
+from coordinator.indexing import DEFAULT_ALIAS, consumer_for
 
 from . import setfold
+from .logs import log
 
 #: Default retention: events younger than this are never compacted.
 DEFAULT_RETAIN = timedelta(days=7)
 #: Events deleted per statement when compacting (short transactions, bounded WAL bursts).
 DELETE_BATCH = 50_000
+#: Classid of the scheduled snapshot's lock, ``pg_try_advisory_lock(SNAPSHOT_LOCK_CLASS, 0)``:
+#: one lock for the database, since a snapshot covers every namespace and consumer.
+SNAPSHOT_LOCK_CLASS = 0x534E4150  # "SNAP"
+
+logger = logging.getLogger("pathkeeper.retention")
+
+SNAPSHOT_POSITION = Gauge(
+    "pathkeeper_snapshot_position",
+    "Log position of the last snapshot this process's schedule took",
+)
+SNAPSHOT_SECONDS = Gauge(
+    "pathkeeper_snapshot_seconds",
+    "Seconds the last scheduled snapshot took (compaction included)",
+)
+SNAPSHOT_FAILURES = Counter(
+    "pathkeeper_snapshot_failures",
+    "Scheduled snapshots (or their compactions) that failed",
+)
+COMPACTION_HORIZON = Gauge(
+    "pathkeeper_compaction_horizon",
+    "Events at or below this position were compacted (as of the last scheduled run)",
+)
 
 
 class RetentionError(Exception):
@@ -231,3 +271,137 @@ def compact(
             break
     result.seconds = time.monotonic() - started
     return result
+
+
+# ------------------------------------------------------------- scheduling
+
+
+def rebuild_command(alias: str = DEFAULT_ALIAS, consumer: str = "") -> str:
+    """The one command that rebuilds ``alias`` and moves ``consumer``'s checkpoints past
+    the compaction horizon (what a consumer behind it needs)."""
+    command = "pathkeeper replay"
+    if alias != DEFAULT_ALIAS:
+        command += f" --alias {alias}"
+    if consumer and consumer != consumer_for(alias):
+        command += f" --consumer {consumer}"
+    return command
+
+
+@dataclass
+class ScheduledRun:
+    """What one run of ``scheduled_snapshot`` did: ``taken``, ``skipped`` or ``failed``."""
+
+    outcome: str
+    snapshot: SnapshotInfo | None = None
+    compacted: CompactResult | None = None
+    reason: str = ""
+
+
+@contextmanager
+def snapshot_lock(engine: Engine) -> Iterator[bool]:
+    """Try the scheduled snapshot's lock on a dedicated connection; yields whether we
+    hold it. Session-level, so the server releases it if the process dies."""
+    conn = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+    try:
+        got = bool(conn.execute(
+            text("SELECT pg_try_advisory_lock(:cls, 0)"), {"cls": SNAPSHOT_LOCK_CLASS}
+        ).scalar_one())
+        yield got
+        if got:
+            conn.execute(text("SELECT pg_advisory_unlock(:cls, 0)"),
+                         {"cls": SNAPSHOT_LOCK_CLASS})
+    finally:
+        # Never hand a session that might still hold the lock back to the pool.
+        conn.invalidate()
+        conn.close()
+
+
+def _newest_snapshot_age(engine: Engine) -> float | None:
+    with engine.connect() as conn:
+        age = conn.execute(text(
+            "SELECT extract(epoch FROM now() - max(taken_at)) FROM log_snapshots"
+        )).scalar()
+    return None if age is None else float(age)
+
+
+def scheduled_snapshot(
+    engine: Engine,
+    retain: timedelta | None = None,
+    *,
+    min_gap: timedelta = timedelta(0),
+) -> ScheduledRun:
+    """Take a snapshot, then compact with ``retain`` if given (never ``force``): the job
+    the worker's ``--snapshot-cron`` runs. Skipped if another process holds the lock or
+    a snapshot is younger than ``min_gap`` (another worker's run of the same tick). Logs
+    one line per run, exports the ``pathkeeper_snapshot_*`` metrics; never raises."""
+    started = time.monotonic()
+    try:
+        with snapshot_lock(engine) as held:
+            if not held:
+                return _skipped("another process is taking a snapshot")
+            age = _newest_snapshot_age(engine)
+            if age is not None and age < min_gap.total_seconds():
+                return _skipped(f"a snapshot was taken {age:.1f} s ago")
+            run = ScheduledRun("taken", snapshot=take_snapshot(engine))
+            if retain is not None:
+                run.compacted = compact(engine, retain)
+    except Exception as exc:
+        SNAPSHOT_FAILURES.inc()
+        log(logger, logging.ERROR, "snapshot_failed", exc_info=True,
+            error=f"{type(exc).__name__}: {exc}", seconds=round(time.monotonic() - started, 3))
+        return ScheduledRun("failed", reason=str(exc))
+    assert run.snapshot is not None
+    seconds = time.monotonic() - started
+    SNAPSHOT_POSITION.set(run.snapshot.position)
+    SNAPSHOT_SECONDS.set(seconds)
+    fields: dict[str, Any] = {
+        "snapshot": run.snapshot.id, "position": run.snapshot.position,
+        "nodes": run.snapshot.nodes, "events_folded": run.snapshot.events_folded,
+        "base_snapshot": run.snapshot.base_snapshot,
+    }
+    if run.compacted is not None:
+        COMPACTION_HORIZON.set(run.compacted.horizon)
+        fields.update(horizon=run.compacted.horizon,
+                      events_deleted=run.compacted.events_deleted,
+                      compact_reason=run.compacted.reason or None)
+    log(logger, logging.INFO, "snapshot_taken", seconds=round(seconds, 3), **fields)
+    return run
+
+
+def _skipped(reason: str) -> ScheduledRun:
+    log(logger, logging.INFO, "snapshot_skipped", reason=reason)
+    return ScheduledRun("skipped", reason=reason)
+
+
+def schedule_gap(cron: str, lookahead: int = 16) -> timedelta:
+    """Half the shortest time between two runs of the schedule (over its next
+    ``lookahead`` runs): a snapshot younger than that was taken by another worker for
+    the same tick (their clocks and wake-ups differ by far less), so a run skips."""
+    from .verify import cron_trigger
+
+    trigger = cron_trigger(cron)
+    times: list[datetime] = []
+    previous: datetime | None = None
+    now = datetime.now(trigger.timezone)
+    for _ in range(lookahead):
+        fire = trigger.get_next_fire_time(previous, now)
+        if fire is None:
+            break
+        times.append(fire)
+        previous, now = fire, fire + timedelta(microseconds=1)
+    gaps = [b - a for a, b in pairwise(times)]
+    return min(gaps) / 2 if gaps else timedelta(0)
+
+
+def add_snapshot_job(
+    scheduler: Any, engine: Engine, cron: str, retain: timedelta | None = None
+) -> Any:
+    """Add ``scheduled_snapshot`` to an APScheduler scheduler on a crontab expression
+    (``verify.cron_trigger``'s forms)."""
+    from .verify import cron_trigger
+
+    return scheduler.add_job(
+        partial(scheduled_snapshot, engine, retain, min_gap=schedule_gap(cron)),
+        cron_trigger(cron), id="pathkeeper-snapshot",
+        max_instances=1, coalesce=True, replace_existing=True,
+    )

@@ -51,6 +51,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from datetime import timedelta
 from functools import partial
 from types import FrameType
 from typing import Any
@@ -58,7 +59,7 @@ from typing import Any
 import psycopg
 
 from coordinator import Coordinator
-from coordinator.errors import NotMigrated
+from coordinator.errors import CursorExpired, NotMigrated
 from coordinator.eventlog import Event, Partition, Writer, notified_partitions, wait_for_bound
 from coordinator.indexing import consumer_for, wait_indexed
 from coordinator.migrate import require_current
@@ -120,6 +121,11 @@ class WorkerConfig:
     #: five fields, or six with seconds first) and export the drift count as the
     #: ``pathkeeper_verify_drift`` gauge. None (the default): never.
     verify_cron: str | None = None
+    #: Take a snapshot of the event log on this crontab schedule, then compact with
+    #: ``compact_retain`` if set (``indexer.retention.scheduled_snapshot``: of several
+    #: workers, one takes it). None (the default): never.
+    snapshot_cron: str | None = None
+    compact_retain: timedelta | None = None
 
     @property
     def consumer_name(self) -> str:
@@ -428,16 +434,44 @@ class PartitionRunner:
         w = self.worker
         started = time.monotonic()
         self._held_this_read = False
-        out = w.coord.read_events(
-            after=self.read_cursor, limit=w.config.batch_events,
-            partition=Partition(self.partition, w.config.partitions),
-            wait=w.config.read_wait, on_slow=partial(self._held_back, started),
-            report_after=w.config.read_report_after,
-        )
+        try:
+            out = w.coord.read_events(
+                after=self.read_cursor, limit=w.config.batch_events,
+                partition=Partition(self.partition, w.config.partitions),
+                wait=w.config.read_wait, on_slow=partial(self._held_back, started),
+                report_after=w.config.read_report_after,
+            )
+        except CursorExpired as exc:
+            if not self._adopt_rebuilt_checkpoint(exc):
+                raise  # backed off and retried: a rebuild may move the checkpoint meanwhile
+            return [], self.read_cursor
         if not self._held_this_read and self._held_since is not None:
             self.worker.report_resumed(self.partition, time.monotonic() - self._held_since)
             self._held_since = None
         return out
+
+    def _adopt_rebuilt_checkpoint(self, exc: CursorExpired) -> bool:
+        """Our cursor is below the compaction horizon. If a rebuild has since moved the
+        saved checkpoint past it (the rebuilt index holds every event up to there),
+        read on from it and say True; else log the command that does that."""
+        from .retention import rebuild_command
+
+        saved = self._load_checkpoint()
+        if saved >= exc.horizon and saved > self.read_cursor:
+            log(logger, logging.WARNING, "checkpoint_moved_by_rebuild",
+                partition=self.partition, cursor=self.read_cursor, checkpoint=saved)
+            with self._checkpoint_lock:
+                self.checkpoint = max(self.checkpoint, saved)
+            self.read_cursor = saved
+            metrics.CHECKPOINT.labels(self.worker.consumer, self.label).set(self.checkpoint)
+            return True
+        cfg = self.worker.config
+        log(logger, logging.ERROR, "cursor_expired", partition=self.partition,
+            cursor=exc.cursor, horizon=exc.horizon,
+            error="the events after this partition's checkpoint were compacted away",
+            fix=f"run `{rebuild_command(cfg.alias, cfg.consumer)}`: it rebuilds the index "
+                "and moves this consumer's checkpoints to it; this worker then reads on")
+        return False
 
     def publish_checkpoint(self) -> None:
         """Save the checkpoint as far as both lanes allow (and wake ``wait_indexed``).
@@ -841,6 +875,16 @@ class Worker:
         )
         log(logger, logging.INFO, "verify_scheduled", cron=cron, alias=self.config.alias)
 
+    def _add_snapshot(self, scheduler: Any, cron: str) -> None:
+        """Schedule snapshots of the event log (and compaction, with a retention);
+        with several workers one takes each (``indexer.retention``)."""
+        from .retention import add_snapshot_job
+
+        add_snapshot_job(scheduler, self.engine, cron, self.config.compact_retain)
+        log(logger, logging.INFO, "snapshot_scheduled", cron=cron,
+            compact_retain=None if self.config.compact_retain is None
+            else self.config.compact_retain.total_seconds())
+
     # ------------------------------------------------------------ main loop
 
     def run(self) -> int:
@@ -873,6 +917,8 @@ class Worker:
             )
             if self.config.verify_cron:
                 self._add_verify(scheduler, self.config.verify_cron)
+            if self.config.snapshot_cron:
+                self._add_snapshot(scheduler, self.config.snapshot_cron)
             scheduler.start()
             while not self._stop.is_set():
                 try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from datetime import timedelta
 
 import click
 
@@ -37,6 +38,19 @@ def indexer() -> None:
     """The indexer: replicates the event log into Elasticsearch."""
 
 
+def _check_duration(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> timedelta | None:
+    if value is None:
+        return None
+    from indexer.retention import parse_duration
+
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
 @indexer.command("run")
 @database_url_option
 @es_url_option
@@ -55,13 +69,23 @@ def indexer() -> None:
                    "fields, or six with seconds first; weekday numbers start at 0 = "
                    "Monday, so prefer names) and export the drift as the "
                    "pathkeeper_verify_drift gauge. Off by default.")
+@click.option("--snapshot-cron", default=None, metavar="CRONTAB", callback=_check_cron,
+              help="Also take a snapshot of the event log on this schedule (same forms as "
+                   "--verify-cron); of several workers, one takes it. Off by default.")
+@click.option("--compact-retain", default=None, metavar="DURATION", callback=_check_duration,
+              help="After each scheduled snapshot, compact the log keeping events younger "
+                   "than this (7d, 12h, 30m, 0); never past a consumer's checkpoint. "
+                   "Needs --snapshot-cron.")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def run(
     database_url: str, es_url: str, alias: str, consumer: str, partitions: int, once: bool,
     batch_events: int, chunk_size: int, poll_interval: float, metrics_port: int | None,
-    verify_cron: str | None, verbose: bool,
+    verify_cron: str | None, snapshot_cron: str | None, compact_retain: timedelta | None,
+    verbose: bool,
 ) -> None:
     """Run the worker until SIGTERM (or, with --once, until caught up)."""
+    if compact_retain is not None and snapshot_cron is None:
+        raise click.UsageError("--compact-retain needs --snapshot-cron")
     from indexer.logs import configure
     from indexer.worker import Worker, WorkerConfig
 
@@ -70,6 +94,7 @@ def run(
         database_url=database_url, es_url=es_url, alias=alias, consumer=consumer,
         partitions=partitions, once=once, batch_events=batch_events, chunk_size=chunk_size,
         poll_interval=poll_interval, metrics_port=metrics_port, verify_cron=verify_cron,
+        snapshot_cron=snapshot_cron, compact_retain=compact_retain,
     )
     from indexer.checkpoints import LayoutMismatch
     from indexer.elasticsearch_index import IndexMissing, MappingOutdated

@@ -21,6 +21,11 @@ namespace_option = click.option(
     help="Only this namespace (repeatable). Without --until: rebuilt in place in the live "
          "index (no new index, no swap).",
 )
+consumer_option = click.option(
+    "--consumer", default="",
+    help="The live worker's checkpoint name whose checkpoints move to the rebuilt index's "
+         "position after the swap (default: indexer:<alias>, as `indexer run`).",
+)
 quiet_option = click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 
 EXIT_DRIFT = 1
@@ -56,7 +61,7 @@ def _run(fn: Callable[[], int]) -> None:
 
 def _rebuild(
     source: str, database_url: str, es_url: str, alias: str, namespaces: tuple[str, ...],
-    until: int | None, dry_run: bool, keep_old: bool, quiet: bool,
+    until: int | None, dry_run: bool, keep_old: bool, quiet: bool, consumer: str,
 ) -> None:
     from coordinator import Coordinator
     from indexer.replay import rebuild, rebuild_namespaces
@@ -77,7 +82,7 @@ def _rebuild(
                     result = rebuild(
                         coord, es, source=source, alias=alias, until=until,
                         namespaces=namespaces or None, dry_run=dry_run, keep_old=keep_old,
-                        progress=progress,
+                        progress=progress, consumer=consumer or None,
                     )
             finally:
                 es.close()
@@ -91,6 +96,9 @@ def _rebuild(
             + (f", deleted {', '.join(result.deleted)}" if result.deleted else "")
             + (f", cleaned up {', '.join(result.cleaned_up)}" if result.cleaned_up else "")
         )
+        if result.checkpoints_moved:
+            click.echo(f"moved {result.checkpoints_moved} checkpoints of the live worker to "
+                       f"position {result.final_position}: it reads on from the new index")
         click.echo(f"summary: {progress.summary.line()}")
         return 0
 
@@ -107,13 +115,17 @@ def _rebuild(
                    "swapped in (for audits).")
 @click.option("--dry-run", is_flag=True, help="Only count the documents.")
 @click.option("--keep-old", is_flag=True, help="Keep the previous index after the swap.")
+@consumer_option
 @quiet_option
 def replay(
     database_url: str, es_url: str, alias: str, namespaces: tuple[str, ...],
-    until: int | None, dry_run: bool, keep_old: bool, quiet: bool,
+    until: int | None, dry_run: bool, keep_old: bool, consumer: str, quiet: bool,
 ) -> None:
-    """Rebuild the index from the event log alone, then swap the alias to it."""
-    _rebuild("events", database_url, es_url, alias, namespaces, until, dry_run, keep_old, quiet)
+    """Rebuild the index from the event log alone, then swap the alias to it and move the
+    live worker's checkpoints to it (also what a worker behind the compaction horizon
+    needs)."""
+    _rebuild("events", database_url, es_url, alias, namespaces, until, dry_run, keep_old, quiet,
+             consumer)
 
 
 @click.command("reindex")
@@ -123,14 +135,16 @@ def replay(
 @namespace_option
 @click.option("--dry-run", is_flag=True, help="Only count the documents.")
 @click.option("--keep-old", is_flag=True, help="Keep the previous index after the swap.")
+@consumer_option
 @quiet_option
 def reindex(
     database_url: str, es_url: str, alias: str, namespaces: tuple[str, ...], dry_run: bool,
-    keep_old: bool, quiet: bool,
+    keep_old: bool, consumer: str, quiet: bool,
 ) -> None:
-    """Rebuild the index from a snapshot of the nodes table plus the event tail."""
+    """Rebuild the index from a snapshot of the nodes table plus the event tail (and move
+    the live worker's checkpoints to it, as replay does)."""
     _rebuild("snapshot", database_url, es_url, alias, namespaces, None, dry_run, keep_old,
-             quiet)
+             quiet, consumer)
 
 
 @click.command("verify")

@@ -27,13 +27,14 @@ _aliases = itertools.count()
 class RunningWorker:
     """The live indexer worker (``indexer.worker.Worker``) in a thread of this process."""
 
-    def __init__(self, database_url: str, es_url: str, alias: str) -> None:
+    def __init__(self, database_url: str, es_url: str, alias: str, **options: Any) -> None:
         from indexer.worker import Worker, WorkerConfig
 
         self.alias = alias
+        options.setdefault("partitions", 2)
+        options.setdefault("poll_interval", 0.2)
         self.worker = Worker(WorkerConfig(
-            database_url=database_url, es_url=es_url, alias=alias, partitions=2,
-            poll_interval=0.2,
+            database_url=database_url, es_url=es_url, alias=alias, **options,
         ))
         self.thread = threading.Thread(target=self.worker.run, name="live-worker", daemon=True)
 
