@@ -135,10 +135,13 @@ def test_kill_9_in_the_middle_of_batches_converges(
         run_and_kill_mid_batch("/house/big")
         run_and_kill_mid_batch("/house/big", graceful=True)  # and SIGTERM once
         # Then it runs to the end, and the index equals PostgreSQL.
+        starts = len(worker.started_lines())
         worker.start()
         stop_side.set()
         side.join(30)
         assert assert_index_matches(coord, es, alias, timeout=TIMEOUT) > total
+        # Its SIGTERM handler is in place once it logged that it started.
+        wait_until("the worker to start", lambda: len(worker.started_lines()) > starts)
         assert worker.terminate() == 0  # SIGTERM: clean exit
     finally:
         stop_side.set()

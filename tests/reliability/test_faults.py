@@ -193,8 +193,12 @@ def test_worker_kill_9_during_concurrent_history(
         assert not errors, errors
         assert not killing.is_alive()
         worker.ensure_dead()
+        starts = len(worker.started_lines())
         worker.start()  # the last incarnation catches up
         docs = indexer_support.assert_index_matches(coord, es, alias, timeout=TIMEOUT)
+        # The index may match before this incarnation even started (the one killed last
+        # had caught up): its SIGTERM handler is in place once it logs that it started.
+        wait_until("the last worker to start", started_after(worker, starts))
         assert worker.terminate() == 0
     finally:
         stop.set()
