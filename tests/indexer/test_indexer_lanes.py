@@ -55,11 +55,15 @@ def test_file_renames_flow_past_a_big_subtree_rewrite(
                 assert time.monotonic() < deadline, "file rename never became visible"
                 time.sleep(0.005)
             assert doc["path"] == f"/notes-{renames}"
-            if not coord.wait_indexed(big.seq, 0.0, consumer=consumer):
-                # Visible, and read-your-writes still refuses: the rename's seq is above
-                # the big rename's, which is not fully in the index yet.
-                assert not coord.wait_indexed(r.seq, 0.0, consumer=consumer)
-                seen_before_big_done += 1
+            # Read-your-writes by seq: the rename's seq is above the big rename's, so it
+            # never counts as indexed before the big rename is wholly in the index. Asked
+            # in this order, the checkpoint only moving forward, there is no race between
+            # the two answers.
+            rename_indexed = coord.wait_indexed(r.seq, 0.0, consumer=consumer)
+            big_done = coord.wait_indexed(big.seq, 0.0, consumer=consumer)
+            assert big_done or not rename_indexed
+            if not big_done:
+                seen_before_big_done += 1  # visible while the big rewrite still runs
         assert seen_before_big_done >= 2, (seen_before_big_done, renames)
         assert assert_index_matches(coord, es, alias) == count + 2  # + /home, /notes
 
