@@ -403,8 +403,10 @@ class PartitionRunner:
         while not self.stop.is_set():
             try:
                 result = fn()
-                if attempt:  # whatever failed before, the index is there now
-                    metrics.INDEX_MISSING.labels(w.consumer).set(0)
+                if attempt:
+                    # Recovered; but a step that does not write (a read of the log) can
+                    # succeed while the index is still gone: ask the server, not the step.
+                    w.check_index()
                 return result
             except Abandoned as exc:
                 log(logger, logging.INFO, "batch_abandoned", partition=self.partition,
