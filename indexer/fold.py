@@ -130,39 +130,32 @@ class MemoryTree:
     def apply(self, position: int, change: NodeEvent) -> None:
         node_id = change.id
         where = f"position {position} ({change.TYPE} {node_id})"
+        if isinstance(change, Created):
+            if node_id in self.state:
+                self.anomalies.add(f"{where}: node already exists")
+            parent = change.parent_id
+            if parent not in self.state:
+                self.anomalies.add(f"{where}: parent {parent} does not exist")
+            self.state[node_id] = NodeState(
+                parent, change.name, change.kind, change.content, dict(change.metadata),
+                change.version,
+            )
+            self._link(node_id, parent)
+            return
+        node = self.state.get(node_id)
+        if node is None:  # every other event changes a node that exists
+            self.anomalies.add(f"{where}: no such node")
+            return
         match change:
-            case Created():
-                if node_id in self.state:
-                    self.anomalies.add(f"{where}: node already exists")
-                parent = change.parent_id
-                if parent not in self.state:
-                    self.anomalies.add(f"{where}: parent {parent} does not exist")
-                self.state[node_id] = NodeState(
-                    parent, change.name, change.kind, change.content, dict(change.metadata),
-                    change.version,
-                )
-                self._link(node_id, parent)
             case Written():
-                node = self.state.get(node_id)
-                if node is None:
-                    self.anomalies.add(f"{where}: no such node")
-                    return
                 node.content = change.content
                 if change.metadata is not None:
                     node.metadata = dict(change.metadata)
                 node.version = change.version
             case MetadataSet():
-                node = self.state.get(node_id)
-                if node is None:
-                    self.anomalies.add(f"{where}: no such node")
-                    return
                 node.metadata = dict(change.metadata)
                 node.version = change.version
             case Moved():
-                node = self.state.get(node_id)
-                if node is None:
-                    self.anomalies.add(f"{where}: no such node")
-                    return
                 parent = change.parent_id
                 if parent not in self.state:
                     self.anomalies.add(f"{where}: destination {parent} does not exist")
@@ -170,10 +163,6 @@ class MemoryTree:
                 node.parent_id, node.name, node.version = parent, change.name, change.version
                 self._link(node_id, parent)
             case Deleted():
-                node = self.state.get(node_id)
-                if node is None:
-                    self.anomalies.add(f"{where}: no such node")
-                    return
                 self._unlink(node_id, node.parent_id)
                 stack = [node_id]
                 while stack:  # iterative: trees can be deeper than Python's recursion limit
