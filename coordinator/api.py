@@ -17,9 +17,9 @@ from typing import Any, TypeVar
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
-from . import paths
-from .commands import Command, GroupCommands, NamespaceCommands
-from .db import connect_engine, is_retryable, translate
+from . import paths, single_statement
+from .commands import Command, GroupCommands, NamespaceCommands, Rename
+from .db import Driver, connect_engine, is_retryable, translate
 from .errors import AlreadyExists, Conflict, CoordinatorError, DirectoryNotEmpty, TooLarge
 from .eventlog import REPORT_AFTER, Event, Partition, Writer, read_events
 from .events import NamespaceCreated, NamespaceDropped
@@ -27,7 +27,7 @@ from .importer import Importer, ImportResult, ProgressFn
 from .indexing import DEFAULT_CONSUMER, wait_indexed
 from .notifier import Notifier
 from .settings import Settings
-from .tree import MutationResult, Node, Retry, TreeTx, check_namespace_exists
+from .tree import MutationResult, Node, RenameCall, Retry, TreeTx, check_namespace_exists
 from .unit_of_work import UnitOfWork
 
 T = TypeVar("T")
@@ -121,7 +121,30 @@ class Coordinator(NamespaceCommands):
 
     def execute(self, namespace: str, command: Command) -> MutationResult:
         """Run one command in a transaction of its own, retried on transient races."""
+        if isinstance(command, Rename):
+            return self._rename_alone(namespace, command)
         return self.run(namespace, lambda uow: command.apply(uow.tree))
+
+    def _rename_alone(self, namespace: str, command: Rename) -> MutationResult:
+        """A lone rename: one statement and its COMMIT (``coordinator.single_statement``),
+        the same rule, event and errors as ``command.apply`` in a unit of work."""
+        ns = paths.validate_namespace(namespace)
+        call = RenameCall.of(ns, command.ref, command.name, command.if_version)
+        for attempt in range(self.settings.max_retries + 1):
+            try:
+                with self.engine.connect() as conn:
+                    if Driver(conn).closed_by_server():  # e.g. the server restarted
+                        conn.invalidate()
+                        continue
+                    # Begun for SQLAlchemy's error handling; its COMMIT finds nothing to do.
+                    with conn.begin():
+                        return single_statement.rename(conn, call, notify=self.settings.notify)
+            except DBAPIError as exc:
+                # Not re-run after a lost connection: its COMMIT was sent with it.
+                if not is_retryable(exc) or attempt == self.settings.max_retries:
+                    raise translate(exc) from exc
+            self._sleep_backoff(attempt)
+        raise Conflict("gave up after repeated conflicting changes")
 
     @contextmanager
     def transaction(self, namespace: str) -> Iterator[GroupTx]:

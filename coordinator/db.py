@@ -8,6 +8,7 @@ as a unique violation that means "run again", compares ``sqlstate`` with these n
 
 from __future__ import annotations
 
+import select
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -24,7 +25,9 @@ from .errors import (
     Conflict,
     CoordinatorError,
     InvalidConfiguration,
+    InvalidMove,
     InvalidName,
+    NotADirectory,
     NotFound,
     NotMigrated,
     Unavailable,
@@ -42,6 +45,13 @@ INVALID_VALUE = frozenset({"23514", "22021", "22P05", "22P02"})
 #: Undefined table or column: our schema is missing or older than the code. (Not an
 #: undefined function: that is more likely a PostgreSQL older than the code supports.)
 SCHEMA_MISSING = frozenset({"42P01", "42703"})
+
+#: Raised by the server-side functions of ``migrations/`` (a class of our own, "PK"), each
+#: with the message the caller sees.
+SERVER_NOT_FOUND = "PK001"
+SERVER_NOT_A_DIRECTORY = "PK002"
+SERVER_INVALID_MOVE = "PK003"
+SERVER_CONFLICT = "PK004"
 
 UPGRADE_HINT = "run `pathkeeper db upgrade` (with the same --database-url)"
 URL_HINT = "expected postgresql://user[:password]@host[:port]/database"
@@ -156,6 +166,14 @@ class Driver:
         assert isinstance(raw, psycopg.Connection)
         self.raw: psycopg.Connection[Any] = raw
 
+    def closed_by_server(self) -> bool:
+        """Whether this idle connection has something to read: the server's goodbye (a
+        FATAL on shutdown or termination) or the end of the stream. One ``select`` with no
+        wait, instead of a pre-ping's round trip; for a caller that will send its COMMIT
+        with its first statement, so cannot re-run it once a send failed."""
+        readable, _, _ = select.select([self.raw.fileno()], [], [], 0)
+        return bool(readable)
+
     def send(self, sql: str, params: Mapping[str, Any]) -> psycopg.Cursor[Any]:
         """Execute ``sql`` (compiled by ``driver_sql``); its rows are on the cursor. In a
         ``pipeline`` block the statement is only queued: read the cursor after the block."""
@@ -224,7 +242,17 @@ def translate(
     return type(error)(better) if better is not None else error
 
 
+_SERVER_ERRORS: dict[str, type[CoordinatorError]] = {
+    SERVER_NOT_FOUND: NotFound,
+    SERVER_NOT_A_DIRECTORY: NotADirectory,
+    SERVER_INVALID_MOVE: InvalidMove,
+    SERVER_CONFLICT: Conflict,
+}
+
+
 def _typed(exc: DBAPIError, state: str, detail: str) -> CoordinatorError:
+    if state in _SERVER_ERRORS:
+        return _SERVER_ERRORS[state](detail)
     if state == LOCK_NOT_AVAILABLE:
         return Conflict(f"lock wait timed out: {detail}")
     if state == UNIQUE_VIOLATION:

@@ -178,15 +178,18 @@ POSITION_LOCK_SQL = (
 # transaction has its id, then the position lock, and only then a block. The WHERE makes
 # pg_current_xact_id() run at all: it is STABLE, and the planner replaces an unused
 # stable output column of a subquery by NULL without evaluating it.
+#: The claim before a writer's ``nextval``, as a subquery: its transaction id, then the
+#: position lock (a plan node of their own each: OFFSET 0).
+CLAIM_SQL = f"""
+            SELECT {POSITION_LOCK_SQL} AS locked
+            FROM (SELECT pg_current_xact_id() AS xid OFFSET 0) AS xact
+            WHERE xact.xid IS NOT NULL
+            OFFSET 0"""
 TAKE_BLOCK_SQL = text(
     f"""
     WITH block AS (
         SELECT nextval('event_position_seq') AS base
-        FROM (
-            SELECT {POSITION_LOCK_SQL} AS locked
-            FROM (SELECT pg_current_xact_id() AS xid OFFSET 0) AS xact
-            WHERE xact.xid IS NOT NULL
-            OFFSET 0
+        FROM ({CLAIM_SQL}
         ) AS claim
     ), written AS (
         INSERT INTO events (namespace, position, node_id, type, payload)

@@ -162,6 +162,13 @@ _RELINK_SQL = driver_sql(
     f"updated_at = now() WHERE namespace = :ns AND id = :id RETURNING {NODE_COLUMNS}"
 )
 
+# A rename, whole, in the server (migrations/versions/*_0004_rename_function.py).
+RENAME_CALL = (
+    "pathkeeper_rename(:ns, :ref, CAST(:parts AS text[]), CAST(:id AS uuid), :name, "
+    "CAST(:if_version AS bigint))"
+)
+_RENAME_SQL = driver_sql(f"SELECT * FROM {RENAME_CALL}", binary=("parts",))
+
 # A subtree with paths, depth first (path order), from the node with id :id at :path.
 WALK_SQL = (
     subtree_cte(NODE_COLUMNS.split(", "), "namespace = :ns AND id = :id")
@@ -226,6 +233,77 @@ def metadata_json(metadata: object) -> str:
     return dumped
 
 
+def node_of(ns: str, row: DbRow, path: str, with_content: bool = True) -> Node:
+    """The ``Node`` of a ``nodes`` row (``NODE_COLUMNS``) at ``path``."""
+    return Node(
+        id=str(row.id),
+        namespace=ns,
+        parent_id=str(row.parent_id) if row.parent_id is not None else None,
+        name=row.name,
+        kind=row.kind,
+        version=int(row.version),
+        path=path,
+        content=row.content if with_content else None,
+        metadata=dict(row.metadata or {}),
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+@dataclass(frozen=True)
+class RenameCall:
+    """A rename's arguments as ``pathkeeper_rename`` takes them (checked here first: the
+    name's rules are Python's), and what its answer means; for ``TreeTx.rename`` and for
+    a rename that is a whole transaction (``coordinator.single_statement``)."""
+
+    ns: str
+    parts: list[str] | None  # the path's names, or None for a node id
+    params: dict[str, Any]
+
+    @classmethod
+    def of(
+        cls, ns: str, ref: object, new_name: object, if_version: int | None
+    ) -> RenameCall:
+        name = paths.validate_name(new_name)
+        parts = paths.lookup_path(ref) if paths.is_path_ref(ref) else None
+        params = {
+            "ns": ns,
+            "ref": str(ref),
+            "parts": parts,
+            "id": None if parts is not None else parse_id(ref),
+            "name": name,
+            "if_version": if_version,
+        }
+        return cls(ns, parts, params)
+
+    def refused(self, exc: IntegrityError) -> CoordinatorError:
+        """The typed error for a unique violation of this rename."""
+        if not getattr(getattr(exc.orig, "diag", None), "constraint_name", None):
+            return translate(exc)  # the function's own refusal, which names the path
+        # A sibling of that name committed after the function's own check: the
+        # constraint's message does not say which path (by path, it is known here).
+        name = self.params["name"]
+        where = name if self.parts is None else paths.join_path([*self.parts[:-1], name])
+        return translate(exc, {AlreadyExists: f"{where} already exists"})
+
+    def result(self, row: DbRow) -> tuple[Node, Moved | None]:
+        """The renamed node, and its event (None when the name was already that)."""
+        node = node_of(self.ns, row, row.path)
+        if not row.changed:
+            return node, None
+        return node, Moved(
+            id=node.id,
+            kind=node.kind,
+            old_parent_id=str(row.parent_id),
+            old_name=row.old_name,
+            old_path=row.old_path,
+            parent_id=str(row.parent_id),
+            name=node.name,
+            path=node.path,
+            version=node.version,
+        )
+
+
 class TreeTx:
     """The operations of one transaction on one namespace. Not thread-safe."""
 
@@ -282,19 +360,7 @@ class TreeTx:
         return paths.join_path([r.name for r in chain[1:]])
 
     def _node(self, row: DbRow, path: str, with_content: bool = True) -> Node:
-        return Node(
-            id=str(row.id),
-            namespace=self.ns,
-            parent_id=str(row.parent_id) if row.parent_id is not None else None,
-            name=row.name,
-            kind=row.kind,
-            version=int(row.version),
-            path=path,
-            content=row.content if with_content else None,
-            metadata=dict(row.metadata or {}),
-            created_at=row.created_at,
-            updated_at=row.updated_at,
-        )
+        return node_of(self.ns, row, path, with_content)
 
     def stat(self, ref: object) -> Node:
         if paths.is_path_ref(ref):
@@ -590,13 +656,15 @@ class TreeTx:
     def rename(
         self, ref: object, new_name: object, if_version: int | None = None
     ) -> MutationResult:
-        name = paths.validate_name(new_name)
-        row, old_path = self.lock(ref)
-        if row.parent_id is None:
-            raise InvalidMove("cannot rename the root")
-        self.check_version(row, if_version)
-        parent_parts = paths.lookup_path(old_path)[:-1]
-        return self._relink(row, old_path, row.parent_id, name, parent_parts)
+        """Rename the node in its directory: the rule runs in the server, in one statement
+        (``pathkeeper_rename``, see its migration), with ``lock``'s protocol."""
+        call = RenameCall.of(self.ns, ref, new_name, if_version)
+        try:
+            row = self.db.one(_RENAME_SQL, call.params)
+        except IntegrityError as exc:
+            raise call.refused(exc) from exc
+        node, event = call.result(row)
+        return MutationResult(node, None if event is None else self.events.append(self.ns, event))
 
     def _relink(
         self,

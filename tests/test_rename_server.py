@@ -1,0 +1,222 @@
+"""A rename runs whole in the server (``pathkeeper_rename``): the errors it raises reach the
+caller as the same typed errors and messages as every other operation's, nothing is
+written when it refuses, and the event it leads to is the one the Python rules wrote."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+import pytest
+from sqlalchemy import text
+from tree_checks import db_state, event_rows
+
+from coordinator import (
+    AlreadyExists,
+    Conflict,
+    Coordinator,
+    CoordinatorError,
+    InvalidMove,
+    NotADirectory,
+    NotFound,
+    Rename,
+)
+from coordinator.db import libpq_url
+from coordinator.single_statement import RENAME_LOGGED_SQL
+
+
+def test_refusals_are_typed_with_their_messages(coord: Coordinator, ns: str) -> None:
+    d = coord.mkdir(ns, "/d").node
+    f = coord.create_file(ns, "/d/f").node
+    coord.mkdir(ns, "/d/e")
+    root = coord.stat(ns, "/").id
+    missing = "00000000-0000-0000-0000-000000000000"
+    before = db_state(coord, ns)
+    cases: list[tuple[object, str, int | None, type[CoordinatorError], str]] = [
+        ("/d/x", "y", None, NotFound, "/d/x does not exist"),
+        ("/x/y/z", "y", None, NotFound, "/x does not exist"),
+        ("/d/f/z", "y", None, NotADirectory, "/d/f is a file"),
+        (missing, "y", None, NotFound, f"no node with id {missing}"),
+        ("/", "x", None, InvalidMove, "cannot rename the root"),
+        (root, "x", None, InvalidMove, "cannot rename the root"),
+        ("/d/f", "e", None, AlreadyExists, "/d/e already exists"),
+        (f.id, "e", None, AlreadyExists, "/d/e already exists"),
+        ("/d/f", "g", 7, Conflict, "version is 1, expected 7"),
+        (d.id, "g", 3, Conflict, "version is 1, expected 3"),
+    ]
+    for ref, name, version, error, message in cases:
+        with pytest.raises(error) as caught:
+            coord.rename(ns, ref, name, if_version=version)
+        assert type(caught.value) is error and str(caught.value) == message, (ref, name)
+    with pytest.raises(NotFound) as no_ns:
+        coord.rename("nope", "/d", "e")
+    assert str(no_ns.value) == "no namespace 'nope'"
+    assert db_state(coord, ns) == before
+
+
+def test_event_and_result_by_path_and_by_id(coord: Coordinator, ns: str) -> None:
+    d = coord.mkdir(ns, "/d").node
+    f = coord.create_file(ns, "/d/f", "body", {"k": 1}).node
+    by_path = coord.rename(ns, "/d/f", "g")
+    assert (by_path.node.path, by_path.node.name, by_path.node.version) == ("/d/g", "g", 2)
+    assert (by_path.node.content, by_path.node.metadata) == ("body", {"k": 1})
+    assert by_path.node.parent_id == d.id and by_path.seq is not None
+    by_id = coord.rename(ns, d.id, "e")
+    assert (by_id.node.path, by_id.node.version, by_id.node.kind) == ("/e", 2, "dir")
+    events = event_rows(coord)[-2:]
+    assert [(e[0], e[2], str(e[3])) for e in events] == [
+        (by_path.seq, "moved", f.id), (by_id.seq, "moved", d.id)
+    ]
+    assert events[0][4] == {
+        "id": f.id, "kind": "file", "old_parent_id": d.id, "old_name": "f",
+        "old_path": "/d/f", "parent_id": d.id, "name": "g", "path": "/d/g", "version": 2,
+        "v": 1,
+    }
+    assert events[1][4]["old_path"] == "/d" and events[1][4]["path"] == "/e"
+    # The same name: nothing changes, no event, the node as it is.
+    logged = len(event_rows(coord))
+    same = coord.rename(ns, "/e/g", "g")
+    assert same.seq is None and same.node.version == 2 and same.node.path == "/e/g"
+    assert len(event_rows(coord)) == logged
+
+
+def test_a_refused_rename_fails_its_group(coord: Coordinator, ns: str) -> None:
+    coord.mkdir(ns, "/a")
+    coord.mkdir(ns, "/b")
+    before = db_state(coord, ns)
+    with pytest.raises(AlreadyExists) as caught:
+        coord.apply(ns, [Rename("/a", "c"), Rename("/c", "b")])
+    assert caught.value.index == 1
+    assert db_state(coord, ns) == before
+
+
+def test_a_name_taken_while_the_rename_runs(coord: Coordinator, ns: str) -> None:
+    """The function's own check passed, then a create of the same name commits first:
+    the unique constraint refuses the update, and the caller still gets the path."""
+    coord.mkdir(ns, "/d")
+    coord.create_file(ns, "/d/f")
+    with coord.engine.connect() as other:
+        # The sibling exists but is not committed when the rename checks for it: the
+        # rename's UPDATE then waits on the unique index, and fails when it commits.
+        other.execute(text(
+            "INSERT INTO nodes (namespace, id, parent_id, name, kind) "
+            "SELECT CAST(:ns AS text), gen_random_uuid(), id, 'g', 'dir' FROM nodes "
+            "WHERE namespace = :ns AND name = 'd'"
+        ), {"ns": ns})
+        errors: list[BaseException] = []
+
+        def rename() -> None:
+            try:
+                coord.rename(ns, "/d/f", "g")
+            except BaseException as exc:  # handed to the test thread
+                errors.append(exc)
+
+        worker = threading.Thread(target=rename)
+        worker.start()
+        worker.join(0.5)
+        assert worker.is_alive(), "the rename did not wait for the uncommitted sibling"
+        other.commit()
+        worker.join(10)
+    assert len(errors) == 1 and type(errors[0]) is AlreadyExists
+    assert str(errors[0]) == "/d/g already exists"
+    assert coord.stat(ns, "/d/f").version == 1
+
+
+def test_lone_rename_claims_its_block_after_the_function(coord: Coordinator) -> None:
+    """In the one-statement rename the claim (transaction id, position lock, then
+    ``nextval``) must run after ``pathkeeper_rename`` took its locks and wrote: checked
+    on the plan, as for the block statement (coordinator/eventlog.py)."""
+    params = {"ns": "t", "ref": "/a", "parts": ["a"], "id": None, "name": "b",
+              "if_version": None}
+    sql = RENAME_LOGGED_SQL.replace("%(parts)b", "%(parts)s")
+    with coord.engine.connect() as conn:
+        cur = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        cur.execute("EXPLAIN VERBOSE " + sql, params)
+        plan = [r[0] for r in cur.fetchall()]
+    text_plan = "\n".join(plan)
+    assert "NULL::xid8" not in text_plan, text_plan
+
+    def line_of(needle: str, after: int = 0) -> int:
+        return next(i for i, line in enumerate(plan) if i >= after and needle in line)
+
+    block = line_of("CTE block")
+    # Outer nodes are printed first, each with its output: the loop that yields
+    # nextval, its outer side (r's row: the function ran), then its inner side, run per
+    # row of r and only for a changed one: the claim, innermost (evaluated first) last.
+    assert (block < line_of("nextval(", block) < line_of("CTE Scan on r", block)
+            < line_of("One-Time Filter: r_1.changed", block)
+            < line_of("pg_advisory_xact_lock_shared(", block)
+            < line_of("pg_current_xact_id()", block)), text_plan
+    assert line_of("Function Scan on public.pathkeeper_rename") < block, text_plan
+
+
+def test_lone_renames_and_a_live_reader(coord: Coordinator) -> None:
+    """Clients renaming through the one-statement path while a reader follows the log:
+    the reader sees every rename's event once, in position order, each at the position
+    the rename returned, and nothing else."""
+    ns = "t"
+    coord.create_namespace(ns)
+    clients, per_client = 4, 40
+    for k in range(clients):
+        coord.create_file(ns, f"/f{k}-0")
+    stop = threading.Event()
+    seen: list[int] = []
+    returned: list[int] = []
+    lock = threading.Lock()
+
+    def client(k: int) -> None:
+        for i in range(per_client):
+            seq = coord.rename(ns, f"/f{k}-{i}", f"f{k}-{i + 1}").seq
+            assert seq is not None
+            with lock:
+                returned.append(seq)
+
+    def reader() -> None:
+        cursor: int | None = None
+        while True:
+            done = stop.is_set()
+            events, cursor = coord.read_events(after=cursor, limit=5, namespaces=[ns], wait=0.5)
+            seen.extend(e.position for e in events if e.type == "moved")
+            if done and not events:
+                return
+
+    reading = threading.Thread(target=reader, daemon=True)
+    reading.start()
+    workers = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(120)
+    stop.set()
+    reading.join(60)
+    assert not reading.is_alive()
+    assert seen == sorted(seen) and sorted(returned) == seen
+    assert len(seen) == clients * per_client
+    assert sorted(n.name for n in coord.listdir(ns, "/")) == [
+        f"f{k}-{per_client}" for k in range(clients)
+    ]
+
+
+def test_lone_rename_after_the_server_dropped_its_pooled_connection(
+    coord: Coordinator, ns: str
+) -> None:
+    """Its COMMIT goes out with the statement, so a failed send cannot be re-run; a
+    pooled connection the server already closed is noticed before sending instead."""
+    coord.create_file(ns, "/a")
+    coord.rename(ns, "/a", "b")  # a pooled connection now exists
+    others = (
+        "FROM pg_stat_activity WHERE application_name = 'pathkeeper' "
+        "AND pid <> pg_backend_pid() AND datname = current_database()"
+    )
+    # Not through the pool: the connection to drop is the pool's.
+    url = libpq_url(coord.engine.url.render_as_string(hide_password=False))
+    with psycopg.connect(url, autocommit=True) as admin:
+        assert admin.execute(f"SELECT count(pg_terminate_backend(pid)) {others}").fetchone()
+        deadline = time.monotonic() + 10
+        while (admin.execute(f"SELECT count(*) {others}").fetchone() or [0])[0]:
+            assert time.monotonic() < deadline, "the terminated backends did not exit"
+            time.sleep(0.05)
+    for old, new in (("b", "c"), ("c", "d"), ("d", "e")):
+        assert coord.rename(ns, f"/{old}", new).seq is not None
+    assert coord.stat(ns, "/e").version == 5
