@@ -66,15 +66,20 @@ def command_endpoint(route: CommandRoute) -> Callable[..., JSONResponse]:
         if "if_version" in values:
             values["if_version"] = parse_if_match(if_match, values["if_version"])
         command = route.command(**values)
-        payload = None if body is None else body.model_dump(mode="json")
-        digest = request_hash(
-            request.method, request.url.path, dict(request.query_params), if_match, payload
-        )
 
         def answer(result: MutationResult) -> tuple[int, dict[str, Any]]:
             status = 201 if route.creates and result.seq is not None else 200
             return status, MutationOut.of(result).model_dump(mode="json")
 
+        if idempotency_key is None:
+            # Nothing to record with the change: the command alone, as the Python API runs
+            # it (a lone rename is one statement).
+            status, out = answer(coord.execute(ns, command))
+            return JSONResponse(out, status)
+        payload = None if body is None else body.model_dump(mode="json")
+        digest = request_hash(
+            request.method, request.url.path, dict(request.query_params), if_match, payload
+        )
         outcome = run_idempotent(
             coord, ns, idempotency_key, who.key_id, digest, settings.idempotency_ttl_seconds,
             lambda uow: command.apply(uow.tree), answer,
