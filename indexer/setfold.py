@@ -149,7 +149,6 @@ def pick_base(conn: Connection, until: int, use_snapshots: bool = True) -> Base:
 # An event of a type or payload version not known there counts as ``unknown`` (an
 # anomaly), as the reference fold's decoding does.
 AGG_SQL = """
-CREATE TEMPORARY TABLE {agg} AS
 SELECT namespace, node_id,
        max(position) FILTER (WHERE type = :t_namespace_created) AS ns_created,
        max(position) FILTER (WHERE type = :t_namespace_dropped) AS ns_dropped,
@@ -186,9 +185,45 @@ SELECT namespace, node_id,
                  payload ->> 'version'])
            FILTER (WHERE type = :t_metadata_set) AS meta
 FROM events
-WHERE position > :after AND position <= :until {ns_filter}
+WHERE position > :after AND position <= :until {ns_filter} {part_filter}
 GROUP BY namespace, node_id
 """
+
+#: Processes that aggregate the log at once (``PATHKEEPER_FOLD_PARALLEL``; 1: the leader
+#: alone). The aggregate is split into this many parts by a hash of the node id: every
+#: part is the same scan of the events, keeping only its nodes, and an aggregate of its
+#: own, so each node's events are grouped by one process and the parts' rows are simply
+#: appended (no partial aggregates to combine). PostgreSQL runs the parts in parallel
+#: workers (a Parallel Append under a Gather; the leader takes a part too) when the
+#: planner finds it cheaper, i.e. for logs of more than a few thousand events, and when
+#: the server has workers free (``max_parallel_workers``, 8 by default); otherwise the
+#: leader runs the parts one after the other, which costs one more scan of the events.
+#: Each process holds its own ``work_mem``: the fold may hold PARALLEL times as much.
+PARALLEL = int(os.environ.get("PATHKEEPER_FOLD_PARALLEL", "2"))
+
+#: Planner settings of the aggregate statement. Every part must be one process's whole
+#: aggregate, never a parallel scan below a partial aggregate of its own: a node's events
+#: are spread over the whole log, so each worker's partial aggregate would see nearly
+#: every node of the part and repeat the grouping (1.5-2x the CPU, measured), hence the
+#: scan sizes no table reaches.
+AGG_SETTINGS: dict[str, str] = {
+    "min_parallel_table_scan_size": "715827882",  # blocks: the largest value it takes
+    "min_parallel_index_scan_size": "715827882",
+    "parallel_leader_participation": "on",
+}
+
+
+def agg_sql(table: str, ns_filter: str, parts: int) -> str:
+    """``AGG_SQL`` into the temporary ``table``, split into ``parts`` by node id."""
+    if parts <= 1:
+        return f"CREATE TEMPORARY TABLE {table} AS " + AGG_SQL.format(
+            ns_filter=ns_filter, part_filter="")
+    # coalesce: the rows without a node id, if any, are all in part 0.
+    return f"CREATE TEMPORARY TABLE {table} AS SELECT * FROM (" + "\nUNION ALL\n".join(
+        f"SELECT * FROM ({AGG_SQL.format(ns_filter=ns_filter, part_filter=part)}) p{k}"
+        for k in range(parts)
+        for part in [f"AND (coalesce(uuid_hash(node_id), 0) & 2147483647) % {parts} = {k}"]
+    ) + ") parts"
 
 #: The bind parameters ``AGG_SQL`` takes from ``coordinator.events``: ``t_<type>`` for
 #: each type name, and what tells a known (type, payload version) from an unknown one.
@@ -467,21 +502,32 @@ def fold_into(
     }
     if not re.fullmatch(r"\d+\s*(kB|MB|GB)?", WORK_MEM):
         raise ValueError(f"PATHKEEPER_FOLD_WORK_MEM: not a memory size: {WORK_MEM!r}")
+    if PARALLEL < 1:
+        raise ValueError(f"PATHKEEPER_FOLD_PARALLEL: not a number of processes: {PARALLEL}")
     conn.execute(text(f"SET LOCAL work_mem = '{WORK_MEM}'"))
     # JIT compiles these plans for seconds and gains nothing on them (measured).
     conn.execute(text("SET LOCAL jit = off"))
-    # No parallel workers: each worker's partial aggregate sees nearly every node (a node's
-    # events are spread over the whole log), so they repeat the grouping and add a combine
-    # step, 1.5-2x the CPU of one process (measured), and each takes its own work_mem.
-    conn.execute(text("SET LOCAL max_parallel_workers_per_gather = 0"))
     for name in t.values():
         conn.execute(text(f"DROP TABLE IF EXISTS {name}"))
     # Hashing, even spilled past work_mem, and not the planner's other choice at a million
     # nodes: an external sort of every event row, payload included (1.5 GB of temporary
     # files for 5,000,000 events; 42-57 s against 29-37 s for the hash, measured).
     conn.execute(text("SET LOCAL enable_sort = off"))
-    conn.execute(text(AGG_SQL.format(**t, ns_filter=_ns_filter(namespaces))), params)
+    # One worker a part (the leader takes one, so one is spare: with fewer, the planner
+    # counts the leader as mostly busy gathering and keeps the parts in one process).
+    conn.execute(text(
+        f"SET LOCAL max_parallel_workers_per_gather = {PARALLEL if PARALLEL > 1 else 0}"))
+    saved = {name: conn.execute(text("SELECT current_setting(:n)"), {"n": name}).scalar_one()
+             for name in AGG_SETTINGS}
+    for name, value in AGG_SETTINGS.items():
+        conn.execute(text(f"SET LOCAL {name} = {value}"))
+    conn.execute(text(agg_sql(t["agg"], _ns_filter(namespaces), PARALLEL)), params)
     conn.execute(text("SET LOCAL enable_sort = on"))
+    # The later statements read the fold's temporary tables, which workers cannot; and a
+    # caller's statements after the fold in this transaction (verify) stay as they were.
+    conn.execute(text("SET LOCAL max_parallel_workers_per_gather = 0"))
+    for name, value in saved.items():
+        conn.execute(text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})
     # Only the columns later plans join or filter on: statistics of the wide array
     # columns (element frequencies) cost more than the rest of ANALYZE.
     conn.execute(text(f"ANALYZE {t['agg']} (namespace, node_id, ns_created, c_pos, d_pos)"))
