@@ -149,44 +149,64 @@ def pick_base(conn: Connection, until: int, use_snapshots: bool = True) -> Base:
 # An event of a type or payload version not known there counts as ``unknown`` (an
 # anomaly), as the reference fold's decoding does.
 AGG_SQL = """
-SELECT namespace, node_id,
-       max(position) FILTER (WHERE type = :t_namespace_created) AS ns_created,
-       max(position) FILTER (WHERE type = :t_namespace_dropped) AS ns_dropped,
-       max(position) FILTER (WHERE type = :t_created) AS c_pos,
-       count(*) FILTER (WHERE type = :t_created) AS c_count,
-       max(position) FILTER (
-           WHERE type IN (:t_created, :t_metadata_set)
-              OR (type = :t_written AND payload -> 'metadata' <> CAST('null' AS jsonb))
-       ) AS m_pos,
-       min(position) FILTER (WHERE type = :t_deleted) AS d_pos,
-       min(position) FILTER (
-           WHERE type IN (:t_written, :t_metadata_set, :t_moved, :t_deleted)
-       ) AS first_change,
-       max(position) AS last_pos,
-       count(*) AS n,
-       count(*) FILTER (
-           WHERE type || ':' || coalesce(payload ->> CAST(:version_key AS text),
-                                         CAST(:unversioned AS text))
-                 <> ALL(CAST(:known_events AS text[]))
-       ) AS unknown,
-       max(payload ->> 'kind') FILTER (WHERE type = :t_created) AS kind,
-       max(ARRAY[lpad(CAST(position AS text), 19, '0'), payload ->> 'parent_id',
-                 payload ->> 'name', payload ->> 'version'])
-           FILTER (WHERE type IN (:t_created, :t_moved)) AS link,
-       max(ARRAY[lpad(CAST(position AS text), 19, '0'), payload ->> 'content',
-                 payload ->> 'version',
-                 CAST(CASE WHEN type = :t_created
-                           THEN coalesce(nullif(payload -> 'metadata', CAST('null' AS jsonb)),
-                                         CAST('{{}}' AS jsonb))
-                           ELSE nullif(payload -> 'metadata', CAST('null' AS jsonb))
-                      END AS text)])
-           FILTER (WHERE type IN (:t_created, :t_written)) AS cont,
-       max(ARRAY[lpad(CAST(position AS text), 19, '0'), CAST(payload -> 'metadata' AS text),
-                 payload ->> 'version'])
-           FILTER (WHERE type = :t_metadata_set) AS meta
-FROM events
-WHERE position > :after AND position <= :until {ns_filter} {part_filter}
-GROUP BY namespace, node_id
+SELECT namespace, node_id, ns_created, ns_dropped, c_pos, c_count, m_pos, d_pos,
+       first_change, last_pos, n, unknown, kind,
+       CAST(link[1] AS bigint) AS l_pos, CAST(link[2] AS uuid) AS parent_id,
+       link[3] AS name,
+       CAST(cont[1] AS bigint) AS w_pos, cont[2] AS content,
+       -- The metadata of the node's last event that sets it (m_pos), if that event is
+       -- one whose fields ride here: the last metadata_set, or the last create or write,
+       -- when it carried metadata. Otherwise (a write without metadata came after it)
+       -- the final state looks that event up.
+       CASE WHEN meta[1] = lpad(CAST(m_pos AS text), 19, '0') THEN CAST(meta[2] AS jsonb)
+            WHEN cont[4] IS NOT NULL THEN CAST(cont[4] AS jsonb) END AS metadata,
+       (meta[1] = lpad(CAST(m_pos AS text), 19, '0')) IS TRUE OR cont[4] IS NOT NULL
+           AS m_found,
+       CAST((greatest(
+           CASE WHEN link IS NOT NULL THEN ARRAY[link[1], link[4]] END,
+           CASE WHEN cont IS NOT NULL THEN ARRAY[cont[1], cont[3]] END,
+           CASE WHEN meta IS NOT NULL THEN ARRAY[meta[1], meta[3]] END))[2] AS bigint)
+           AS version
+FROM (
+    SELECT namespace, node_id,
+           max(position) FILTER (WHERE type = :t_namespace_created) AS ns_created,
+           max(position) FILTER (WHERE type = :t_namespace_dropped) AS ns_dropped,
+           max(position) FILTER (WHERE type = :t_created) AS c_pos,
+           count(*) FILTER (WHERE type = :t_created) AS c_count,
+           max(position) FILTER (
+               WHERE type IN (:t_created, :t_metadata_set)
+                  OR (type = :t_written AND payload -> 'metadata' <> CAST('null' AS jsonb))
+           ) AS m_pos,
+           min(position) FILTER (WHERE type = :t_deleted) AS d_pos,
+           min(position) FILTER (
+               WHERE type IN (:t_written, :t_metadata_set, :t_moved, :t_deleted)
+           ) AS first_change,
+           max(position) AS last_pos,
+           count(*) AS n,
+           count(*) FILTER (
+               WHERE type || ':' || coalesce(payload ->> CAST(:version_key AS text),
+                                             CAST(:unversioned AS text))
+                     <> ALL(CAST(:known_events AS text[]))
+           ) AS unknown,
+           max(payload ->> 'kind') FILTER (WHERE type = :t_created) AS kind,
+           max(ARRAY[lpad(CAST(position AS text), 19, '0'), payload ->> 'parent_id',
+                     payload ->> 'name', payload ->> 'version'])
+               FILTER (WHERE type IN (:t_created, :t_moved)) AS link,
+           max(ARRAY[lpad(CAST(position AS text), 19, '0'), payload ->> 'content',
+                     payload ->> 'version',
+                     CAST(CASE WHEN type = :t_created
+                               THEN coalesce(nullif(payload -> 'metadata', CAST('null' AS jsonb)),
+                                             CAST('{{}}' AS jsonb))
+                               ELSE nullif(payload -> 'metadata', CAST('null' AS jsonb))
+                          END AS text)])
+               FILTER (WHERE type IN (:t_created, :t_written)) AS cont,
+           max(ARRAY[lpad(CAST(position AS text), 19, '0'), CAST(payload -> 'metadata' AS text),
+                     payload ->> 'version'])
+               FILTER (WHERE type = :t_metadata_set) AS meta
+    FROM events
+    WHERE position > :after AND position <= :until {ns_filter} {part_filter}
+    GROUP BY namespace, node_id
+) per_node
 """
 
 #: Processes that aggregate the log at once (``PATHKEEPER_FOLD_PARALLEL``; 1: the leader
@@ -274,7 +294,8 @@ WITH s AS (
     WHERE n.snapshot_id = :sid
 ), j AS (
     SELECT coalesce(a.namespace, s.namespace) AS namespace, coalesce(a.node_id, s.id) AS id,
-           a.link, a.cont, a.meta, a.m_pos, a.kind AS a_kind,
+           a.l_pos, a.parent_id, a.name, a.kind, a.w_pos, a.content, a.m_pos, a.metadata,
+           a.m_found, a.version,
            s.parent_id AS s_parent, s.name AS s_name, s.kind AS s_kind,
            s.content AS s_content, s.metadata AS s_metadata, s.version AS s_version,
            g.root_id, g.since
@@ -284,25 +305,19 @@ WITH s AS (
       AND (s.id IS NOT NULL OR a.c_pos > coalesce(g.since, -1))
 )
 SELECT j.namespace, j.id,
-       CASE WHEN j.link IS NULL THEN j.s_parent ELSE CAST(j.link[2] AS uuid) END AS parent_id,
-       CASE WHEN j.link IS NULL THEN j.s_name ELSE j.link[3] END AS name,
-       coalesce(j.a_kind, j.s_kind) AS kind,
-       CASE WHEN j.cont IS NULL THEN j.s_content ELSE j.cont[2] END AS content,
+       CASE WHEN j.l_pos IS NULL THEN j.s_parent ELSE j.parent_id END AS parent_id,
+       CASE WHEN j.l_pos IS NULL THEN j.s_name ELSE j.name END AS name,
+       coalesce(j.kind, j.s_kind) AS kind,
+       CASE WHEN j.w_pos IS NULL THEN j.s_content ELSE j.content END AS content,
        CASE WHEN j.m_pos IS NULL THEN j.s_metadata
-            WHEN j.meta[1] = lpad(CAST(j.m_pos AS text), 19, '0') THEN CAST(j.meta[2] AS jsonb)
-            WHEN j.cont[4] IS NOT NULL THEN CAST(j.cont[4] AS jsonb)
+            WHEN j.m_found THEN j.metadata
             ELSE coalesce(nullif(m.payload -> 'metadata', CAST('null' AS jsonb)),
                           CAST('{{}}' AS jsonb)) END AS metadata,
-       coalesce(CAST((greatest(
-           CASE WHEN j.link IS NOT NULL THEN ARRAY[j.link[1], j.link[4]] END,
-           CASE WHEN j.cont IS NOT NULL THEN ARRAY[j.cont[1], j.cont[3]] END,
-           CASE WHEN j.meta IS NOT NULL THEN ARRAY[j.meta[1], j.meta[3]] END))[2] AS bigint),
-           j.s_version) AS version
+       coalesce(j.version, j.s_version) AS version
 FROM j
 LEFT JOIN LATERAL (
     SELECT e.payload FROM events e
-    WHERE j.m_pos IS NOT NULL AND j.cont IS NOT NULL AND j.cont[4] IS NULL
-      AND j.meta[1] IS DISTINCT FROM lpad(CAST(j.m_pos AS text), 19, '0')
+    WHERE j.m_pos IS NOT NULL AND NOT j.m_found AND j.w_pos IS NOT NULL
       AND e.position = j.m_pos
     LIMIT 1
 ) m ON true
