@@ -31,11 +31,13 @@ never reused, a move never makes a cycle):
   an earlier generation are those created before it, and are left out.
 
 Paths are computed once, by one recursive walk from the roots over the final tree (which
-is also the reachability above). So the cost is: one scan of the events in range (a hash
-aggregate by node: positions of the last events of each kind), one index lookup of the
-payload of at most three of those events per node still alive, the walk, and streaming
-the result. Memory is PostgreSQL's ``work_mem`` (``WORK_MEM``; aggregates and sorts
-beyond it spill to temporary files), whatever the size of the namespace.
+is also the reachability above). So the cost is: a scan of the events in range per part
+of the aggregate by node (``PARALLEL`` parts by node id, aggregated side by side by
+parallel workers: the fields of each node's last events of each kind), an index lookup
+per node whose last write carried no metadata, the walk, and streaming the result. Memory
+is PostgreSQL's ``work_mem`` (``WORK_MEM``) per process of the fold (``PARALLEL``
+processes during the aggregate, one after); aggregates and sorts beyond it spill to
+temporary files, whatever the size of the namespace.
 
 A fold starts from the newest stored snapshot at or below its ``until``
 (``indexer.retention``): the snapshot's nodes are the state as of its position, and
@@ -78,8 +80,10 @@ from .fold import Anomalies
 
 #: Memory PostgreSQL may use per sort or hash of the fold before it spills to temporary
 #: files (a hash may use ``hash_mem_multiplier`` times this, 2 by default). The fold's
-#: one big hash is the per-node aggregate (~450 bytes a node): 128MB keeps ~500,000
-#: nodes in memory, larger namespaces spill, which costs time, never memory.
+#: one big hash is the per-node aggregate (~700 bytes a node, measured: 14 aggregates'
+#: states plus the arrays of two last events): 128MB keeps ~370,000 nodes a part in
+#: memory, larger namespaces spill, which costs time, never memory. Each of the
+#: ``PARALLEL`` processes of the aggregate has its own: 2 x 256MB at the defaults.
 WORK_MEM = os.environ.get("PATHKEEPER_FOLD_WORK_MEM", "128MB")
 #: Rows per fetch when streaming the folded nodes.
 STREAM_CHUNK = 5000
