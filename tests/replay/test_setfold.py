@@ -58,18 +58,20 @@ def set_fold(engine: Engine, until: int, namespaces: list[str], snapshots: bool)
         return rows_of(f)
 
 
-@pytest.fixture(params=["one process", "parts in parallel workers"])
+@pytest.fixture(params=["one process", "parts in parallel workers", "no worker free"])
 def plan(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """How the aggregate runs: in the leader alone, or split by node into parts that
     parallel workers aggregate (forced here: these logs are too small for the planner to
-    start workers by itself). The default, parts one after the other in the leader
+    start workers by itself), or that parallel plan when the server has no worker free
+    (the leader runs every part). The default, parts one after the other in the leader
     below that size, is what the other tests run."""
     if request.param == "one process":
         monkeypatch.setattr(setfold, "PARALLEL", 1)
     else:
         monkeypatch.setattr(setfold, "PARALLEL", 2)
         monkeypatch.setattr(setfold, "AGG_SETTINGS", {
-            **setfold.AGG_SETTINGS, "parallel_setup_cost": "0", "parallel_tuple_cost": "0"})
+            **setfold.AGG_SETTINGS, "parallel_setup_cost": "0", "parallel_tuple_cost": "0",
+            **({"max_parallel_workers": "0"} if request.param == "no worker free" else {})})
     return str(request.param)
 
 
@@ -172,6 +174,15 @@ def test_the_parts_of_the_aggregate_run_whole_in_parallel_workers(
         n, nodes, distinct = conn.execute(text(
             "SELECT sum(n), count(*), count(DISTINCT node_id) FROM t_agg")).one()
         assert (n, nodes, distinct) == (43, 43, 43)  # the root's, /a's, /a/b's, 40 files'
+        # No worker free: the same plan, the leader runs every part.
+        conn.execute(text("SET LOCAL max_parallel_workers = 0"))
+        sql = setfold.agg_sql("t_agg_alone", setfold._ns_filter([ns]), 2)
+        plan = "\n".join(r[0] for r in conn.execute(
+            text("EXPLAIN (ANALYZE, COSTS OFF) " + sql), params))
+        assert "Parallel Append" in plan and "Workers Launched: 0" in plan, plan
+        assert conn.execute(text(
+            "SELECT count(*) FROM (SELECT * FROM t_agg EXCEPT SELECT * FROM t_agg_alone) d"
+        )).scalar_one() == 0
 
 
 def test_a_node_moved_out_before_its_directory_is_deleted_survives(
