@@ -141,17 +141,19 @@ def pick_base(conn: Connection, until: int, use_snapshots: bool = True) -> Base:
     return Base(None, 0)
 
 
-# One scan of the events in range: for each node, the positions of its last events of
-# each kind, and the fields those last events set. The fields ride along in
-# ``max(ARRAY[zero-padded position, field, ...])``: arrays compare element by element, so
-# the maximum is the array of the node's last such event. This costs more per row than
-# ``max(position)`` alone, but saves looking up each live node's payloads afterwards (two
-# random index reads per node, measured 2x slower at 1,000,000 nodes). node_id is the id
-# the coordinator also writes into the payload; namespace events carry the root's id.
-# Type names are bind parameters (``EVENT_PARAMS``), from ``coordinator.events``; the
-# payload keys read are those of its classes (``tests/replay/test_setfold.py`` checks).
-# An event of a type or payload version not known there counts as ``unknown`` (an
-# anomaly), as the reference fold's decoding does.
+# One scan of the events in range (of each part, see ``PARALLEL``): for each node, the
+# positions of its last events of each kind, and the fields those last events set. The
+# fields ride along in ``max(ARRAY[zero-padded position, field, ...])``: arrays compare
+# element by element, so the maximum is the array of the node's last such event. This
+# costs more per row than ``max(position)`` alone, but saves looking up each live node's
+# payloads afterwards (two random index reads per node, measured 2x slower at 1,000,000
+# nodes). node_id is the id the coordinator also writes into the payload; namespace
+# events carry the root's id. Type names are bind parameters (``EVENT_PARAMS``), from
+# ``coordinator.events``; the payload keys read are those of its classes
+# (``tests/replay/test_setfold.py`` checks). An event of a type or payload version not
+# known there counts as ``unknown`` (an anomaly), as the reference fold's decoding does.
+# The outer select turns each node's arrays into typed fields in the process that
+# aggregated it, not in the final state's one process.
 AGG_SQL = """
 SELECT namespace, node_id, ns_created, ns_dropped, c_pos, c_count, m_pos, d_pos,
        first_change, last_pos, n, unknown, kind,
