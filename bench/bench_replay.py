@@ -264,9 +264,10 @@ def set_fold(url: str, ns: str, until: int, snapshots: bool = False
 
 
 def fold_part(args: argparse.Namespace, url: str, report: Callable[..., None]) -> None:
-    """For a namespace below and one above the spill size: raw read vs set fold, twice,
-    alternating; --until half-way; from a snapshot; streaming the result; the old
-    sequential fold on a sample of the small one; verify_log of the big one."""
+    """For a namespace below and one above the spill size: raw read vs set fold,
+    alternating, ``--rounds`` times; --until half-way; from a snapshot; streaming the
+    result; the old sequential fold on a sample of the small one; verify_log of the big
+    one."""
     sizes = [("below spill size", "fs", args.small_nodes, args.small_events),
              ("above spill size", "fb", args.big_nodes, args.big_events)]
     engine = create_engine(sqlalchemy_url(url))
@@ -280,7 +281,8 @@ def fold_part(args: argparse.Namespace, url: str, report: Callable[..., None]) -
         print(f"[{label}] generated {n:,} events ending in {nodes:,} nodes "
               f"in {time.monotonic() - t:.0f}s; load {load_average()}", flush=True)
         end = current_bound(engine)
-        for round_ in (1, 2):
+        ratios = []
+        for round_ in range(1, args.rounds + 1):
             raw_s, rows, size = raw_read(url, ns)
             assert rows == n, (rows, n)
             report(f"raw read, {label} (round {round_})", f"{n:,} events, {size / 2**20:.0f} MiB",
@@ -288,16 +290,19 @@ def fold_part(args: argparse.Namespace, url: str, report: Callable[..., None]) -
             folded, fold_s = set_fold(url, ns, end)
             with folded:
                 assert folded.node_count() == nodes and not folded.anomalies.count
+                ratios.append(raw_s / fold_s)
                 report(f"set fold, {label} (round {round_})",
                        f"{n:,} ev -> {nodes:,} nodes", f"{fold_s:.1f}",
                        f"{n / fold_s:,.0f} events/s = {raw_s / fold_s:.2f} x raw read "
                        f"(load {load_average().split()[0]})")
-                if round_ == 2:
+                if round_ == args.rounds:
                     t = time.monotonic()
                     streamed = sum(1 for _ in folded.trees[ns].nodes())
                     secs = time.monotonic() - t
                     report(f"  stream the folded nodes to Python, {label}", f"{streamed:,} nodes",
                            f"{secs:.1f}", f"{streamed / secs:,.0f} nodes/s")
+        report(f"MEDIAN of {args.rounds}: set fold / raw read, {label}", f"{n:,} events", "",
+               f"{median(ratios):.2f} x raw read")
         with engine.connect() as conn:
             half = int(conn.execute(text(
                 "SELECT position FROM events WHERE namespace = :ns ORDER BY position "

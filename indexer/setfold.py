@@ -31,11 +31,13 @@ never reused, a move never makes a cycle):
   an earlier generation are those created before it, and are left out.
 
 Paths are computed once, by one recursive walk from the roots over the final tree (which
-is also the reachability above). So the cost is: one scan of the events in range (a hash
-aggregate by node: positions of the last events of each kind), one index lookup of the
-payload of at most three of those events per node still alive, the walk, and streaming
-the result. Memory is PostgreSQL's ``work_mem`` (``WORK_MEM``; aggregates and sorts
-beyond it spill to temporary files), whatever the size of the namespace.
+is also the reachability above). So the cost is: a scan of the events in range per part
+of the aggregate by node (``PARALLEL`` parts by node id, aggregated side by side by
+parallel workers: the fields of each node's last events of each kind), an index lookup
+per node whose last write carried no metadata, the walk, and streaming the result. Memory
+is PostgreSQL's ``work_mem`` (``WORK_MEM``) per process of the fold (``PARALLEL``
+processes during the aggregate, one after); aggregates and sorts beyond it spill to
+temporary files, whatever the size of the namespace.
 
 A fold starts from the newest stored snapshot at or below its ``until``
 (``indexer.retention``): the snapshot's nodes are the state as of its position, and
@@ -78,8 +80,10 @@ from .fold import Anomalies
 
 #: Memory PostgreSQL may use per sort or hash of the fold before it spills to temporary
 #: files (a hash may use ``hash_mem_multiplier`` times this, 2 by default). The fold's
-#: one big hash is the per-node aggregate (~450 bytes a node): 128MB keeps ~500,000
-#: nodes in memory, larger namespaces spill, which costs time, never memory.
+#: one big hash is the per-node aggregate (~700 bytes a node, measured: 14 aggregates'
+#: states plus the arrays of two last events): 128MB keeps ~370,000 nodes a part in
+#: memory, larger namespaces spill, which costs time, never memory. Each of the
+#: ``PARALLEL`` processes of the aggregate has its own: 2 x 256MB at the defaults.
 WORK_MEM = os.environ.get("PATHKEEPER_FOLD_WORK_MEM", "128MB")
 #: Rows per fetch when streaming the folded nodes.
 STREAM_CHUNK = 5000
@@ -137,58 +141,115 @@ def pick_base(conn: Connection, until: int, use_snapshots: bool = True) -> Base:
     return Base(None, 0)
 
 
-# One scan of the events in range: for each node, the positions of its last events of
-# each kind, and the fields those last events set. The fields ride along in
-# ``max(ARRAY[zero-padded position, field, ...])``: arrays compare element by element, so
-# the maximum is the array of the node's last such event. This costs more per row than
-# ``max(position)`` alone, but saves looking up each live node's payloads afterwards (two
-# random index reads per node, measured 2x slower at 1,000,000 nodes). node_id is the id
-# the coordinator also writes into the payload; namespace events carry the root's id.
-# Type names are bind parameters (``EVENT_PARAMS``), from ``coordinator.events``; the
-# payload keys read are those of its classes (``tests/replay/test_setfold.py`` checks).
-# An event of a type or payload version not known there counts as ``unknown`` (an
-# anomaly), as the reference fold's decoding does.
+# One scan of the events in range (of each part, see ``PARALLEL``): for each node, the
+# positions of its last events of each kind, and the fields those last events set. The
+# fields ride along in ``max(ARRAY[zero-padded position, field, ...])``: arrays compare
+# element by element, so the maximum is the array of the node's last such event. This
+# costs more per row than ``max(position)`` alone, but saves looking up each live node's
+# payloads afterwards (two random index reads per node, measured 2x slower at 1,000,000
+# nodes). node_id is the id the coordinator also writes into the payload; namespace
+# events carry the root's id. Type names are bind parameters (``EVENT_PARAMS``), from
+# ``coordinator.events``; the payload keys read are those of its classes
+# (``tests/replay/test_setfold.py`` checks). An event of a type or payload version not
+# known there counts as ``unknown`` (an anomaly), as the reference fold's decoding does.
+# The outer select turns each node's arrays into typed fields in the process that
+# aggregated it, not in the final state's one process.
 AGG_SQL = """
-CREATE TEMPORARY TABLE {agg} AS
-SELECT namespace, node_id,
-       max(position) FILTER (WHERE type = :t_namespace_created) AS ns_created,
-       max(position) FILTER (WHERE type = :t_namespace_dropped) AS ns_dropped,
-       max(position) FILTER (WHERE type = :t_created) AS c_pos,
-       count(*) FILTER (WHERE type = :t_created) AS c_count,
-       max(position) FILTER (
-           WHERE type IN (:t_created, :t_metadata_set)
-              OR (type = :t_written AND payload -> 'metadata' <> CAST('null' AS jsonb))
-       ) AS m_pos,
-       min(position) FILTER (WHERE type = :t_deleted) AS d_pos,
-       min(position) FILTER (
-           WHERE type IN (:t_written, :t_metadata_set, :t_moved, :t_deleted)
-       ) AS first_change,
-       max(position) AS last_pos,
-       count(*) AS n,
-       count(*) FILTER (
-           WHERE type || ':' || coalesce(payload ->> CAST(:version_key AS text),
-                                         CAST(:unversioned AS text))
-                 <> ALL(CAST(:known_events AS text[]))
-       ) AS unknown,
-       max(payload ->> 'kind') FILTER (WHERE type = :t_created) AS kind,
-       max(ARRAY[lpad(CAST(position AS text), 19, '0'), payload ->> 'parent_id',
-                 payload ->> 'name', payload ->> 'version'])
-           FILTER (WHERE type IN (:t_created, :t_moved)) AS link,
-       max(ARRAY[lpad(CAST(position AS text), 19, '0'), payload ->> 'content',
-                 payload ->> 'version',
-                 CAST(CASE WHEN type = :t_created
-                           THEN coalesce(nullif(payload -> 'metadata', CAST('null' AS jsonb)),
-                                         CAST('{{}}' AS jsonb))
-                           ELSE nullif(payload -> 'metadata', CAST('null' AS jsonb))
-                      END AS text)])
-           FILTER (WHERE type IN (:t_created, :t_written)) AS cont,
-       max(ARRAY[lpad(CAST(position AS text), 19, '0'), CAST(payload -> 'metadata' AS text),
-                 payload ->> 'version'])
-           FILTER (WHERE type = :t_metadata_set) AS meta
-FROM events
-WHERE position > :after AND position <= :until {ns_filter}
-GROUP BY namespace, node_id
+SELECT namespace, node_id, ns_created, ns_dropped, c_pos, c_count, m_pos, d_pos,
+       first_change, last_pos, n, unknown, kind,
+       CAST(link[1] AS bigint) AS l_pos, CAST(link[2] AS uuid) AS parent_id,
+       link[3] AS name,
+       CAST(cont[1] AS bigint) AS w_pos, cont[2] AS content,
+       -- The metadata of the node's last event that sets it (m_pos), if that event is
+       -- one whose fields ride here: the last metadata_set, or the last create or write,
+       -- when it carried metadata. Otherwise (a write without metadata came after it)
+       -- the final state looks that event up.
+       CASE WHEN meta[1] = lpad(CAST(m_pos AS text), 19, '0') THEN CAST(meta[2] AS jsonb)
+            WHEN cont[4] IS NOT NULL THEN CAST(cont[4] AS jsonb) END AS metadata,
+       (meta[1] = lpad(CAST(m_pos AS text), 19, '0')) IS TRUE OR cont[4] IS NOT NULL
+           AS m_found,
+       CAST((greatest(
+           CASE WHEN link IS NOT NULL THEN ARRAY[link[1], link[4]] END,
+           CASE WHEN cont IS NOT NULL THEN ARRAY[cont[1], cont[3]] END,
+           CASE WHEN meta IS NOT NULL THEN ARRAY[meta[1], meta[3]] END))[2] AS bigint)
+           AS version
+FROM (
+    SELECT namespace, node_id,
+           max(position) FILTER (WHERE type = :t_namespace_created) AS ns_created,
+           max(position) FILTER (WHERE type = :t_namespace_dropped) AS ns_dropped,
+           max(position) FILTER (WHERE type = :t_created) AS c_pos,
+           count(*) FILTER (WHERE type = :t_created) AS c_count,
+           max(position) FILTER (
+               WHERE type IN (:t_created, :t_metadata_set)
+                  OR (type = :t_written AND payload -> 'metadata' <> CAST('null' AS jsonb))
+           ) AS m_pos,
+           min(position) FILTER (WHERE type = :t_deleted) AS d_pos,
+           min(position) FILTER (
+               WHERE type IN (:t_written, :t_metadata_set, :t_moved, :t_deleted)
+           ) AS first_change,
+           max(position) AS last_pos,
+           count(*) AS n,
+           count(*) FILTER (
+               WHERE type || ':' || coalesce(payload ->> CAST(:version_key AS text),
+                                             CAST(:unversioned AS text))
+                     <> ALL(CAST(:known_events AS text[]))
+           ) AS unknown,
+           max(payload ->> 'kind') FILTER (WHERE type = :t_created) AS kind,
+           max(ARRAY[lpad(CAST(position AS text), 19, '0'), payload ->> 'parent_id',
+                     payload ->> 'name', payload ->> 'version'])
+               FILTER (WHERE type IN (:t_created, :t_moved)) AS link,
+           max(ARRAY[lpad(CAST(position AS text), 19, '0'), payload ->> 'content',
+                     payload ->> 'version',
+                     CAST(CASE WHEN type = :t_created
+                               THEN coalesce(nullif(payload -> 'metadata', CAST('null' AS jsonb)),
+                                             CAST('{{}}' AS jsonb))
+                               ELSE nullif(payload -> 'metadata', CAST('null' AS jsonb))
+                          END AS text)])
+               FILTER (WHERE type IN (:t_created, :t_written)) AS cont,
+           max(ARRAY[lpad(CAST(position AS text), 19, '0'), CAST(payload -> 'metadata' AS text),
+                     payload ->> 'version'])
+               FILTER (WHERE type = :t_metadata_set) AS meta
+    FROM events
+    WHERE position > :after AND position <= :until {ns_filter} {part_filter}
+    GROUP BY namespace, node_id
+) per_node
 """
+
+#: Processes that aggregate the log at once (``PATHKEEPER_FOLD_PARALLEL``; 1: the leader
+#: alone). The aggregate is split into this many parts by a hash of the node id: every
+#: part is the same scan of the events, keeping only its nodes, and an aggregate of its
+#: own, so each node's events are grouped by one process and the parts' rows are simply
+#: appended (no partial aggregates to combine). PostgreSQL runs the parts in parallel
+#: workers (a Parallel Append under a Gather; the leader takes a part too) when the
+#: planner finds it cheaper, i.e. for logs of more than a few thousand events, and when
+#: the server has workers free (``max_parallel_workers``, 8 by default); otherwise the
+#: leader runs the parts one after the other, which costs one more scan of the events.
+#: Each process holds its own ``work_mem``: the fold may hold PARALLEL times as much.
+PARALLEL = int(os.environ.get("PATHKEEPER_FOLD_PARALLEL", "2"))
+
+#: Planner settings of the aggregate statement. Every part must be one process's whole
+#: aggregate, never a parallel scan below a partial aggregate of its own: a node's events
+#: are spread over the whole log, so each worker's partial aggregate would see nearly
+#: every node of the part and repeat the grouping (1.5-2x the CPU, measured), hence the
+#: scan sizes no table reaches.
+AGG_SETTINGS: dict[str, str] = {
+    "min_parallel_table_scan_size": "715827882",  # blocks: the largest value it takes
+    "min_parallel_index_scan_size": "715827882",
+    "parallel_leader_participation": "on",
+}
+
+
+def agg_sql(table: str, ns_filter: str, parts: int) -> str:
+    """``AGG_SQL`` into the temporary ``table``, split into ``parts`` by node id."""
+    if parts <= 1:
+        return f"CREATE TEMPORARY TABLE {table} AS " + AGG_SQL.format(
+            ns_filter=ns_filter, part_filter="")
+    # coalesce: the rows without a node id, if any, are all in part 0.
+    return f"CREATE TEMPORARY TABLE {table} AS SELECT * FROM (" + "\nUNION ALL\n".join(
+        f"SELECT * FROM ({AGG_SQL.format(ns_filter=ns_filter, part_filter=part)}) p{k}"
+        for k in range(parts)
+        for part in [f"AND (coalesce(uuid_hash(node_id), 0) & 2147483647) % {parts} = {k}"]
+    ) + ") parts"
 
 #: The bind parameters ``AGG_SQL`` takes from ``coordinator.events``: ``t_<type>`` for
 #: each type name, and what tells a known (type, payload version) from an unknown one.
@@ -239,7 +300,8 @@ WITH s AS (
     WHERE n.snapshot_id = :sid
 ), j AS (
     SELECT coalesce(a.namespace, s.namespace) AS namespace, coalesce(a.node_id, s.id) AS id,
-           a.link, a.cont, a.meta, a.m_pos, a.kind AS a_kind,
+           a.l_pos, a.parent_id, a.name, a.kind, a.w_pos, a.content, a.m_pos, a.metadata,
+           a.m_found, a.version,
            s.parent_id AS s_parent, s.name AS s_name, s.kind AS s_kind,
            s.content AS s_content, s.metadata AS s_metadata, s.version AS s_version,
            g.root_id, g.since
@@ -249,25 +311,19 @@ WITH s AS (
       AND (s.id IS NOT NULL OR a.c_pos > coalesce(g.since, -1))
 )
 SELECT j.namespace, j.id,
-       CASE WHEN j.link IS NULL THEN j.s_parent ELSE CAST(j.link[2] AS uuid) END AS parent_id,
-       CASE WHEN j.link IS NULL THEN j.s_name ELSE j.link[3] END AS name,
-       coalesce(j.a_kind, j.s_kind) AS kind,
-       CASE WHEN j.cont IS NULL THEN j.s_content ELSE j.cont[2] END AS content,
+       CASE WHEN j.l_pos IS NULL THEN j.s_parent ELSE j.parent_id END AS parent_id,
+       CASE WHEN j.l_pos IS NULL THEN j.s_name ELSE j.name END AS name,
+       coalesce(j.kind, j.s_kind) AS kind,
+       CASE WHEN j.w_pos IS NULL THEN j.s_content ELSE j.content END AS content,
        CASE WHEN j.m_pos IS NULL THEN j.s_metadata
-            WHEN j.meta[1] = lpad(CAST(j.m_pos AS text), 19, '0') THEN CAST(j.meta[2] AS jsonb)
-            WHEN j.cont[4] IS NOT NULL THEN CAST(j.cont[4] AS jsonb)
+            WHEN j.m_found THEN j.metadata
             ELSE coalesce(nullif(m.payload -> 'metadata', CAST('null' AS jsonb)),
                           CAST('{{}}' AS jsonb)) END AS metadata,
-       coalesce(CAST((greatest(
-           CASE WHEN j.link IS NOT NULL THEN ARRAY[j.link[1], j.link[4]] END,
-           CASE WHEN j.cont IS NOT NULL THEN ARRAY[j.cont[1], j.cont[3]] END,
-           CASE WHEN j.meta IS NOT NULL THEN ARRAY[j.meta[1], j.meta[3]] END))[2] AS bigint),
-           j.s_version) AS version
+       coalesce(j.version, j.s_version) AS version
 FROM j
 LEFT JOIN LATERAL (
     SELECT e.payload FROM events e
-    WHERE j.m_pos IS NOT NULL AND j.cont IS NOT NULL AND j.cont[4] IS NULL
-      AND j.meta[1] IS DISTINCT FROM lpad(CAST(j.m_pos AS text), 19, '0')
+    WHERE j.m_pos IS NOT NULL AND NOT j.m_found AND j.w_pos IS NOT NULL
       AND e.position = j.m_pos
     LIMIT 1
 ) m ON true
@@ -467,21 +523,32 @@ def fold_into(
     }
     if not re.fullmatch(r"\d+\s*(kB|MB|GB)?", WORK_MEM):
         raise ValueError(f"PATHKEEPER_FOLD_WORK_MEM: not a memory size: {WORK_MEM!r}")
+    if PARALLEL < 1:
+        raise ValueError(f"PATHKEEPER_FOLD_PARALLEL: not a number of processes: {PARALLEL}")
     conn.execute(text(f"SET LOCAL work_mem = '{WORK_MEM}'"))
     # JIT compiles these plans for seconds and gains nothing on them (measured).
     conn.execute(text("SET LOCAL jit = off"))
-    # No parallel workers: each worker's partial aggregate sees nearly every node (a node's
-    # events are spread over the whole log), so they repeat the grouping and add a combine
-    # step, 1.5-2x the CPU of one process (measured), and each takes its own work_mem.
-    conn.execute(text("SET LOCAL max_parallel_workers_per_gather = 0"))
     for name in t.values():
         conn.execute(text(f"DROP TABLE IF EXISTS {name}"))
     # Hashing, even spilled past work_mem, and not the planner's other choice at a million
     # nodes: an external sort of every event row, payload included (1.5 GB of temporary
     # files for 5,000,000 events; 42-57 s against 29-37 s for the hash, measured).
     conn.execute(text("SET LOCAL enable_sort = off"))
-    conn.execute(text(AGG_SQL.format(**t, ns_filter=_ns_filter(namespaces))), params)
+    # One worker a part (the leader takes one, so one is spare: with fewer, the planner
+    # counts the leader as mostly busy gathering and keeps the parts in one process).
+    conn.execute(text(
+        f"SET LOCAL max_parallel_workers_per_gather = {PARALLEL if PARALLEL > 1 else 0}"))
+    saved = {name: conn.execute(text("SELECT current_setting(:n)"), {"n": name}).scalar_one()
+             for name in AGG_SETTINGS}
+    for name, value in AGG_SETTINGS.items():
+        conn.execute(text(f"SET LOCAL {name} = {value}"))
+    conn.execute(text(agg_sql(t["agg"], _ns_filter(namespaces), PARALLEL)), params)
     conn.execute(text("SET LOCAL enable_sort = on"))
+    # The later statements read the fold's temporary tables, which workers cannot; and a
+    # caller's statements after the fold in this transaction (verify) stay as they were.
+    conn.execute(text("SET LOCAL max_parallel_workers_per_gather = 0"))
+    for name, value in saved.items():
+        conn.execute(text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})
     # Only the columns later plans join or filter on: statistics of the wide array
     # columns (element frequencies) cost more than the rest of ANALYZE.
     conn.execute(text(f"ANALYZE {t['agg']} (namespace, node_id, ns_created, c_pos, d_pos)"))

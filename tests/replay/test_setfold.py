@@ -58,6 +58,23 @@ def set_fold(engine: Engine, until: int, namespaces: list[str], snapshots: bool)
         return rows_of(f)
 
 
+@pytest.fixture(params=["one process", "parts in parallel workers", "no worker free"])
+def plan(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """How the aggregate runs: in the leader alone, or split by node into parts that
+    parallel workers aggregate (forced here: these logs are too small for the planner to
+    start workers by itself), or that parallel plan when the server has no worker free
+    (the leader runs every part). The default, parts one after the other in the leader
+    below that size, is what the other tests run."""
+    if request.param == "one process":
+        monkeypatch.setattr(setfold, "PARALLEL", 1)
+    else:
+        monkeypatch.setattr(setfold, "PARALLEL", 2)
+        monkeypatch.setattr(setfold, "AGG_SETTINGS", {
+            **setfold.AGG_SETTINGS, "parallel_setup_cost": "0", "parallel_tuple_cost": "0",
+            **({"max_parallel_workers": "0"} if request.param == "no worker free" else {})})
+    return str(request.param)
+
+
 def next_block(engine: Engine) -> int:
     with engine.connect() as conn:
         last = conn.execute(text("SELECT last_value FROM event_position_seq")).scalar_one()
@@ -73,7 +90,8 @@ step = st.tuples(st.integers(0, 6), st.integers(0, 50), st.integers(0, 50),
                                  HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(steps=st.lists(step, min_size=1, max_size=60), picks=st.data())
 def test_set_fold_equals_the_sequential_fold_on_random_histories(
-    coord: Coordinator, steps: list[tuple[int, int, int, int]], picks: st.DataObject
+    coord: Coordinator, plan: str, steps: list[tuple[int, int, int, int]],
+    picks: st.DataObject
 ) -> None:
     # One database for every example: each example has namespaces of its own and
     # positions above the ones before (a snapshot covers all of them, which is fine).
@@ -107,7 +125,7 @@ def test_set_fold_equals_the_sequential_fold_on_random_histories(
 
 
 def test_set_fold_equals_the_sequential_fold_on_concurrent_histories(
-    coord: Coordinator,
+    coord: Coordinator, plan: str
 ) -> None:
     """4 clients at once on two namespaces (moves, recursive deletes, races): at a sample
     of the transaction boundaries of the log, both folds agree; at the end, the set fold
@@ -128,6 +146,43 @@ def test_set_fold_equals_the_sequential_fold_on_concurrent_histories(
         table = {n.id: (n.parent_id, n.name, n.kind, n.content, n.metadata, n.version, n.path)
                  for n in coord.walk(ns)}
         assert final[ns] == table
+
+
+def test_the_parts_of_the_aggregate_run_whole_in_parallel_workers(
+    coord: Coordinator, ns: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each part is one process's whole aggregate (no partial aggregates to combine),
+    the parts side by side in workers; every node in exactly one part."""
+    monkeypatch.setattr(setfold, "AGG_SETTINGS", {
+        **setfold.AGG_SETTINGS, "parallel_setup_cost": "0", "parallel_tuple_cost": "0"})
+    coord.mkdir(ns, "/a/b", parents=True)
+    for i in range(40):
+        coord.create_file(ns, f"/a/b/f{i}", str(i))
+    params = {"after": 0, "until": current_bound(coord.engine), "sid": None, "nss": [ns],
+              **setfold.EVENT_PARAMS}
+    with coord.engine.connect() as conn:
+        conn.execute(text("SET LOCAL max_parallel_workers_per_gather = 2"))
+        for name, value in setfold.AGG_SETTINGS.items():
+            conn.execute(text(f"SET LOCAL {name} = {value}"))
+        sql = setfold.agg_sql("t_agg", setfold._ns_filter([ns]), 2)
+        plan = "\n".join(r[0] for r in conn.execute(
+            text("EXPLAIN (ANALYZE, COSTS OFF) " + sql), params))
+        assert "Parallel Append" in plan and "Workers Launched: 2" in plan, plan
+        assert "Partial" not in plan and "Finalize" not in plan, plan
+        assert "Parallel Seq Scan" not in plan and "Parallel Index" not in plan, plan
+        assert plan.count("Aggregate") == 2, plan
+        n, nodes, distinct = conn.execute(text(
+            "SELECT sum(n), count(*), count(DISTINCT node_id) FROM t_agg")).one()
+        assert (n, nodes, distinct) == (43, 43, 43)  # the root's, /a's, /a/b's, 40 files'
+        # No worker free: the same plan, the leader runs every part.
+        conn.execute(text("SET LOCAL max_parallel_workers = 0"))
+        sql = setfold.agg_sql("t_agg_alone", setfold._ns_filter([ns]), 2)
+        plan = "\n".join(r[0] for r in conn.execute(
+            text("EXPLAIN (ANALYZE, COSTS OFF) " + sql), params))
+        assert "Parallel Append" in plan and "Workers Launched: 0" in plan, plan
+        assert conn.execute(text(
+            "SELECT count(*) FROM (SELECT * FROM t_agg EXCEPT SELECT * FROM t_agg_alone) d"
+        )).scalar_one() == 0
 
 
 def test_a_node_moved_out_before_its_directory_is_deleted_survives(
