@@ -494,7 +494,8 @@ class PartitionRunner:
             checkpoints.save(w.engine, w.consumer, self.partition, target)
             self.checkpoint = target
             metrics.CHECKPOINT.labels(w.consumer, self.label).set(target)
-        self.wake.set()  # --once: the node lane re-checks whether it is done
+        if w.config.once:
+            self.wake.set()  # the node lane re-checks whether it is done
 
     def _step(self) -> bool:
         """Settle the node-lane requests that were answered, then read the next batch,
@@ -520,7 +521,15 @@ class PartitionRunner:
                                               read_started, 0))
             self.read_cursor = cursor
             self._settle(block=False)
-            return True
+            # Only other partitions' events: read again when woken (a notification for
+            # this partition, another runner's read, the poll), not at once, or a partition
+            # with no events of its own chases a busy log in a loop of reads and checkpoint
+            # writes that takes the database's CPU from the partitions that have work.
+            # (--once keeps reading until it reaches its target.)
+            return w.config.once
+        # Partitions with nothing of their own read too, so their checkpoints keep up with
+        # this one's (``wait_indexed`` waits for every partition).
+        w.wake_others(self)
         version = events[-1].position
         plan = plan_batch(events)
         timings: dict[str, float] = {"read": time.monotonic() - read_started, "read_at": read_at}
@@ -665,6 +674,11 @@ class Worker:
     def wake_all(self) -> None:
         for r in list(self.runners.values()):
             r.wake.set()
+
+    def wake_others(self, runner: PartitionRunner) -> None:
+        for r in list(self.runners.values()):
+            if r is not runner:
+                r.wake.set()
 
     def wake_for(self, payload: str | None) -> None:
         """A ``pathkeeper_events`` notification: wake only the runners of the partitions
