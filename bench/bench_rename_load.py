@@ -150,12 +150,13 @@ class Load:
     the bench did before: it then shares the GIL with the 4 client threads)."""
 
     def __init__(self, coord: Coordinator, nodes: list[Node], dir_share: float,
-                 inbox: Any) -> None:
+                 inbox: Any, sample: int) -> None:
         self.coord = coord
         self.dirs = [n.id for n in nodes if n.is_dir and n.parent_id is not None]
         self.files = [n.id for n in nodes if not n.is_dir]
         self.dir_share = dir_share
         self.inbox = inbox
+        self.sample = sample
         self.dir_renames: list[str] = []
         self.file_renames = 0
         self.errors: dict[str, int] = {}
@@ -177,33 +178,61 @@ class Load:
                 continue
             done = time.time()  # wall clock: compared with the worker's and the poller's
             assert r.seq is not None
-            if not is_dir:
-                self.inbox.put((node_id, r.seq, done))
             with self.lock:
                 if is_dir:
                     self.dir_renames.append(node_id)
                 else:
                     self.file_renames += 1
+                    if self.file_renames % self.sample == 0:
+                        self.inbox.put((node_id, r.seq, done))
 
 
-def poll_loop(es_url: str, inbox: Any, outbox: Any, poll: float) -> None:
+class PipeInbox:
+    """The poller process's inbox: ``put`` sends at once, from the calling thread (a
+    ``multiprocessing.Queue`` hands items to a feeder thread, which in the clients'
+    starved process told the poller of a rename 1.9 s late at p50); the poller's end
+    (``reader``) is read with ``get_from``."""
+
+    def __init__(self, ctx: Any) -> None:
+        self.reader, self.writer = ctx.Pipe(duplex=False)
+        self.lock = threading.Lock()
+
+    def put(self, item: Any) -> None:
+        with self.lock:
+            self.writer.send(item)
+
+
+def get_from(inbox: Any) -> Any:
+    """The next item of a ``queue.Queue`` or of a ``PipeInbox``'s reader; ``queue.Empty``."""
+    if isinstance(inbox, queue.Queue):
+        return inbox.get_nowait()
+    if inbox.poll():
+        return inbox.recv()
+    raise queue.Empty
+
+
+def poll_loop(es_url: str, inbox: Any, outbox: Any, poll: float, ready: Any) -> None:
     """The lag poller: one realtime multi-get for every file rename not yet seen, every
     ``poll`` seconds (a realtime get of a document not yet refreshed costs the server an
     internal refresh). ``inbox`` brings ``(node_id, seq, returned_at)``, then "done"
     (finish once everything was seen) or "stop"; ``outbox`` gets one
     ``(seen, round_trips, never_seen)``, each seen rename as ``(node_id, seq,
-    returned_at, multi-get sent, answered)``, wall-clock seconds."""
+    returned_at, multi-get sent, answered, arrived here)``, wall-clock seconds. ``ready``
+    is set once it answers (a spawned process takes seconds to import on a loaded box:
+    renames told to it before would be told late)."""
     if multiprocessing.parent_process() is not None:
         os.setsid()  # a session of its own: see ``WorkerProcess(own_session=True)``
     es = Elasticsearch(es_url, request_timeout=600)
-    pending: dict[tuple[str, int], float] = {}
-    seen: list[tuple[str, int, float, float, float]] = []
+    es.cluster.health()
+    ready.set()
+    pending: dict[tuple[str, int], tuple[float, float]] = {}
+    seen: list[tuple[str, int, float, float, float, float]] = []
     trips: list[float] = []
     finishing = False
     while True:
         while True:
             try:
-                item = inbox.get_nowait()
+                item = get_from(inbox)
             except queue.Empty:
                 break
             if item == "stop":
@@ -212,7 +241,7 @@ def poll_loop(es_url: str, inbox: Any, outbox: Any, poll: float) -> None:
             if item == "done":
                 finishing = True
             else:
-                pending[(item[0], item[1])] = item[2]
+                pending[(item[0], item[1])] = (item[2], time.time())
         if finishing and not pending:
             outbox.put((seen, trips, 0))
             return
@@ -223,10 +252,10 @@ def poll_loop(es_url: str, inbox: Any, outbox: Any, poll: float) -> None:
                           docs=[{"_id": i, "routing": NS} for (i, _), _ in wanted])
             now = time.time()
             trips.append(now - sent)
-            for ((node_id, seq), done), doc in zip(wanted, got["docs"], strict=True):
+            for ((node_id, seq), (done, arrived)), doc in zip(wanted, got["docs"], strict=True):
                 if doc.get("found") and int(doc["_source"]["seq"]) >= seq:
                     del pending[(node_id, seq)]
-                    seen.append((node_id, seq, done, sent, now))
+                    seen.append((node_id, seq, done, sent, now, arrived))
         time.sleep(poll)
 
 
@@ -309,7 +338,7 @@ def postmaster_pid(data_dir: Path) -> int:
     return int((data_dir / "postmaster.pid").read_text().split()[0])
 
 
-def decompose(log_path: Path, seen: list[tuple[str, int, float, float, float]]
+def decompose(log_path: Path, seen: list[tuple[str, int, float, float, float, float]]
               ) -> tuple[list[list[str]], list[float]]:
     """Each seen file rename placed on its node-lane batch's timeline (the worker's
     ``batch_applied`` stamps): rename returned -> read began -> read done -> request
@@ -336,7 +365,7 @@ def decompose(log_path: Path, seen: list[tuple[str, int, float, float, float]]
              "acknowledged -> poller's multi-get answered",
              "= rename returned -> poller saw it (the lag)"]
     steps: list[tuple[float, ...]] = []
-    for _node, seq, done, _sent, now in seen:
+    for _node, seq, done, _sent, now, _arrived in seen:
         i = bisect.bisect_left(cursors, seq)
         if i == len(batches) or batches[i]["after"] >= seq:
             continue
@@ -407,6 +436,10 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=900.0, help="give up catching up")
     parser.add_argument("--poll-ms", type=float, default=5.0,
                         help="interval of the realtime multi-get that detects renames")
+    parser.add_argument("--poll-sample", type=int, default=4,
+                        help="follow every N-th file rename: the poller's realtime multi-gets "
+                             "cost the server in proportion to the renames they follow, and "
+                             "following all of them their round trip reached seconds under load")
     parser.add_argument("--poller", choices=["process", "thread", "none"], default="process",
                         help="run the lag poller in a process of its own (default), in a "
                              "thread beside the clients (sharing their GIL), or not at all "
@@ -420,7 +453,7 @@ def main() -> None:
     args = parser.parse_args()
     server_kind = "ES_URL" if os.environ.get("ES_URL") else search_kind()
     print(f"bench_rename_load {now_utc()}  server: {server_kind}  poller: {args.poller}  "
-          f"worker session: {args.worker_session}  "
+          f"worker session: {args.worker_session}  poll sample: 1 in {args.poll_sample}  "
           f"load before: {load_average()}")
     with migrated_cluster("bench_rename") as (pg, database_url), \
             search_server() as (es_url, es_pid), tempfile.TemporaryDirectory() as tmp:
@@ -446,15 +479,18 @@ def main() -> None:
             poll_args = (args.poll_ms / 1000,)
             if args.poller == "process":
                 ctx = multiprocessing.get_context("spawn")
-                inbox, outbox = ctx.Queue(), ctx.Queue()
-                poller = ctx.Process(target=poll_loop, args=(es_url, inbox, outbox, *poll_args),
+                inbox, outbox, ready = PipeInbox(ctx), ctx.Queue(), ctx.Event()
+                poller = ctx.Process(target=poll_loop,
+                                     args=(es_url, inbox.reader, outbox, *poll_args, ready),
                                      daemon=True)
             else:
-                inbox, outbox = queue.Queue(), queue.Queue()
+                inbox, outbox, ready = queue.Queue(), queue.Queue(), threading.Event()
                 poller = threading.Thread(target=poll_loop,
-                                          args=(es_url, inbox, outbox, *poll_args), daemon=True)
+                                          args=(es_url, inbox, outbox, *poll_args, ready),
+                                          daemon=True)
             if args.poller != "none":
                 poller.start()
+                assert ready.wait(120), "the lag poller did not start"
             assert worker.proc is not None
             roots = {"bench process (clients" + (", poller)" if args.poller == "thread" else ")"):
                      (os.getpid(), False), "worker": (worker.proc.pid, False),
@@ -465,7 +501,7 @@ def main() -> None:
             if es_pid is not None:
                 roots[server_kind] = (es_pid, True)
             cpu = CpuMeter(roots)
-            load = Load(coord, nodes, args.dir_share, inbox)
+            load = Load(coord, nodes, args.dir_share, inbox, args.poll_sample)
             load_before = load_average()
             start = time.perf_counter()
             stop_at = start + args.seconds
@@ -492,7 +528,8 @@ def main() -> None:
                     except queue.Empty:
                         break
                     if isinstance(item, tuple):  # not seen: placed by the worker's stamps
-                        seen.append((item[0], item[1], item[2], float("nan"), float("nan")))
+                        nan = float("nan")
+                        seen.append((item[0], item[1], item[2], nan, nan, nan))
             else:
                 try:
                     seen, round_trips, never_seen = outbox.get(timeout=60)
@@ -514,8 +551,9 @@ def main() -> None:
         es.close()
         coord.close()
 
-    lags = [now - done for _, _, done, _, now in seen if not math.isnan(now)]
-    lags_sent = [max(0.0, sent - done) for _, _, done, sent, _ in seen if not math.isnan(sent)]
+    lags = [now - done for _, _, done, _, now, _ in seen if not math.isnan(now)]
+    lags_sent = [max(0.0, sent - done) for _, _, done, sent, _, _ in seen if not math.isnan(sent)]
+    told = [arrived - done for _, _, done, _, _, arrived in seen if not math.isnan(arrived)]
     raw_m = median(raw)
     must = load.file_renames + sum(sizes[d] for d in load.dir_renames)
     ideal = max(load_s, must / raw_m)
@@ -548,6 +586,7 @@ def main() -> None:
             ["same, to the multi-get's sending (lower bound), ms", ms(lags_sent)],
             ["same, to the worker's bulk acknowledged (no poller), ms", ms(acked)],
             ["lag poller's multi-get round trip p50 / p99, ms", ms(round_trips)],
+            ["rename returned -> the poller was told of it p50 / p99, ms", ms(told)],
             ["index vs PostgreSQL: docs / missing / extra / wrong",
              f"{expected:,} / {missing} / {extra} / {wrong}"],
             ["worker: node-lane batches, subtree passes (batches merged)",
