@@ -28,7 +28,21 @@ Measured, in one run, against the same server:
   document by document (missing / extra / wrong), outside the timing.
 * **file rename lag**: for every file rename during the load, from the moment
   ``rename`` returned to the moment a realtime multi-get (every ``--poll-ms``) shows the
-  document at a ``seq`` at least the rename's: p50, p99, max.
+  document at a ``seq`` at least the rename's: p50, p99, max. The poller runs in a
+  process and a session of its own (``--poller``), and so does the worker
+  (``--worker-session``): with the kernel's autogroup scheduling, CPU is shared fairly
+  between sessions, and either one left in the clients' session competes with the 4
+  client threads for that session's share.
+* **the same lag, step by step**: each rename placed, by its ``seq``, on the node-lane
+  batch that carried it, from the wall-clock stamps of the worker's ``batch_applied``
+  line: rename returned -> the worker began the read -> read done -> bulk request sent
+  -> acknowledged -> the poller saw it. "Rename returned -> acknowledged" is the lag a
+  poller with no delay of its own would measure (a realtime get sees a write once it is
+  acknowledged); ``--poller none`` measures only that, without the poller's requests.
+* **who had the CPU**: CPU seconds of the bench process (clients), the worker, the
+  poller, PostgreSQL and the search server (each a process tree) during the load, and the
+  machine's total (others = the machine's busy time less ours); and the index's
+  refreshes during the load.
 
 Goal (issue 11): busy <= 1.25 x ideal, p99 file rename lag <= 250 ms, 0 missing,
 0 extra, 0 wrong. The machine is shared (2 vCPUs, other sessions' test suites):
@@ -38,8 +52,12 @@ read ratios from one run, printed with the load average.
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
+import math
+import multiprocessing
 import os
+import queue
 import random
 import sys
 import tempfile
@@ -71,12 +89,13 @@ ALIAS = "bench-rename-load"
 
 
 @contextmanager
-def search_server() -> Iterator[str]:
+def search_server() -> Iterator[tuple[str, int | None]]:
+    """The server's URL and, when we started it, its process id (for CPU accounting)."""
     if os.environ.get("ES_URL"):
-        yield os.environ["ES_URL"]
+        yield os.environ["ES_URL"], None
         return
     with new_local_search() as server:
-        yield server.url
+        yield server.url, server.pid
 
 
 def last_position(coord: Coordinator) -> int:
@@ -126,29 +145,22 @@ def raw_overwrite_rate(es: Elasticsearch, nodes: list[Node], round_: int) -> flo
 
 
 class Load:
-    """The clients, the rename bookkeeping and the lag poller."""
+    """The clients and the rename bookkeeping; the lag poller (``poll_loop``) runs in a
+    process of its own by default (``--poller thread``: a thread of this process, as
+    the bench did before: it then shares the GIL with the 4 client threads)."""
 
-    def __init__(self, coord: Coordinator, es: Elasticsearch, nodes: list[Node],
-                 dir_share: float, poll: float) -> None:
+    def __init__(self, coord: Coordinator, nodes: list[Node], dir_share: float,
+                 inbox: Any, sample: int) -> None:
         self.coord = coord
-        self.es = es
         self.dirs = [n.id for n in nodes if n.is_dir and n.parent_id is not None]
         self.files = [n.id for n in nodes if not n.is_dir]
         self.dir_share = dir_share
-        self.poll = poll
+        self.inbox = inbox
+        self.sample = sample
         self.dir_renames: list[str] = []
         self.file_renames = 0
         self.errors: dict[str, int] = {}
-        self.lags: list[float] = []
-        #: The same lags measured to when the multi-get that saw them was sent (a lower
-        #: bound: the document became visible between sending and answering), and the
-        #: multi-gets' round trips: the resolution of the measurement itself.
-        self.lags_sent: list[float] = []
-        self.round_trips: list[float] = []
-        self.pending: dict[tuple[str, int], float] = {}
         self.lock = threading.Lock()
-        self.clients_done = threading.Event()
-        self.give_up = threading.Event()
 
     def client(self, k: int, stop_at: float) -> None:
         rng = random.Random(k)
@@ -164,34 +176,218 @@ class Load:
                     name = type(exc).__name__
                     self.errors[name] = self.errors.get(name, 0) + 1
                 continue
-            done = time.perf_counter()
+            done = time.time()  # wall clock: compared with the worker's and the poller's
             assert r.seq is not None
             with self.lock:
                 if is_dir:
                     self.dir_renames.append(node_id)
                 else:
                     self.file_renames += 1
-                    self.pending[(node_id, r.seq)] = done
+                    if self.file_renames % self.sample == 0:
+                        self.inbox.put((node_id, r.seq, done))
 
-    def poller(self) -> None:
-        # One realtime multi-get for every rename not yet seen, every --poll-ms (a realtime
-        # get of a document not yet refreshed costs the server an internal refresh).
-        while not (self.clients_done.is_set() and not self.pending) and not self.give_up.is_set():
-            with self.lock:
-                wanted = list(self.pending.items())
-            if wanted:
-                sent = time.perf_counter()
-                got = self.es.mget(index=ALIAS, realtime=True,
-                                   docs=[{"_id": i, "routing": NS} for (i, _), _ in wanted])
-                now = time.perf_counter()
-                self.round_trips.append(now - sent)
-                for ((node_id, seq), committed), doc in zip(wanted, got["docs"], strict=True):
-                    if doc.get("found") and int(doc["_source"]["seq"]) >= seq:
-                        with self.lock:
-                            self.pending.pop((node_id, seq), None)
-                        self.lags.append(now - committed)
-                        self.lags_sent.append(max(0.0, sent - committed))
-            time.sleep(self.poll)
+
+class PipeInbox:
+    """The poller process's inbox: ``put`` sends at once, from the calling thread (a
+    ``multiprocessing.Queue`` hands items to a feeder thread, which in the clients'
+    starved process told the poller of a rename 1.9 s late at p50); the poller's end
+    (``reader``) is read with ``get_from``."""
+
+    def __init__(self, ctx: Any) -> None:
+        self.reader, self.writer = ctx.Pipe(duplex=False)
+        self.lock = threading.Lock()
+
+    def put(self, item: Any) -> None:
+        with self.lock:
+            self.writer.send(item)
+
+
+def get_from(inbox: Any) -> Any:
+    """The next item of a ``queue.Queue`` or of a ``PipeInbox``'s reader; ``queue.Empty``."""
+    if isinstance(inbox, queue.Queue):
+        return inbox.get_nowait()
+    if inbox.poll():
+        return inbox.recv()
+    raise queue.Empty
+
+
+def poll_loop(es_url: str, inbox: Any, outbox: Any, poll: float, ready: Any) -> None:
+    """The lag poller: one realtime multi-get for every file rename not yet seen, every
+    ``poll`` seconds (a realtime get of a document not yet refreshed costs the server an
+    internal refresh). ``inbox`` brings ``(node_id, seq, returned_at)``, then "done"
+    (finish once everything was seen) or "stop"; ``outbox`` gets one
+    ``(seen, round_trips, never_seen)``, each seen rename as ``(node_id, seq,
+    returned_at, multi-get sent, answered, arrived here)``, wall-clock seconds. ``ready``
+    is set once it answers (a spawned process takes seconds to import on a loaded box:
+    renames told to it before would be told late)."""
+    if multiprocessing.parent_process() is not None:
+        os.setsid()  # a session of its own: see ``WorkerProcess(own_session=True)``
+    es = Elasticsearch(es_url, request_timeout=600)
+    es.cluster.health()
+    ready.set()
+    pending: dict[tuple[str, int], tuple[float, float]] = {}
+    seen: list[tuple[str, int, float, float, float, float]] = []
+    trips: list[float] = []
+    finishing = False
+    while True:
+        while True:
+            try:
+                item = get_from(inbox)
+            except queue.Empty:
+                break
+            if item == "stop":
+                outbox.put((seen, trips, len(pending)))
+                return
+            if item == "done":
+                finishing = True
+            else:
+                pending[(item[0], item[1])] = (item[2], time.time())
+        if finishing and not pending:
+            outbox.put((seen, trips, 0))
+            return
+        if pending:
+            wanted = list(pending.items())
+            sent = time.time()
+            got = es.mget(index=ALIAS, realtime=True, source_includes=["seq"],
+                          docs=[{"_id": i, "routing": NS} for (i, _), _ in wanted])
+            now = time.time()
+            trips.append(now - sent)
+            for ((node_id, seq), (done, arrived)), doc in zip(wanted, got["docs"], strict=True):
+                if doc.get("found") and int(doc["_source"]["seq"]) >= seq:
+                    del pending[(node_id, seq)]
+                    seen.append((node_id, seq, done, sent, now, arrived))
+        time.sleep(poll)
+
+
+class CpuMeter:
+    """CPU seconds of each of the bench's processes (a process tree each) and of the
+    whole machine, between ``start`` and ``stop``: who had the 2 cores."""
+
+    TICK = os.sysconf("SC_CLK_TCK")
+
+    def __init__(self, roots: dict[str, tuple[int, bool]]) -> None:
+        self.roots = roots  # name -> (pid, with its descendants)
+        self.first: dict[str, float] = {}
+        self.used: dict[str, float] = {}
+
+    @staticmethod
+    def _stats() -> dict[int, tuple[int, float]]:
+        out: dict[int, tuple[int, float]] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            out[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / CpuMeter.TICK)
+        return out
+
+    @staticmethod
+    def _machine() -> tuple[float, float]:
+        with open("/proc/stat") as f:
+            cpu = [int(x) for x in f.readline().split()[1:]]
+        busy = sum(cpu[:3]) + sum(cpu[5:8])  # user nice system irq softirq steal
+        return busy / CpuMeter.TICK, (cpu[3] + cpu[4]) / CpuMeter.TICK
+
+    def _sample(self) -> dict[str, float]:
+        stats = self._stats()
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, _) in stats.items():
+            children.setdefault(ppid, []).append(pid)
+        out: dict[str, float] = {}
+        for name, (root, tree) in self.roots.items():
+            todo, total = [root], 0.0
+            while todo:
+                pid = todo.pop()
+                if pid in stats:
+                    total += stats[pid][1]
+                    if tree:
+                        todo += children.get(pid, [])
+            out[name] = total
+        out["machine busy"], out["machine idle"] = self._machine()
+        return out
+
+    def start(self) -> None:
+        self.first = self._sample()
+        self.t0 = time.perf_counter()
+
+    def stop(self) -> None:
+        last = self._sample()
+        self.seconds = time.perf_counter() - self.t0
+        self.used = {k: last[k] - self.first.get(k, 0.0) for k in last}
+
+    def rows(self) -> list[list[str]]:
+        ours = sum(v for k, v in self.used.items() if not k.startswith("machine"))
+        used = {**self.used, "others (machine busy - ours)": self.used["machine busy"] - ours}
+        return [[f"CPU {k}, cores", f"{v / self.seconds:.2f}"] for k, v in used.items()]
+
+
+def refresh_counts(es: Elasticsearch) -> dict[str, int]:
+    """Refreshes of our index so far (Elasticsearch counts external ones apart: a realtime
+    get of a document written since the last refresh forces an internal one)."""
+    try:
+        got = es.indices.stats(index=ALIAS, metric="refresh")["_all"]["primaries"]["refresh"]
+    except Exception:  # a stand-in without these statistics
+        return {"total": 0, "external": 0}
+    return {"total": int(got.get("total", 0)), "external": int(got.get("external_total", 0))}
+
+
+def postmaster_pid(data_dir: Path) -> int:
+    return int((data_dir / "postmaster.pid").read_text().split()[0])
+
+
+def decompose(log_path: Path, seen: list[tuple[str, int, float, float, float, float]]
+              ) -> tuple[list[list[str]], list[float]]:
+    """Each seen file rename placed on its node-lane batch's timeline (the worker's
+    ``batch_applied`` stamps): rename returned -> read began -> read done -> request
+    sent -> acknowledged -> the poller's multi-get answered. Rows of p50 / p90 / p99 /
+    mean of each step, and the mean of each step over the slowest 1 % of renames;
+    also the lags to the acknowledgement (what a poller with no delay would see)."""
+    batches = []
+    for line in log_path.read_text(errors="replace").splitlines():
+        if not line.startswith("{"):
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if rec.get("event") == "batch_applied" and rec.get("acked_at"):
+            batches.append(rec)
+    batches.sort(key=lambda r: r["cursor"])
+    cursors = [b["cursor"] for b in batches]
+    names = ["rename returned -> worker began the read that got it",
+             "read_events (gap-safe bound + select)",
+             "read done -> request sent (node fetch)",
+             "request sent -> acknowledged (bulk)",
+             "= rename returned -> acknowledged",
+             "acknowledged -> poller's multi-get answered",
+             "= rename returned -> poller saw it (the lag)"]
+    steps: list[tuple[float, ...]] = []
+    for _node, seq, done, _sent, now, _arrived in seen:
+        i = bisect.bisect_left(cursors, seq)
+        if i == len(batches) or batches[i]["after"] >= seq:
+            continue
+        b = batches[i]
+        read_done = b["read_at"] + b["read_seconds"]
+        steps.append((b["read_at"] - done, read_done - b["read_at"], b["sent_at"] - read_done,
+                      b["acked_at"] - b["sent_at"], b["acked_at"] - done,
+                      now - b["acked_at"], now - done))
+    acked = [t[4] for t in steps]
+    if not steps:
+        return [], acked
+    by = 6 if not math.isnan(steps[0][6]) else 4
+    slow = sorted(steps, key=lambda t: t[by])[-max(1, len(steps) // 100):]
+    rows = []
+    for k, name in enumerate(names):
+        col = [t[k] for t in steps if not math.isnan(t[k])]
+        if not col:
+            continue
+        rows.append([name, *(f"{percentile(col, q) * 1000:.0f}" for q in (0.5, 0.9, 0.99)),
+                     f"{sum(col) / len(col) * 1000:.0f}",
+                     f"{sum(t[k] for t in slow) / len(slow) * 1000:.0f}"])
+    return rows, acked
 
 
 def compare(coord: Coordinator, es: Elasticsearch) -> tuple[int, int, int, int]:
@@ -240,13 +436,27 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=900.0, help="give up catching up")
     parser.add_argument("--poll-ms", type=float, default=5.0,
                         help="interval of the realtime multi-get that detects renames")
+    parser.add_argument("--poll-sample", type=int, default=4,
+                        help="follow every N-th file rename: the poller's realtime multi-gets "
+                             "cost the server in proportion to the renames they follow, and "
+                             "following all of them their round trip reached seconds under load")
+    parser.add_argument("--poller", choices=["process", "thread", "none"], default="process",
+                        help="run the lag poller in a process of its own (default), in a "
+                             "thread beside the clients (sharing their GIL), or not at all "
+                             "(lags then only to the worker's acknowledged requests)")
+    parser.add_argument("--worker-session", choices=["own", "shared"], default="own",
+                        help="start the worker in a session of its own (default, as a "
+                             "service manager would) or in the clients' (it then shares their "
+                             "CPU share under the kernel's autogroup scheduling)")
     parser.add_argument("--keep-log", type=Path, default=None,
                         help="copy the worker's JSON log here")
     args = parser.parse_args()
     server_kind = "ES_URL" if os.environ.get("ES_URL") else search_kind()
-    print(f"bench_rename_load {now_utc()}  server: {server_kind}  load before: {load_average()}")
-    with migrated_cluster("bench_rename") as (_, database_url), search_server() as es_url, \
-            tempfile.TemporaryDirectory() as tmp:
+    print(f"bench_rename_load {now_utc()}  server: {server_kind}  poller: {args.poller}  "
+          f"worker session: {args.worker_session}  poll sample: 1 in {args.poll_sample}  "
+          f"load before: {load_average()}")
+    with migrated_cluster("bench_rename") as (pg, database_url), \
+            search_server() as (es_url, es_pid), tempfile.TemporaryDirectory() as tmp:
         es = Elasticsearch(es_url, request_timeout=600)
         coord = Coordinator.connect(database_url, pool_size=args.clients + 2)
         build_tree(coord)
@@ -257,49 +467,101 @@ def main() -> None:
               f"raw before: {', '.join(f'{x:,.0f}' for x in raw)} docs/s", flush=True)
 
         log_path = Path(tmp) / "worker.log"
-        worker = WorkerProcess(database_url, es_url, ALIAS, log_path)
+        worker = WorkerProcess(database_url, es_url, ALIAS, log_path,
+                               own_session=args.worker_session == "own")
         worker.start()
+        poller: Any = None
         try:
             consumer = consumer_for(ALIAS)
             assert coord.wait_indexed(last_position(coord), 300, consumer=consumer), \
                 "the worker did not index the tree"
             before = worker_totals(log_path)
-            load = Load(coord, es, nodes, args.dir_share, args.poll_ms / 1000)
+            poll_args = (args.poll_ms / 1000,)
+            if args.poller == "process":
+                ctx = multiprocessing.get_context("spawn")
+                inbox, outbox, ready = PipeInbox(ctx), ctx.Queue(), ctx.Event()
+                poller = ctx.Process(target=poll_loop,
+                                     args=(es_url, inbox.reader, outbox, *poll_args, ready),
+                                     daemon=True)
+            else:
+                inbox, outbox, ready = queue.Queue(), queue.Queue(), threading.Event()
+                poller = threading.Thread(target=poll_loop,
+                                          args=(es_url, inbox, outbox, *poll_args, ready),
+                                          daemon=True)
+            if args.poller != "none":
+                poller.start()
+                assert ready.wait(120), "the lag poller did not start"
+            assert worker.proc is not None
+            roots = {"bench process (clients" + (", poller)" if args.poller == "thread" else ")"):
+                     (os.getpid(), False), "worker": (worker.proc.pid, False),
+                     "postgresql": (postmaster_pid(pg.data_dir), True)}
+            if args.poller == "process":
+                roots["poller process"] = (poller.pid, False)
+            refreshes_before = refresh_counts(es)
+            if es_pid is not None:
+                roots[server_kind] = (es_pid, True)
+            cpu = CpuMeter(roots)
+            load = Load(coord, nodes, args.dir_share, inbox, args.poll_sample)
             load_before = load_average()
-            watcher = threading.Thread(target=load.poller, daemon=True)
             start = time.perf_counter()
             stop_at = start + args.seconds
             clients = [threading.Thread(target=load.client, args=(k, stop_at))
                        for k in range(args.clients)]
-            watcher.start()
+            cpu.start()
             for t in clients:
                 t.start()
             for t in clients:
                 t.join()
             load_s = time.perf_counter() - start
-            load.clients_done.set()
+            cpu.stop()
+            refreshes = {k: v - refreshes_before[k] for k, v in refresh_counts(es).items()}
+            inbox.put("done")
             load_during = load_average()
             final = last_position(coord)
             caught = coord.wait_indexed(final, args.timeout, consumer=consumer)
             busy_s = time.perf_counter() - start
-            watcher.join(60)
-            load.give_up.set()
-            watcher.join(10)
+            if args.poller == "none":
+                seen, round_trips, never_seen = [], [], 0
+                while True:
+                    try:
+                        item = inbox.get_nowait()
+                    except queue.Empty:
+                        break
+                    if isinstance(item, tuple):  # not seen: placed by the worker's stamps
+                        nan = float("nan")
+                        seen.append((item[0], item[1], item[2], nan, nan, nan))
+            else:
+                try:
+                    seen, round_trips, never_seen = outbox.get(timeout=60)
+                except queue.Empty:
+                    inbox.put("stop")
+                    seen, round_trips, never_seen = outbox.get(timeout=30)
+                poller.join(10)
             after = worker_totals(log_path)
             assert worker.terminate() == 0
             if args.keep_log is not None:
                 args.keep_log.write_bytes(log_path.read_bytes())
+            steps, acked = decompose(log_path, seen)
         finally:
             worker.ensure_dead()
+            if isinstance(poller, multiprocessing.process.BaseProcess) and poller.is_alive():
+                poller.kill()
         expected, missing, extra, wrong = compare(coord, es)
         raw.append(raw_overwrite_rate(es, nodes, len(raw)))
         es.close()
         coord.close()
 
+    lags = [now - done for _, _, done, _, now, _ in seen if not math.isnan(now)]
+    lags_sent = [max(0.0, sent - done) for _, _, done, sent, _, _ in seen if not math.isnan(sent)]
+    told = [arrived - done for _, _, done, _, _, arrived in seen if not math.isnan(arrived)]
     raw_m = median(raw)
     must = load.file_renames + sum(sizes[d] for d in load.dir_renames)
     ideal = max(load_s, must / raw_m)
     done = {k: after[k] - before[k] for k in after}
+
+    def ms(values: list[float]) -> str:
+        return " / ".join(f"{percentile(values, q) * 1000:.0f}" for q in (0.5, 0.99))
+
     print()
     print(f"load: {args.clients} clients, {load_s:.1f} s: {load.file_renames:,} file renames, "
           f"{len(load.dir_renames):,} directory renames "
@@ -319,15 +581,12 @@ def main() -> None:
             ["catch-up after the load, s", f"{busy_s - load_s:.1f}"],
             ["busy / ideal", f"{busy_s / ideal:.2f}"],
             ["file rename lag p50 / p99 / max, ms",
-             f"{percentile(load.lags, 0.5) * 1000:.0f} / {percentile(load.lags, 0.99) * 1000:.0f}"
-             f" / {max(load.lags, default=float('nan')) * 1000:.0f} ({len(load.lags):,} samples,"
-             f" {len(load.pending)} never seen)"],
-            ["same, to the multi-get's sending (lower bound), ms",
-             f"{percentile(load.lags_sent, 0.5) * 1000:.0f} / "
-             f"{percentile(load.lags_sent, 0.99) * 1000:.0f}"],
-            ["lag poller's multi-get round trip p50 / p99, ms",
-             f"{percentile(load.round_trips, 0.5) * 1000:.0f} / "
-             f"{percentile(load.round_trips, 0.99) * 1000:.0f}"],
+             f"{ms(lags)} / {max(lags, default=float('nan')) * 1000:.0f} ({len(lags):,} samples,"
+             f" {never_seen} never seen)"],
+            ["same, to the multi-get's sending (lower bound), ms", ms(lags_sent)],
+            ["same, to the worker's bulk acknowledged (no poller), ms", ms(acked)],
+            ["lag poller's multi-get round trip p50 / p99, ms", ms(round_trips)],
+            ["rename returned -> the poller was told of it p50 / p99, ms", ms(told)],
             ["index vs PostgreSQL: docs / missing / extra / wrong",
              f"{expected:,} / {missing} / {extra} / {wrong}"],
             ["worker: node-lane batches, subtree passes (batches merged)",
@@ -335,8 +594,15 @@ def main() -> None:
              f"({done['merged_batches']:,.0f})"],
             ["worker: documents written / answered 409",
              f"{done['indexed']:,.0f} / {done['already_newer']:,.0f}"],
+            ["search server refreshes during the load: all / external (scheduled "
+             "or asked for; the rest are internal, e.g. for realtime gets)",
+             f"{refreshes['total']:,} / {refreshes['external']:,}"],
+            *cpu.rows(),
         ],
     ))
+    print()
+    print("file rename lag, step by step (ms; the node-lane batch that carried each rename):")
+    print(table(["step", "p50", "p90", "p99", "mean", "mean, slowest 1 %"], steps))
 
 
 if __name__ == "__main__":

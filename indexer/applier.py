@@ -291,6 +291,7 @@ class Applier:
         if timings is None:
             timings = {}
         t1 = time.monotonic()
+        timings["sent_at"] = time.time()
         ready = nodes.actions
         if ready is None:
             check = self._checker(stop)
@@ -303,6 +304,7 @@ class Applier:
         else:  # large contents: chunks by size too
             stats = self._send(ready)
         timings["bulk"] = time.monotonic() - t1
+        timings["acked_at"] = time.time()
         return stats
 
     def apply_subtrees(

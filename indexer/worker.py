@@ -29,9 +29,11 @@ why they are safe):
    index". Any error: capped exponential backoff, the same work again.
 3. Latency: ``LISTEN pathkeeper_events`` (``indexer.wakeup``): each notification
    names the partition hashes of the namespaces its transaction wrote, and wakes
-   only those partitions' runners; an APScheduler interval job
-   (``max_instances=1``, ``coalesce=True``) wakes every runner, as the polling
-   fallback, and rebalances.
+   only those partitions' runners; a runner that read events wakes the others, so
+   the checkpoints of partitions with nothing of their own keep up with it
+   (``wait_indexed`` waits for every partition) without each of them chasing a busy
+   log on its own; an APScheduler interval job (``max_instances=1``,
+   ``coalesce=True``) wakes every runner, as the polling fallback, and rebalances.
 4. SIGTERM/SIGINT: runners abandon their batch at the next chunk boundary (it is
    re-applied by whoever runs next: idempotent), leases are released, exit 0.
 
@@ -494,7 +496,8 @@ class PartitionRunner:
             checkpoints.save(w.engine, w.consumer, self.partition, target)
             self.checkpoint = target
             metrics.CHECKPOINT.labels(w.consumer, self.label).set(target)
-        self.wake.set()  # --once: the node lane re-checks whether it is done
+        if w.config.once:
+            self.wake.set()  # the node lane re-checks whether it is done
 
     def _step(self) -> bool:
         """Settle the node-lane requests that were answered, then read the next batch,
@@ -508,6 +511,7 @@ class PartitionRunner:
         if len(self._in_flight) >= max(1, w.config.node_bulks_in_flight):
             return self._settle(block=True) or settled
         read_started = time.monotonic()
+        read_at = time.time()
         events, cursor = self._read()
         if cursor <= self.read_cursor:
             # Nothing new: the runner waits for a wake-up, which a notification or an
@@ -519,10 +523,18 @@ class PartitionRunner:
                                               read_started, 0))
             self.read_cursor = cursor
             self._settle(block=False)
-            return True
+            # Only other partitions' events: read again when woken (a notification for
+            # this partition, another runner's read, the poll), not at once, or a partition
+            # with no events of its own chases a busy log in a loop of reads and checkpoint
+            # writes that takes the database's CPU from the partitions that have work.
+            # (--once keeps reading until it reaches its target.)
+            return w.config.once
+        # Partitions with nothing of their own read too, so their checkpoints keep up with
+        # this one's (``wait_indexed`` waits for every partition).
+        w.wake_others(self)
         version = events[-1].position
         plan = plan_batch(events)
-        timings: dict[str, float] = {"read": time.monotonic() - read_started}
+        timings: dict[str, float] = {"read": time.monotonic() - read_started, "read_at": read_at}
         nodes = w.applier.read_nodes(plan, version, self.stop, timings)
         work = SubtreeWork.from_plan(plan, after=after, cursor=cursor, version=version)
         self.priority.busy()
@@ -595,8 +607,10 @@ class PartitionRunner:
         metrics.EVENTS_APPLIED.labels(w.consumer, self.label).inc(batch.events)
         metrics.BATCH_SECONDS.labels(w.consumer).observe(seconds)
         _count_documents(w.consumer, stats)
+        # The wall-clock stamps (epoch seconds) let a benchmark place each event of the
+        # batch on a timeline: read started, request sent, acknowledged, settled.
         log(logger, logging.INFO, "batch_applied", partition=self.partition,
-            events=batch.events, version=batch.version, cursor=batch.cursor,
+            events=batch.events, version=batch.version, after=batch.after, cursor=batch.cursor,
             indexed=stats.indexed, deleted=stats.deleted,
             already_newer=stats.already_newer, rejected=stats.rejected,
             overridden=stats.overridden, subtree_work=batch.work is not None,
@@ -604,7 +618,9 @@ class PartitionRunner:
             nodes_seconds=round(t.get("read_nodes", 0.0), 4),
             bulk_seconds=round(t.get("bulk", 0.0), 4),
             es_took_seconds=round(t.get("es_took", 0.0), 4),
-            in_flight=batch.in_flight, seconds=round(seconds, 4))
+            in_flight=batch.in_flight, seconds=round(seconds, 4),
+            read_at=round(t.get("read_at", 0.0), 4), sent_at=round(t.get("sent_at", 0.0), 4),
+            acked_at=round(t.get("acked_at", 0.0), 4), settled_at=round(time.time(), 4))
 
 
 class Worker:
@@ -660,6 +676,11 @@ class Worker:
     def wake_all(self) -> None:
         for r in list(self.runners.values()):
             r.wake.set()
+
+    def wake_others(self, runner: PartitionRunner) -> None:
+        for r in list(self.runners.values()):
+            if r is not runner:
+                r.wake.set()
 
     def wake_for(self, payload: str | None) -> None:
         """A ``pathkeeper_events`` notification: wake only the runners of the partitions

@@ -82,8 +82,14 @@ class WorkerProcess:
     """``python -m pathkeeper indexer run ...`` as a real child process (``kill -9``-able)."""
 
     def __init__(
-        self, database_url: str, es_url: str, alias: str, log_path: Path, *args: str
+        self, database_url: str, es_url: str, alias: str, log_path: Path, *args: str,
+        own_session: bool = False,
     ) -> None:
+        #: ``own_session``: start it in a session of its own, as a service manager would.
+        #: With the kernel's autogroup scheduling (``/proc/sys/kernel/sched_autogroup_enabled``)
+        #: CPU is shared fairly between sessions, so a worker left in the session of a
+        #: benchmark's client threads competes with them for that session's share.
+        self.own_session = own_session
         self.cmd = [
             sys.executable, "-m", "pathkeeper", "indexer", "run", "--database-url", database_url,
             "--es-url", es_url, "--alias", alias, "--poll-interval", "0.2", *args,
@@ -95,7 +101,7 @@ class WorkerProcess:
         with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
             self.proc = subprocess.Popen(
                 self.cmd, stdout=log, stderr=log, cwd=REPO,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=self.own_session,
             )
         return self
 

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
+from typing import Any
 
 import psycopg
+import pytest
 from elasticsearch import Elasticsearch
 from indexer_support import (
     assert_index_matches,
@@ -23,6 +26,7 @@ from coordinator import Coordinator
 from coordinator.db import libpq_url
 from coordinator.eventlog import NOTIFY_CHANNEL, notified_partitions
 from coordinator.indexing import consumer_for
+from indexer import checkpoints
 from indexer.applier import Abandoned, Applier, SubtreeWork
 from indexer.plan import plan_batch
 
@@ -66,6 +70,60 @@ def test_file_renames_flow_past_a_big_subtree_rewrite(
                 seen_before_big_done += 1  # visible while the big rewrite still runs
         assert seen_before_big_done >= 2, (seen_before_big_done, renames)
         assert assert_index_matches(coord, es, alias) == count + 2  # + /home, /notes
+
+
+def test_partitions_without_events_keep_up_without_the_poll_and_do_not_spin(
+    coord: Coordinator, es: Elasticsearch, alias: str, database_url: str, es_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A notification wakes only the partition its namespace hashes to, yet
+    ``wait_indexed`` waits for every partition's checkpoint: the others are woken by the
+    partition that read events, so read-your-writes does not wait for the poll (an
+    hour here). And while one namespace writes, the partitions with nothing of their
+    own read and save their checkpoint about once per read of the busy one, not in a
+    loop of their own (with a slow search server, which the busy one waits for)."""
+    saves: Counter[int] = Counter()
+    real_save = checkpoints.save
+
+    def counting_save(engine: Any, consumer: str, partition: int, position: int) -> None:
+        saves[partition] += 1
+        real_save(engine, consumer, partition, position)
+
+    monkeypatch.setattr(checkpoints, "save", counting_save)
+    real_send = Applier.send_nodes
+
+    def slow_send(self: Applier, *args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.3)  # a search server that takes its time, as under load
+        return real_send(self, *args, **kwargs)
+
+    monkeypatch.setattr(Applier, "send_nodes", slow_send)
+    coord.create_namespace("busy")
+    f = coord.create_file("busy", "/f0", "x")
+    assert f.seq is not None
+    consumer = consumer_for(alias)
+    with running_worker(database_url, es_url, alias, partitions=4, poll_interval=3600):
+        assert coord.wait_indexed(f.seq, 30, consumer=consumer)
+        for i in range(1, 6):  # one at a time: each must be indexed without the poll
+            moved = coord.rename("busy", f.node.id, f"f{i}").seq
+            assert moved is not None
+            started = time.monotonic()
+            assert coord.wait_indexed(moved, 10, consumer=consumer)
+            assert time.monotonic() - started < 5
+        saves.clear()
+        stop = time.monotonic() + 2.0
+        last = 0
+        while time.monotonic() < stop:  # a busy log: one writer as fast as it can
+            last = coord.rename("busy", f.node.id, f"g{last + 1}").seq or last
+        assert coord.wait_indexed(last, 30, consumer=consumer)
+    with coord.engine.connect() as conn:
+        mine = int(conn.exec_driver_sql(
+            "SELECT mod(hashtext('busy')::bigint & 2147483647, 4)").scalar_one())
+    busy = saves[mine]
+    idle = [n for p, n in saves.items() if p != mine]
+    assert len(idle) == 3 and busy > 0, saves
+    # About one read (and save) per read of the busy partition; chasing the log on their
+    # own, they saved up to seven times as often as it did here.
+    assert max(idle) <= busy + 5, (mine, saves)
 
 
 def test_notification_names_the_partitions_of_its_namespaces(
