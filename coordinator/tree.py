@@ -106,29 +106,21 @@ class MutationResult:
 
 NODE_COLUMNS = "id, parent_id, name, kind, version, content, metadata, created_at, updated_at"
 
-# The nodes along a path, root first: one step per name, so a missing name ends the walk.
-WALK_CTE = """
-    WITH RECURSIVE walk(id, kind, depth) AS (
-        SELECT id, kind, 0 FROM nodes WHERE namespace = :ns AND parent_id IS NULL
-      UNION ALL
-        SELECT n.id, n.kind, w.depth + 1
-        FROM walk w JOIN nodes n
-          ON n.namespace = :ns AND n.parent_id = w.id
-         AND n.name = (CAST(:parts AS text[]))[w.depth + 1]
-        WHERE w.depth < :n
-    )
-"""
-
+# The nodes along a path, root first: ``pathkeeper_resolve`` (migration 0004) probes one
+# name at a time in the statement's snapshot, so a missing name ends the walk.
 RESOLVE_SQL = driver_sql(
-    WALK_CTE + "    SELECT id, kind FROM walk ORDER BY depth\n", binary=("parts",)
+    "SELECT unnest(r.ids) AS id, unnest(r.kinds) AS kind "
+    "FROM pathkeeper_resolve(:ns, CAST(:parts AS text[])) AS r",
+    binary=("parts",),
 )
 
 # Resolve and lock in one statement (one round trip less than resolve, then lock by
 # id): the row at the end of the path, only if the whole path resolves. The id comes
 # from the statement's snapshot, exactly as a separate resolve's would; the lock then
 # waits and re-checks that row by id, as the separate ``SELECT ... FOR UPDATE`` did.
-RESOLVE_AND_LOCK_SQL = WALK_CTE + """    SELECT {columns} FROM nodes
-    WHERE namespace = :ns AND id = (SELECT id FROM walk WHERE depth = :n)
+RESOLVE_AND_LOCK_SQL = """    SELECT {columns} FROM nodes
+    WHERE namespace = :ns
+      AND id = (SELECT (pathkeeper_resolve(:ns, CAST(:parts AS text[]))).ids[:n + 1])
     FOR {mode}
 """
 #: Lock modes a mutation takes on its target (see the module docstring).
