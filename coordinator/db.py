@@ -42,9 +42,13 @@ QUERY_CANCELED = "57014"  # statement_timeout
 RETRYABLE = frozenset({"40001", "40P01"})  # serialization failure, deadlock detected
 #: Values the database refuses as a name, content or number.
 INVALID_VALUE = frozenset({"23514", "22021", "22P05", "22P02"})
-#: Undefined table or column: our schema is missing or older than the code. (Not an
-#: undefined function: that is more likely a PostgreSQL older than the code supports.)
+#: Undefined table or column: our schema is missing or older than the code. (Not any
+#: undefined function: that is more likely a PostgreSQL older than the code supports;
+#: but one of ours, named ``SERVER_FUNCTIONS``..., is the schema again.)
 SCHEMA_MISSING = frozenset({"42P01", "42703"})
+UNDEFINED_FUNCTION = "42883"
+#: The prefix of the server-side functions that migrations create.
+SERVER_FUNCTIONS = "pathkeeper_"
 
 #: Raised by the server-side functions of ``migrations/`` (a class of our own, "PK"), each
 #: with the message the caller sees.
@@ -263,7 +267,9 @@ def _typed(exc: DBAPIError, state: str, detail: str) -> CoordinatorError:
         return InvalidName(detail)
     if state in RETRYABLE:
         return Conflict(f"gave up after repeated conflicts: {detail}")
-    if state in SCHEMA_MISSING:
+    if state in SCHEMA_MISSING or (
+        state == UNDEFINED_FUNCTION and f"function {SERVER_FUNCTIONS}" in detail
+    ):
         return NotMigrated(f"the database is not migrated ({detail}): {UPGRADE_HINT}")
     if state == QUERY_CANCELED:
         return Unavailable(f"statement timed out: {detail}")

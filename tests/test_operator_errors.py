@@ -148,6 +148,7 @@ def test_unmigrated_database_raises_not_migrated(unmigrated_url: str) -> None:
         for call in (
             lambda: coord.create_namespace("n"),
             lambda: coord.mkdir("n", "/a"),
+            lambda: coord.rename("n", "/a", "b"),  # a server-side function of ours
             lambda: coord.stat("n", "/"),
             lambda: coord.read_events(),
             lambda: coord.namespaces(),
