@@ -250,6 +250,7 @@ class SubtreeLane:
         seconds = time.monotonic() - started
         metrics.BATCH_SECONDS.labels(w.consumer).observe(seconds)
         _count_documents(w.consumer, stats)
+        w.index_answered(stats)
         log(logger, logging.INFO, "subtrees_applied", partition=self.runner.partition,
             batches=work.batches, after=work.after, cursor=work.cursor,
             moves=sum(len(n.moves) for n in work.namespaces.values()),
@@ -587,6 +588,7 @@ class PartitionRunner:
             settled = True
             if head.future is not None:
                 self._log_batch(head, stats)
+                self.worker.index_answered(stats)
         if settled:
             self.publish_checkpoint()
         return settled
@@ -752,6 +754,14 @@ class Worker:
     def _indexed_before(self) -> bool:
         with self.engine.connect() as conn:
             return any(p > 0 for p in checkpoints.load_all(conn, self.consumer).values())
+
+    def index_answered(self, stats: BulkStats) -> None:
+        """A bulk request through the alias had items answered: the alias exists (writes
+        require it, and a missing one fails the request), so the gauge goes back to 0
+        even when the failure it recovered from was seen by a step that does not write."""
+        if stats.indexed or stats.deleted or stats.already_newer or stats.overridden \
+                or stats.rejected:
+            metrics.INDEX_MISSING.labels(self.consumer).set(0)
 
     def check_index(self) -> None:
         """After a failed batch: is the alias gone? Then say so, loudly and as a metric,

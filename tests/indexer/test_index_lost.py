@@ -21,7 +21,7 @@ from indexer_support import assert_index_matches
 from prometheus_client import REGISTRY
 
 from coordinator import Coordinator
-from indexer import contract, elasticsearch_index
+from indexer import contract, elasticsearch_index, metrics
 from indexer.replay import rebuild
 from indexer.worker import Worker, WorkerConfig
 from pathkeeper.http.app import create_app
@@ -112,3 +112,18 @@ def test_the_first_start_still_creates_the_index(
                                once=True)).run() == 0
     assert elasticsearch_index.alias_targets(es, alias) == [contract.concrete_name(alias, 1)]
     assert assert_index_matches(coord, es, alias) == 1
+
+
+def test_a_write_through_the_alias_clears_the_missing_gauge(
+    coord: Coordinator, worker: Worker
+) -> None:
+    """Once the alias is back, the next answered write says so. (After a rebuild, the
+    step that first succeeded may not write at all and so have found the alias still
+    missing; without this the gauge stayed at 1 while indexing went on.)"""
+    coord.create_namespace("n")
+    first = coord.create_file("n", "/a", "x")
+    assert first.seq is not None and coord.wait_indexed(first.seq, 30, consumer=worker.consumer)
+    metrics.INDEX_MISSING.labels(worker.consumer).set(1)  # as a check before the swap left it
+    later = coord.write_file("n", "/a", "y")
+    assert later.seq is not None and coord.wait_indexed(later.seq, 30, consumer=worker.consumer)
+    assert missing_gauge(worker) == 0.0
