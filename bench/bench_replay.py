@@ -340,18 +340,7 @@ def fold_part(args: argparse.Namespace, url: str, report: Callable[..., None]) -
            f"{secs:.1f}", f"{folder.events / secs:,.0f} events/s")
     folder.close()
     # verify_log of the big namespace: nodes written from the fold, in SQL (setup only).
-    folded, _ = set_fold(url, "fb", current_bound(engine))
-    with folded:
-        conn = folded.conn
-        conn.execute(text("SET LOCAL session_replication_role = replica"))
-        conn.execute(text("INSERT INTO namespaces (name, root_id) SELECT namespace, id FROM "
-                          f"{folded.tables['nodes']} WHERE parent_id IS NULL"))
-        conn.execute(text("INSERT INTO nodes (namespace, id, parent_id, name, kind, content, "
-                          "metadata, version) SELECT namespace, id, parent_id, name, kind, "
-                          f"content, metadata, version FROM {folded.tables['nodes']}"))
-        conn.commit()
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(text("VACUUM ANALYZE nodes"))
+    materialize_sql(url, "fb")
     coord = Coordinator.connect(url)
     rep = verify_log(coord, namespaces=["fb"])
     assert rep.ok, (rep.drift[:3], rep.anomalies[:3])

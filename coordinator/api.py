@@ -78,10 +78,19 @@ class Coordinator(NamespaceCommands):
         ``fn`` may run more than once: it must not have effects outside the transaction.
         """
         ns = paths.validate_namespace(namespace)
+
+        def once() -> T:
+            with self._unit_of_work(ns) as uow:
+                return fn(uow)
+
+        return self._retried(once)
+
+    def _retried(self, once: Callable[[], T]) -> T:
+        """``once()``, run again with backoff after a transient race (``Retry``, a
+        deadlock, a connection found dead before COMMIT), up to ``max_retries`` times."""
         for attempt in range(self.settings.max_retries + 1):
             try:
-                with self._unit_of_work(ns) as uow:
-                    return fn(uow)
+                return once()
             except Retry:
                 pass
             except Disconnected as exc:
@@ -130,21 +139,18 @@ class Coordinator(NamespaceCommands):
         the same rule, event and errors as ``command.apply`` in a unit of work."""
         ns = paths.validate_namespace(namespace)
         call = RenameCall.of(ns, command.ref, command.name, command.if_version)
-        for attempt in range(self.settings.max_retries + 1):
-            try:
-                with self.engine.connect() as conn:
-                    if Driver(conn).closed_by_server():  # e.g. the server restarted
-                        conn.invalidate()
-                        continue
-                    # Begun for SQLAlchemy's error handling; its COMMIT finds nothing to do.
-                    with conn.begin():
-                        return single_statement.rename(conn, call, notify=self.settings.notify)
-            except DBAPIError as exc:
-                # Not re-run after a lost connection: its COMMIT was sent with it.
-                if not is_retryable(exc) or attempt == self.settings.max_retries:
-                    raise translate(exc) from exc
-            self._sleep_backoff(attempt)
-        raise Conflict("gave up after repeated conflicting changes")
+
+        def once() -> MutationResult:
+            # Not re-run after a lost connection once sent: its COMMIT went with it.
+            with self.engine.connect() as conn:
+                if Driver(conn).closed_by_server():  # e.g. the server restarted
+                    conn.invalidate()
+                    raise Retry()  # on a new connection
+                # Begun for SQLAlchemy's error handling; its COMMIT finds nothing to do.
+                with conn.begin():
+                    return single_statement.rename(conn, call, notify=self.settings.notify)
+
+        return self._retried(once)
 
     @contextmanager
     def transaction(self, namespace: str) -> Iterator[GroupTx]:

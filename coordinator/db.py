@@ -8,6 +8,7 @@ as a unique violation that means "run again", compares ``sqlstate`` with these n
 
 from __future__ import annotations
 
+import logging
 import select
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -44,7 +45,7 @@ RETRYABLE = frozenset({"40001", "40P01"})  # serialization failure, deadlock det
 INVALID_VALUE = frozenset({"23514", "22021", "22P05", "22P02"})
 #: Undefined table or column: our schema is missing or older than the code. (Not any
 #: undefined function: that is more likely a PostgreSQL older than the code supports;
-#: but one of ours, named ``SERVER_FUNCTIONS``..., is the schema again.)
+#: but a missing one of ours, named ``SERVER_FUNCTIONS``..., is the schema again.)
 SCHEMA_MISSING = frozenset({"42P01", "42703"})
 UNDEFINED_FUNCTION = "42883"
 #: The prefix of the server-side functions that migrations create.
@@ -56,6 +57,8 @@ SERVER_NOT_FOUND = "PK001"
 SERVER_NOT_A_DIRECTORY = "PK002"
 SERVER_INVALID_MOVE = "PK003"
 SERVER_CONFLICT = "PK004"
+
+log = logging.getLogger("pathkeeper.db")
 
 UPGRADE_HINT = "run `pathkeeper db upgrade` (with the same --database-url)"
 URL_HINT = "expected postgresql://user[:password]@host[:port]/database"
@@ -186,6 +189,32 @@ class Driver:
             cur.execute(sql, params)
         return cur
 
+    def send_and_commit(
+        self, sql: str, params: Mapping[str, Any],
+        then: tuple[str, Mapping[str, Any]] | None = None,
+    ) -> psycopg.Cursor[Any]:
+        """Send ``sql``, COMMIT right behind it and ``then`` (a statement, e.g. a wake-up)
+        right behind COMMIT, in a transaction of its own; wait for all answers once (one
+        round trip) and return ``sql``'s cursor. For a transaction with nothing left to do.
+        An error of ``then`` once COMMIT succeeded is logged, not raised. If the connection
+        fails, whether the COMMIT applied is unknown: the caller must not run it again."""
+        done = None
+        try:
+            # In order, each only if the ones before succeeded: the server skips what
+            # follows an error in a pipeline (the transaction stays open to roll back).
+            with self.pipeline():
+                cur = self.send(sql, params)
+                done = self.send("COMMIT", {})
+                if then is not None:
+                    self.send(*then)
+        except DBAPIError as exc:
+            # Answers are read in order: COMMIT's status is in when a later one failed.
+            committed = done is not None and done.statusmessage == "COMMIT"
+            if then is None or exc.connection_invalidated or not committed:
+                raise
+            log.warning("committed, but the statement after COMMIT failed: %s", exc)
+        return cur
+
     def all(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
         cur = self.send(sql, params)
         with self.errors(sql, params):
@@ -267,9 +296,8 @@ def _typed(exc: DBAPIError, state: str, detail: str) -> CoordinatorError:
         return InvalidName(detail)
     if state in RETRYABLE:
         return Conflict(f"gave up after repeated conflicts: {detail}")
-    if state in SCHEMA_MISSING or (
-        state == UNDEFINED_FUNCTION and f"function {SERVER_FUNCTIONS}" in detail
-    ):
+    # The function's name is in the message whatever the server's language.
+    if state in SCHEMA_MISSING or (state == UNDEFINED_FUNCTION and SERVER_FUNCTIONS in detail):
         return NotMigrated(f"the database is not migrated ({detail}): {UPGRADE_HINT}")
     if state == QUERY_CANCELED:
         return Unavailable(f"statement timed out: {detail}")

@@ -101,7 +101,6 @@ payload paths are as the writer resolved them.
 from __future__ import annotations
 
 import json
-import logging
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -111,7 +110,6 @@ from functools import cached_property
 from typing import Any, Protocol
 
 from sqlalchemy import Connection, Engine, text
-from sqlalchemy.exc import DBAPIError
 
 from .db import Driver, driver_sql
 from .errors import CursorExpired, InvalidArgument, TooLarge
@@ -119,8 +117,6 @@ from .events import DomainEvent, decode, encode
 from .models import POSITION_BLOCK
 
 NOTIFY_CHANNEL = "pathkeeper_events"
-
-log = logging.getLogger("pathkeeper.eventlog")
 
 
 @dataclass(frozen=True)
@@ -173,18 +169,18 @@ POSITION_LOCK_SQL = (
     f"pg_advisory_xact_lock_shared({POSITION_LOCK_CLASS}, CAST({_SEQ_OID} AS integer))"
 )
 
-# A writer's last statement: take the block, insert the events, notify. One round trip.
-# The subqueries run innermost first (OFFSET 0 keeps each one a separate plan node): the
-# transaction has its id, then the position lock, and only then a block. The WHERE makes
-# pg_current_xact_id() run at all: it is STABLE, and the planner replaces an unused
-# stable output column of a subquery by NULL without evaluating it.
-#: The claim before a writer's ``nextval``, as a subquery: its transaction id, then the
-#: position lock (a plan node of their own each: OFFSET 0).
+#: The claim a writer makes before its ``nextval``, as a subquery. The subqueries run
+#: innermost first (OFFSET 0 keeps each one a separate plan node): the transaction has its
+#: id, then the position lock. The WHERE makes pg_current_xact_id() run at all: it is
+#: STABLE, and the planner replaces an unused stable output column of a subquery by NULL
+#: without evaluating it.
 CLAIM_SQL = f"""
             SELECT {POSITION_LOCK_SQL} AS locked
             FROM (SELECT pg_current_xact_id() AS xid OFFSET 0) AS xact
             WHERE xact.xid IS NOT NULL
             OFFSET 0"""
+# A writer's last statement: the claim, then a block, insert the events, notify. One
+# round trip.
 TAKE_BLOCK_SQL = text(
     f"""
     WITH block AS (
@@ -207,8 +203,6 @@ TAKE_BLOCK_SQL = text(
     """
 )
 _TAKE_BLOCK = driver_sql(TAKE_BLOCK_SQL, binary=("nss", "nodes", "types", "payloads"))
-#: Sent right behind the block statement by ``flush(commit=True)``.
-_COMMIT = "COMMIT"
 
 
 class EventAppender:
@@ -271,19 +265,7 @@ class EventAppender:
         }
         db = Driver(self._conn)
         if commit:
-            # In order, each only if the ones before succeeded: the server skips what
-            # follows an error in a pipeline (the transaction stays open to roll back).
-            try:
-                with db.pipeline():
-                    block = db.send(_TAKE_BLOCK, params)
-                    done = db.send(_COMMIT, {})
-                    if then is not None:
-                        db.send(*then)
-            except DBAPIError as exc:
-                # Answers are read in order: COMMIT's status is in when a later one failed.
-                if then is None or exc.connection_invalidated or done.statusmessage != "COMMIT":
-                    raise
-                log.warning("committed, but the statement after COMMIT failed: %s", exc)
+            block = db.send_and_commit(_TAKE_BLOCK, params, then)
         else:
             block = db.send(_TAKE_BLOCK, params)
         with db.errors(_TAKE_BLOCK, params):

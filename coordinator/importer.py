@@ -56,7 +56,7 @@ from .errors import (
     NotADirectory,
     NotFound,
 )
-from .eventlog import NOTIFY_CHANNEL, POSITION_LOCK_SQL
+from .eventlog import CLAIM_SQL, NOTIFY_CHANNEL
 from .events import Created, payload_sql
 from .models import POSITION_BLOCK
 from .tree import check_content, metadata_json
@@ -362,19 +362,16 @@ def id_prefix() -> tuple[str, int]:
     return prefix, secrets.randbelow(2**48 - 2**40)
 
 
-# The claiming statement: transaction id, then the position lock, then one nextval per
-# block, in that order (the structure of eventlog.TAKE_BLOCK_SQL: OFFSET 0 keeps each
-# step a plan node of its own; MATERIALIZED runs the claim once, before any nextval).
+# The claiming statement: the claim of eventlog.CLAIM_SQL (transaction id, then the
+# position lock), then one nextval per block; MATERIALIZED runs the claim once, before any
+# nextval.
 CLAIM_BLOCKS_SQL = f"""
-    WITH claim AS MATERIALIZED (
-        SELECT {POSITION_LOCK_SQL} AS locked
-        FROM (SELECT pg_current_xact_id() AS xid OFFSET 0) AS xact
-        WHERE xact.xid IS NOT NULL
-        OFFSET 0
+    WITH claim AS MATERIALIZED ({CLAIM_SQL}
     )
     SELECT nextval('event_position_seq') AS base
     FROM claim, generate_series(1, :k) AS g
 """
+
 
 def contiguous_run(values: list[int], k: int) -> int | None:
     """The first of ``k`` consecutive blocks among ``values``, if there is such a run."""

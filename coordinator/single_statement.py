@@ -14,10 +14,8 @@ appends inside a group.
 
 from __future__ import annotations
 
-import logging
-
 from sqlalchemy import Connection
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import IntegrityError
 
 from .db import Driver, driver_sql
 from .eventlog import CLAIM_SQL, NOTIFY_CHANNEL, Committed
@@ -48,9 +46,6 @@ RENAME_LOGGED_SQL = driver_sql(
     binary=("parts",),
 )
 _NOTIFY = driver_sql(NOTIFY_SQL)
-_COMMIT = "COMMIT"
-
-log = logging.getLogger("pathkeeper.coordinator")
 
 
 def rename(conn: Connection, call: RenameCall, *, notify: bool) -> MutationResult:
@@ -59,22 +54,13 @@ def rename(conn: Connection, call: RenameCall, *, notify: bool) -> MutationResul
     sent, COMMIT may have applied, so the caller must not run it again after a lost
     connection."""
     db = Driver(conn)
-    done = None
+    wake_up = (_NOTIFY, {"c": NOTIFY_CHANNEL, "nss": [call.ns]}) if notify else None
+    params = call.params
     try:
-        with db.pipeline():
-            cur = db.send(RENAME_LOGGED_SQL, call.params)
-            done = db.send(_COMMIT, {})
-            if notify:
-                db.send(_NOTIFY, {"c": NOTIFY_CHANNEL, "nss": [call.ns]})
+        cur = db.send_and_commit(RENAME_LOGGED_SQL, params, then=wake_up)
     except IntegrityError as exc:
         raise call.refused(exc) from exc
-    except DBAPIError as exc:
-        # Answers are read in order: COMMIT's status is in when the wake-up failed.
-        committed = done is not None and done.statusmessage == "COMMIT"
-        if not notify or exc.connection_invalidated or not committed:
-            raise
-        log.warning("committed, but the wake-up after COMMIT failed: %s", exc)
-    with db.errors(RENAME_LOGGED_SQL, call.params):
+    with db.errors(RENAME_LOGGED_SQL, params):
         row = cur.fetchone()
     assert row is not None
     node, event = call.result(row)

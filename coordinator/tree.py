@@ -249,24 +249,25 @@ class RenameCall:
     a rename that is a whole transaction (``coordinator.single_statement``)."""
 
     ns: str
+    ref: str
     parts: list[str] | None  # the path's names, or None for a node id
-    params: dict[str, Any]
+    node_id: uuid.UUID | None
+    name: str
+    if_version: int | None
 
     @classmethod
     def of(
         cls, ns: str, ref: object, new_name: object, if_version: int | None
     ) -> RenameCall:
         name = paths.validate_name(new_name)
-        parts = paths.lookup_path(ref) if paths.is_path_ref(ref) else None
-        params = {
-            "ns": ns,
-            "ref": str(ref),
-            "parts": parts,
-            "id": None if parts is not None else parse_id(ref),
-            "name": name,
-            "if_version": if_version,
-        }
-        return cls(ns, parts, params)
+        if paths.is_path_ref(ref):
+            return cls(ns, str(ref), paths.lookup_path(ref), None, name, if_version)
+        return cls(ns, str(ref), None, parse_id(ref), name, if_version)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"ns": self.ns, "ref": self.ref, "parts": self.parts, "id": self.node_id,
+                "name": self.name, "if_version": self.if_version}
 
     def refused(self, exc: IntegrityError) -> CoordinatorError:
         """The typed error for a unique violation of this rename."""
@@ -274,7 +275,7 @@ class RenameCall:
             return translate(exc)  # the function's own refusal, which names the path
         # A sibling of that name committed after the function's own check: the
         # constraint's message does not say which path (by path, it is known here).
-        name = self.params["name"]
+        name = self.name
         where = name if self.parts is None else paths.join_path([*self.parts[:-1], name])
         return translate(exc, {AlreadyExists: f"{where} already exists"})
 
@@ -320,7 +321,7 @@ class TreeTx:
     def resolve(self, parts: list[str]) -> list[DbRow]:
         """The chain of (id, kind) from the root to ``parts``; raises if it breaks off."""
         return self._whole(
-            parts, self.db.all(RESOLVE_SQL, {"ns": self.ns, "parts": parts, "n": len(parts)})
+            parts, self.db.all(RESOLVE_SQL, {"ns": self.ns, "parts": parts})
         )
 
     def _whole(self, parts: list[str], chain: list[DbRow]) -> list[DbRow]:
@@ -553,7 +554,7 @@ class TreeTx:
             row = self._insert(self._parent_dir(parent_parts), name, "dir", None, "{}")
             return self._created(row, paths.join_path([*parent_parts, name]))
         parts = [*parent_parts, name]
-        chain = self.db.all(RESOLVE_SQL, {"ns": self.ns, "parts": parts, "n": len(parts)})
+        chain = self.db.all(RESOLVE_SQL, {"ns": self.ns, "parts": parts})
         if not chain:
             raise NotFound(f"no namespace {self.ns!r}")
         if chain[-1].kind != "dir":

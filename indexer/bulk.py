@@ -62,6 +62,12 @@ class BulkStats:
     #: rewritten by compare-and-swap.
     overridden: int = 0
 
+    @property
+    def answered(self) -> bool:
+        """Whether Elasticsearch answered any item (so the request reached the index)."""
+        return bool(self.indexed or self.deleted or self.already_newer or self.rejected
+                    or self.overridden)
+
     def __iadd__(self, other: BulkStats) -> BulkStats:
         self.indexed += other.indexed
         self.deleted += other.deleted

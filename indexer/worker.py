@@ -532,7 +532,7 @@ class PartitionRunner:
             return w.config.once
         # Partitions with nothing of their own read too, so their checkpoints keep up with
         # this one's (``wait_indexed`` waits for every partition).
-        w.wake_others(self)
+        w.wake_all(but=self)
         version = events[-1].position
         plan = plan_batch(events)
         timings: dict[str, float] = {"read": time.monotonic() - read_started, "read_at": read_at}
@@ -675,13 +675,9 @@ class Worker:
     def wake_main(self) -> None:
         self._main_wake.set()
 
-    def wake_all(self) -> None:
+    def wake_all(self, but: PartitionRunner | None = None) -> None:
         for r in list(self.runners.values()):
-            r.wake.set()
-
-    def wake_others(self, runner: PartitionRunner) -> None:
-        for r in list(self.runners.values()):
-            if r is not runner:
+            if r is not but:
                 r.wake.set()
 
     def wake_for(self, payload: str | None) -> None:
@@ -759,8 +755,7 @@ class Worker:
         """A bulk request through the alias had items answered: the alias exists (writes
         require it, and a missing one fails the request), so the gauge goes back to 0
         even when the failure it recovered from was seen by a step that does not write."""
-        if stats.indexed or stats.deleted or stats.already_newer or stats.overridden \
-                or stats.rejected:
+        if stats.answered:
             metrics.INDEX_MISSING.labels(self.consumer).set(0)
 
     def check_index(self) -> None:

@@ -114,8 +114,18 @@ def test_a_name_taken_while_the_rename_runs(coord: Coordinator, ns: str) -> None
 
         worker = threading.Thread(target=rename)
         worker.start()
-        worker.join(0.5)
-        assert worker.is_alive(), "the rename did not wait for the uncommitted sibling"
+        # Commit only once the rename waits on that row (after its own check passed):
+        # else its check would refuse it with the same message, and prove nothing here.
+        url = libpq_url(coord.engine.url.render_as_string(hide_password=False))
+        with psycopg.connect(url, autocommit=True) as watcher:
+            deadline = time.monotonic() + 30
+            while not (watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND query LIKE '%pathkeeper_rename%'"
+            ).fetchone() or [0])[0]:
+                assert worker.is_alive() and time.monotonic() < deadline, (
+                    "the rename did not wait for the uncommitted sibling", errors)
+                time.sleep(0.02)
         other.commit()
         worker.join(10)
     assert len(errors) == 1 and type(errors[0]) is AlreadyExists
