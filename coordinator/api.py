@@ -50,7 +50,7 @@ class Coordinator(NamespaceCommands):
     def __init__(self, engine: Engine, settings: Settings | None = None) -> None:
         self.engine = engine
         self.settings = settings or Settings()
-        self.notifier = Notifier(engine)
+        self.notifier = Notifier(engine, min_interval=self.settings.notify_interval)
 
     @classmethod
     def connect(cls, database_url: str, **settings: Any) -> Coordinator:
@@ -109,9 +109,7 @@ class Coordinator(NamespaceCommands):
         try:
             with self.engine.begin() as conn:
                 # A missing namespace shows up as NotFound when the first path is resolved.
-                uow = UnitOfWork(
-                    conn, ns, self.settings.max_depth, notify=self.settings.notify
-                )
+                uow = UnitOfWork(conn, ns, self.settings.max_depth)
                 try:
                     yield uow
                     uow.finish()
@@ -125,7 +123,7 @@ class Coordinator(NamespaceCommands):
             if is_retryable(exc):
                 raise
             raise translate(exc) from exc
-        if uow.wrote_events and self.settings.notify and not uow.notified:
+        if uow.wrote_events and self.settings.notify:
             self.notifier.poke(ns)
 
     def execute(self, namespace: str, command: Command) -> MutationResult:
@@ -141,16 +139,17 @@ class Coordinator(NamespaceCommands):
         call = RenameCall.of(ns, command.ref, command.name, command.if_version)
 
         def once() -> MutationResult:
-            # Not re-run after a lost connection once sent: its COMMIT went with it.
+            # Not re-run after a lost connection once sent: it commits as it ends.
             with self.engine.connect() as conn:
                 if Driver(conn).closed_by_server():  # e.g. the server restarted
                     conn.invalidate()
                     raise Retry()  # on a new connection
-                # Begun for SQLAlchemy's error handling; its COMMIT finds nothing to do.
-                with conn.begin():
-                    return single_statement.rename(conn, call, notify=self.settings.notify)
+                return single_statement.rename(conn, call)
 
-        return self._retried(once)
+        result = self._retried(once)
+        if result.event is not None and self.settings.notify:
+            self.notifier.poke(ns)
+        return result
 
     @contextmanager
     def transaction(self, namespace: str) -> Iterator[GroupTx]:

@@ -8,7 +8,6 @@ as a unique violation that means "run again", compares ``sqlstate`` with these n
 
 from __future__ import annotations
 
-import logging
 import select
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -58,7 +57,6 @@ SERVER_NOT_A_DIRECTORY = "PK002"
 SERVER_INVALID_MOVE = "PK003"
 SERVER_CONFLICT = "PK004"
 
-log = logging.getLogger("pathkeeper.db")
 
 UPGRADE_HINT = "run `pathkeeper db upgrade` (with the same --database-url)"
 URL_HINT = "expected postgresql://user[:password]@host[:port]/database"
@@ -189,31 +187,31 @@ class Driver:
             cur.execute(sql, params)
         return cur
 
-    def send_and_commit(
-        self, sql: str, params: Mapping[str, Any],
-        then: tuple[str, Mapping[str, Any]] | None = None,
-    ) -> psycopg.Cursor[Any]:
-        """Send ``sql``, COMMIT right behind it and ``then`` (a statement, e.g. a wake-up)
-        right behind COMMIT, in a transaction of its own; wait for all answers once (one
-        round trip) and return ``sql``'s cursor. For a transaction with nothing left to do.
-        An error of ``then`` once COMMIT succeeded is logged, not raised. If the connection
-        fails, whether the COMMIT applied is unknown: the caller must not run it again."""
-        done = None
-        try:
-            # In order, each only if the ones before succeeded: the server skips what
-            # follows an error in a pipeline (the transaction stays open to roll back).
-            with self.pipeline():
-                cur = self.send(sql, params)
-                done = self.send("COMMIT", {})
-                if then is not None:
-                    self.send(*then)
-        except DBAPIError as exc:
-            # Answers are read in order: COMMIT's status is in when a later one failed.
-            committed = done is not None and done.statusmessage == "COMMIT"
-            if then is None or exc.connection_invalidated or not committed:
-                raise
-            log.warning("committed, but the statement after COMMIT failed: %s", exc)
+    def send_and_commit(self, sql: str, params: Mapping[str, Any]) -> psycopg.Cursor[Any]:
+        """Send ``sql`` and COMMIT right behind it; wait for both answers once (one round
+        trip) and return ``sql``'s cursor. For a transaction with nothing left to do. If
+        the connection fails, whether the COMMIT applied is unknown: the caller must not
+        run it again."""
+        # The server skips what follows an error in a pipeline (the transaction stays
+        # open to roll back): COMMIT runs only if the statement succeeded.
+        with self.pipeline():
+            cur = self.send(sql, params)
+            self.send("COMMIT", {})
         return cur
+
+    def send_alone(self, sql: str, params: Mapping[str, Any]) -> Any:
+        """Run ``sql`` as a transaction of its own and return its one row (or None): sent
+        in autocommit, so the server commits it as it ends, in the one round trip. For a
+        connection outside any transaction. Like a COMMIT, it cannot be re-run after a
+        failed send: whether it applied is unknown."""
+        self.raw.autocommit = True
+        try:
+            cur = self.send(sql, params)
+            with self.errors(sql, params):
+                return cur.fetchone()
+        finally:
+            if not self.raw.closed:
+                self.raw.autocommit = False
 
     def all(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
         cur = self.send(sql, params)

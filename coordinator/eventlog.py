@@ -25,12 +25,11 @@ The mechanism (no writer ever waits for another writer or for a reader):
   a ``limit`` may return such a range over several reads, each of whole blocks.
   Nothing else changes: the lock is taken before every ``nextval``.
 * Waking readers: the coordinator sends ``pg_notify`` after COMMIT, not in this
-  statement, so notifying commits do not serialize on the notify lock: right behind
-  the COMMIT in the same pipeline, in a transaction of its own (``flush(commit=True,
-  then=...)``), or from a thread of its own (``coordinator/notifier.py``) when the
-  caller commits itself; ``TAKE_BLOCK_SQL`` keeps its ``notify`` parameter for callers
-  that want the in-transaction form. Sending COMMIT right behind the block statement
-  changes nothing above: the block statement is still the last one of the transaction,
+  statement, so notifying commits do not serialize on the notify lock: from a thread
+  of its own (``coordinator/notifier.py``), at most once per interval;
+  ``TAKE_BLOCK_SQL`` keeps its ``notify`` parameter for callers that want the
+  in-transaction form. Sending COMMIT right behind the block statement changes nothing
+  above: the block statement is still the last one of the transaction,
   and the server runs pipelined statements one after another, in order.
 * Reading (``read_events``), in autocommit, each step a separate statement:
   1. read the sequence's ``last_value`` L. Every position ``<= L + BLOCK - 1``
@@ -238,18 +237,14 @@ class EventAppender:
         )
         return EventRef(self, len(self._pending) - 1)
 
-    def flush(
-        self, *, commit: bool = False, then: tuple[str, dict[str, Any]] | None = None
-    ) -> bool:
+    def flush(self, *, commit: bool = False) -> bool:
         """Take the block and insert the events; a no-op without events or when done.
 
-        With ``commit``, COMMIT is sent right behind that statement, and ``then`` (a
-        statement for ``Driver``, e.g. a wake-up) right behind COMMIT, in a transaction
-        of its own; all answers are awaited once (one round trip instead of two or
-        three): for a caller with nothing left to do in the transaction. Returns
-        whether it committed (not without events). An error of ``then`` once COMMIT
-        succeeded is logged, not raised. If the connection fails, whether the COMMIT
-        applied is unknown: the caller must not run the transaction again."""
+        With ``commit``, COMMIT is sent right behind that statement and both answers
+        are awaited once (one round trip instead of two): for a caller with nothing
+        left to do in the transaction. Returns whether it committed (not without
+        events). If the connection fails, whether the COMMIT applied is unknown: the
+        caller must not run the transaction again."""
         if self._base is not None or not self._pending:
             return False
         namespaces, node_ids, types, payloads = (list(c) for c in zip(*self._pending, strict=True))
@@ -265,7 +260,7 @@ class EventAppender:
         }
         db = Driver(self._conn)
         if commit:
-            block = db.send_and_commit(_TAKE_BLOCK, params, then)
+            block = db.send_and_commit(_TAKE_BLOCK, params)
         else:
             block = db.send(_TAKE_BLOCK, params)
         with db.errors(_TAKE_BLOCK, params):

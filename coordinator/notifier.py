@@ -9,6 +9,12 @@ every writer that committed since its last one. That notify is its own tiny
 transaction: it has a transaction id but writes no other WAL, so PostgreSQL commits it
 without waiting for a flush and the lock is held for microseconds.
 
+Under load a notify per commit would still cost every writer a statement: a
+process's notifies are at least ``min_interval`` apart. The first commit after a quiet
+spell is announced at once, so a lone change reaches the indexer as fast as before;
+under load a wake-up may wait up to ``min_interval`` for the next notify, while the
+indexer, busy with the commits before it, has rarely gone to sleep.
+
 Same channel and payload as a notify inside the transaction (the partition hashes of
 the namespaces written, see ``eventlog.notified_partitions``; here of every namespace
 written since the last one), so listeners (indexer/wakeup.py, the HTTP change feed)
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from sqlalchemy import Engine, text
 
@@ -39,9 +46,12 @@ NOTIFY_SQL = text(
 class Notifier:
     """Coalesces "a transaction with events committed" into NOTIFYs on its own thread."""
 
-    def __init__(self, engine: Engine, channel: str = NOTIFY_CHANNEL) -> None:
+    def __init__(
+        self, engine: Engine, channel: str = NOTIFY_CHANNEL, min_interval: float = 0.01
+    ) -> None:
         self._engine = engine
         self._channel = channel
+        self._min_interval = min_interval
         self._cond = threading.Condition()
         self._pending = False
         self._namespaces: set[str] = set()
@@ -53,6 +63,7 @@ class Notifier:
         with self._cond:
             if self._closed:
                 return
+            waiting = not self._pending  # else the thread is up, or soon will be
             self._pending = True
             self._namespaces.add(namespace)
             if self._thread is None:  # started on first use: readers-only processes never
@@ -60,7 +71,8 @@ class Notifier:
                     target=self._run, name="pathkeeper-notify", daemon=True
                 )
                 self._thread.start()
-            self._cond.notify()
+            if waiting:
+                self._cond.notify()
 
     def close(self) -> None:
         with self._cond:
@@ -72,12 +84,18 @@ class Notifier:
 
     def _run(self) -> None:
         conn = None
+        sent = -self._min_interval
         while True:
             with self._cond:
                 while not self._pending and not self._closed:
                     self._cond.wait()
                 if not self._pending:  # closed, nothing left to send
                     break
+                # Too soon after the last one: gather the commits until it is time.
+                while not self._closed and (
+                    wait := sent + self._min_interval - time.monotonic()
+                ) > 0:
+                    self._cond.wait(wait)
                 self._pending = False
                 namespaces = sorted(self._namespaces)
                 self._namespaces.clear()
@@ -87,6 +105,7 @@ class Notifier:
                         isolation_level="AUTOCOMMIT"
                     )
                 conn.execute(NOTIFY_SQL, {"c": self._channel, "nss": namespaces})
+                sent = time.monotonic()
             except Exception as exc:  # the server restarted, or is down: next poke retries
                 log.warning("could not notify %s: %s", self._channel, exc)
                 if conn is not None:

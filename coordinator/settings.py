@@ -17,6 +17,9 @@ class Settings:
     max_depth: int = paths.MAX_DEPTH
     max_group_ops: int = 1000
     notify: bool = True
+    #: A process's wake-ups to the indexer are at least this far apart (seconds); the
+    #: first after a quiet spell goes at once (see coordinator/notifier.py).
+    notify_interval: float = 0.01
     pool_size: int = 10
     max_overflow: int = 20
     pool_timeout: float = 10.0

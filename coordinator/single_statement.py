@@ -1,15 +1,19 @@
-"""A rename that is a whole transaction, sent as one statement with its COMMIT.
+"""A rename that is a whole transaction: one statement, in autocommit.
 
 ``Coordinator.execute`` of a lone ``Rename`` (the most frequent write) does not go
 through a ``UnitOfWork``: one statement calls ``pathkeeper_rename`` (the rule, in the
-server), takes the transaction's block of positions and writes the ``moved`` event,
-and it goes out with BEGIN, COMMIT and the wake-up in one pipeline: one round trip and
-no Python between the steps. What a ``UnitOfWork`` keeps in order holds here by the
-statement's shape: the function (every lock and write) runs first, as the materialized
-``r``; the claim (transaction id, position lock, ``nextval``) is evaluated per row of
-``r``, so after it; the event is written into that block. The payload is built in SQL
-from ``events.Moved`` (``payload_sql`` checks its keys), the same one ``TreeTx.rename``
-appends inside a group.
+server), takes the transaction's block of positions and writes the ``moved`` event.
+It is sent alone in autocommit, so the server runs it as a transaction of its own and
+commits it as it ends: one round trip, one message each way, and no Python between
+the steps. (Sent in a pipeline behind BEGIN and ahead of COMMIT and the wake-up, the
+same statement cost twice the client CPU: psycopg's pipeline machinery and the
+wake-up's own statement; the wake-up now goes from the ``Notifier``.) What a
+``UnitOfWork`` keeps in order holds here by the statement's shape: the function (every
+lock and write) runs first, as the materialized ``r``; the claim (transaction id,
+position lock, ``nextval``) is evaluated per row of ``r``, so after it; the event is
+written into that block. The payload is built in SQL from ``events.Moved``
+(``payload_sql`` checks its keys), the same one ``TreeTx.rename`` appends inside a
+group.
 """
 
 from __future__ import annotations
@@ -18,9 +22,8 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
 from .db import Driver, driver_sql
-from .eventlog import CLAIM_SQL, NOTIFY_CHANNEL, Committed
+from .eventlog import CLAIM_SQL, Committed
 from .events import Moved, payload_sql
-from .notifier import NOTIFY_SQL
 from .tree import RENAME_CALL, MutationResult, RenameCall
 
 _MOVED_PAYLOAD = payload_sql(Moved, {
@@ -45,23 +48,19 @@ RENAME_LOGGED_SQL = driver_sql(
     """,
     binary=("parts",),
 )
-_NOTIFY = driver_sql(NOTIFY_SQL)
 
 
-def rename(conn: Connection, call: RenameCall, *, notify: bool) -> MutationResult:
-    """Run ``call`` as the whole transaction ``conn`` has begun, and commit it. A driver
-    error is raised as ``DBAPIError`` (a refusal of the rule as the typed error): once
-    sent, COMMIT may have applied, so the caller must not run it again after a lost
-    connection."""
+def rename(conn: Connection, call: RenameCall) -> MutationResult:
+    """Run ``call`` as a transaction of its own on ``conn`` (in autocommit, outside any
+    transaction). A driver error is raised as ``DBAPIError`` (a refusal of the rule as
+    the typed error): once sent, the statement may have committed, so the caller must
+    not run it again after a lost connection. Waking the indexer is the caller's."""
     db = Driver(conn)
-    wake_up = (_NOTIFY, {"c": NOTIFY_CHANNEL, "nss": [call.ns]}) if notify else None
     params = call.params
     try:
-        cur = db.send_and_commit(RENAME_LOGGED_SQL, params, then=wake_up)
+        row = db.send_alone(RENAME_LOGGED_SQL, params)
     except IntegrityError as exc:
         raise call.refused(exc) from exc
-    with db.errors(RENAME_LOGGED_SQL, params):
-        row = cur.fetchone()
     assert row is not None
     node, event = call.result(row)
     if event is None:

@@ -20,12 +20,8 @@ from collections.abc import Callable
 from sqlalchemy import Connection
 
 from . import paths
-from .db import driver_sql
-from .eventlog import NOTIFY_CHANNEL, EventAppender
-from .notifier import NOTIFY_SQL
+from .eventlog import EventAppender
 from .tree import TreeTx
-
-_NOTIFY = driver_sql(NOTIFY_SQL)
 
 
 class UnitOfWork:
@@ -36,16 +32,10 @@ class UnitOfWork:
         conn: Connection,
         namespace: str,
         max_depth: int = paths.MAX_DEPTH,
-        *,
-        notify: bool = False,
     ) -> None:
         self.conn = conn
         self.namespace = namespace
-        # The wake-up is never sent inside the transaction (see coordinator/notifier.py):
-        # with ``notify``, right behind the COMMIT that ``finish`` sends (``notified``),
-        # else the caller sends it after its own COMMIT.
-        self.notify = notify
-        self.notified = False
+        # The wake-up is the caller's, after COMMIT (see coordinator/notifier.py).
         self.events = EventAppender(conn, notify=False)
         self.tree = TreeTx(conn, namespace, self.events, max_depth)
         self._hooks: list[Callable[[], None]] = []
@@ -65,14 +55,8 @@ class UnitOfWork:
         """Take the event positions, then run the hooks: the transaction's last steps."""
         self._finished = True
         if not self._hooks:
-            # Same channel and payload as the coordinator's notifier, but in the same
-            # round trip as the COMMIT, in a transaction of its own after it: no thread
-            # to wake and no extra answer to wait for, and commits still never share the
-            # notify lock with their WAL flush.
-            then = (_NOTIFY, {"c": NOTIFY_CHANNEL, "nss": [self.namespace]})
             self.commit_sent = True
-            self.commit_sent = self.events.flush(commit=True, then=then if self.notify else None)
-            self.notified = self.commit_sent and self.notify
+            self.commit_sent = self.events.flush(commit=True)
             return
         self.events.flush()
         for hook in self._hooks:

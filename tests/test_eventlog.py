@@ -489,16 +489,3 @@ def test_wake_up_follows_the_commit_in_the_same_round_trip(
     assert note.payload == str(row[0])  # the partition hash of the namespace written
     events, _ = read_all(coord)
     assert result.seq in positions(events)
-
-
-def test_a_failing_statement_after_commit_keeps_the_commit(coord: Coordinator) -> None:
-    """What follows COMMIT (the wake-up) runs in a transaction of its own: its failure is
-    logged, and the change it followed stays committed and is not reported as failed."""
-    coord.create_namespace("t")
-    with coord.engine.begin() as conn:
-        uow = UnitOfWork(conn, "t")
-        uow.tree.mkdir("/a")
-        assert uow.events.flush(commit=True, then=("SELECT 1/0", {}))
-    assert coord.stat("t", "/a").path == "/a"
-    events, _ = read_all(coord)
-    assert [e.type for e in events] == ["namespace_created", "created"]
