@@ -32,7 +32,9 @@ def test_replay_and_reindex_equal_the_live_index(
     live_index = elasticsearch_index.alias_targets(es, alias)
     live, expected = index_docs(es, alias), expected_index(coord)
     assert live == expected, diff_summary(live, expected)
-    assert len(live) > 30
+    # Not an empty comparison. How much survives depends on how the clients' recursive
+    # deletes interleaved with their creates (27 in one run), so no more than that.
+    assert len(live) > 10
 
     result = rebuild(coord, es, source="events", alias=alias, keep_old=True)
     assert result.swapped and result.old_indices == live_index
