@@ -52,14 +52,31 @@ class Authenticator:
         self._cache: dict[str, tuple[float, Principal]] = {}
         self._lock = threading.Lock()
 
-    def authenticate(self, authorization: str | None) -> Principal:
+    @staticmethod
+    def _digest(authorization: str | None) -> str | None:
+        """The hash of the header's secret; None for a header that cannot hold a key."""
         if not authorization:
-            raise unauthorized()
+            return None
         scheme, _, secret = authorization.partition(" ")
         secret = secret.strip()
         if scheme.lower() != "bearer" or not secret.startswith(KEY_PREFIX) or len(secret) > 200:
+            return None
+        return hash_secret(secret)
+
+    def cached(self, authorization: str | None) -> Principal | None:
+        """The principal of a key looked up less than ``cache_seconds`` ago, else None
+        (no I/O: ``authenticate`` looks it up)."""
+        digest = self._digest(authorization)
+        if digest is None:
+            return None
+        with self._lock:
+            hit = self._cache.get(digest)
+        return hit[1] if hit is not None and hit[0] > time.monotonic() else None
+
+    def authenticate(self, authorization: str | None) -> Principal:
+        digest = self._digest(authorization)
+        if digest is None:
             raise unauthorized()
-        digest = hash_secret(secret)
         now = time.monotonic()
         with self._lock:
             hit = self._cache.get(digest)

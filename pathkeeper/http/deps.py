@@ -9,12 +9,13 @@ others below; a test walks the routes), which yields the caller's ``Principal``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, Header, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 
 from coordinator import paths
 from coordinator.api import Coordinator
@@ -28,30 +29,34 @@ from pathkeeper.http.search import Searcher
 from pathkeeper.http.settings import ServiceSettings
 
 # ------------------------------------------------------------------ the app's parts
+#
+# Dependencies that do no I/O are ``async def``: FastAPI runs a plain ``def`` one in its
+# thread pool, and each such hand-off (two thread switches under the GIL) cost more CPU
+# than the whole dependency; a request has several of them.
 
 
-def get_coordinator(request: Request) -> Coordinator:
+async def get_coordinator(request: Request) -> Coordinator:
     coord: Coordinator = request.app.state.coordinator
     return coord
 
 
-def get_settings(request: Request) -> ServiceSettings:
+async def get_settings(request: Request) -> ServiceSettings:
     settings: ServiceSettings = request.app.state.settings
     return settings
 
 
-def get_searcher(request: Request) -> Searcher | None:
+async def get_searcher(request: Request) -> Searcher | None:
     """None when no Elasticsearch URL is configured."""
     searcher: Searcher | None = request.app.state.searcher
     return searcher
 
 
-def get_hub(request: Request) -> NotifyHub:
+async def get_hub(request: Request) -> NotifyHub:
     hub: NotifyHub = request.app.state.hub
     return hub
 
 
-def get_authenticator(request: Request) -> Authenticator:
+async def get_authenticator(request: Request) -> Authenticator:
     authenticator: Authenticator = request.app.state.authenticator
     return authenticator
 
@@ -62,7 +67,7 @@ SearcherDep = Annotated[Searcher | None, Depends(get_searcher)]
 HubDep = Annotated[NotifyHub, Depends(get_hub)]
 
 
-def get_consumer(settings: SettingsDep) -> str:
+async def get_consumer(settings: SettingsDep) -> str:
     """The indexer's checkpoint consumer (for readiness lag and ``min_seq`` waits)."""
     return settings.indexer_consumer or consumer_for(settings.index_alias)
 
@@ -119,11 +124,11 @@ def checked_path(value: str, settings: ServiceSettings) -> str:
 # the request has.
 
 
-def by_path(path: PathQuery) -> None:
+async def by_path(path: PathQuery) -> None:
     """Declares the ``path`` query parameter of a node route by path."""
 
 
-def by_id(node_id: NodeIdParam) -> None:
+async def by_id(node_id: NodeIdParam) -> None:
     """Declares the ``{node_id}`` segment of a node route by id."""
 
 
@@ -139,7 +144,7 @@ class NodeRef:
         return checked_path(self.value, settings) if self.is_path else self.value
 
 
-def node_ref(request: Request) -> NodeRef:
+async def node_ref(request: Request) -> NodeRef:
     node_id = request.path_params.get("node_id")
     if node_id is not None:
         return NodeRef(str(node_id), False)
@@ -154,17 +159,22 @@ Ref = Annotated[NodeRef, Depends(node_ref)]
 BEARER = HTTPBearer(auto_error=False, description="an API key: Bearer pk_...")
 
 
-def current_principal(
+async def current_principal(
     creds: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)],
     settings: SettingsDep,
     authenticator: Annotated[Authenticator, Depends(get_authenticator)],
 ) -> Principal:
-    """The caller, from its API key (401 without a valid one)."""
+    """The caller, from its API key (401 without a valid one). A key seen in the last
+    few seconds is answered on the event loop; only a lookup goes to a thread."""
     if not settings.auth:
         return NO_AUTH
     if creds is None:
         raise service_errors.unauthorized()
-    return authenticator.authenticate(f"{creds.scheme} {creds.credentials}")
+    header = f"{creds.scheme} {creds.credentials}"
+    cached = authenticator.cached(header)
+    if cached is not None:
+        return cached
+    return await run_in_threadpool(authenticator.authenticate, header)
 
 
 Who = Annotated[Principal, Depends(current_principal)]
@@ -174,11 +184,11 @@ Scope = Literal["read", "write", "admin"]
 SCOPE_CHECKS: dict[Callable[..., Any], Scope | None] = {}
 
 
-def requires(scope: Scope) -> Callable[..., Principal]:
+def requires(scope: Scope) -> Callable[..., Awaitable[Principal]]:
     """The caller, allowed a ``scope`` operation on the namespace of the path (a
     namespace its key does not cover is 404, as if it did not exist)."""
 
-    def check(ns: NsParam, who: Who) -> Principal:
+    async def check(ns: NsParam, who: Who) -> Principal:
         who.require(ns, scope)
         return who
 
@@ -186,11 +196,11 @@ def requires(scope: Scope) -> Callable[..., Principal]:
     return check
 
 
-def requires_any_namespace(scope: Scope) -> Callable[..., Principal]:
+def requires_any_namespace(scope: Scope) -> Callable[..., Awaitable[Principal]]:
     """The caller, with ``scope``, for a route not on one namespace of the path (the
     handler limits what it does to the namespaces the key covers)."""
 
-    def check(who: Who) -> Principal:
+    async def check(who: Who) -> Principal:
         who.require(None, scope)
         return who
 
@@ -198,7 +208,7 @@ def requires_any_namespace(scope: Scope) -> Callable[..., Principal]:
     return check
 
 
-def public() -> None:
+async def public() -> None:
     """No key needed (health probes)."""
 
 
