@@ -4,10 +4,11 @@ in-process ``Coordinator``, in the same run and on the same database.
 
     python bench/bench_http.py [--database-url URL] [--clients 16] [--seconds 5]
 
-Without ``--database-url`` a throwaway PostgreSQL cluster is started. Clients are
-threads of this process (each with its own HTTP connection or pooled database
-connection), so on a small machine the client side competes for the same cores:
-read the ratio, not the absolute numbers.
+Without ``--database-url`` a throwaway PostgreSQL cluster is started. In-process
+clients are threads of this process sharing one ``Coordinator``; HTTP clients are
+keep-alive connections of one lean asyncio process (``http_load.py``). On a small
+machine both compete with the server and PostgreSQL for the same cores: read the
+ratio, not the absolute numbers.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
+from urllib.parse import quote
 
 import httpx
+from http_load import Script, drive, request
 
 from coordinator import Coordinator
 from coordinator.api_keys import create_key
@@ -141,24 +144,30 @@ def main() -> int:
             coord.create_file(NS, f"/c{i}/sub/file.txt", "x" * 200)
         _, secret = create_key(coord.engine, [NS], "write", label="bench")
         headers = {"Authorization": f"Bearer {secret}"}
-        base = ""
 
-        def http_stat(i: int) -> Callable[[int], None]:
-            http = stack.enter_context(httpx.Client(headers=headers, timeout=30))
+        prefix = f"/v1/namespaces/{NS}"
 
-            def op(_: int) -> None:
-                http.get(f"{base}/node", params={"path": f"/c{i}/sub/file.txt"}
-                         ).raise_for_status()
-            return op
+        def http_stat(host: str, i: int) -> Script:
+            target = f"{prefix}/node?path={quote(f'/c{i}/sub/file.txt')}"
+            return Script([request("GET", target, host, headers)])
 
-        def http_rename(i: int) -> Callable[[int], None]:
-            http = stack.enter_context(httpx.Client(headers=headers, timeout=30))
+        def http_rename(host: str, i: int) -> Script:
+            # /c{i}/sub <-> /c{i}/sub2, each client its own directory
+            json = {"Content-Type": "application/json", **headers}
+            return Script([
+                request("POST", f"{prefix}/node/rename?path={quote(f'/c{i}/{src}')}", host,
+                        json, f'{{"name": "{dst}"}}'.encode())
+                for src, dst in (("sub", "sub2"), ("sub2", "sub"))
+            ])
 
-            def op(n: int) -> None:  # /c{i}/sub <-> /c{i}/sub2, each client its own dir
-                src, dst = ("sub", "sub2") if n % 2 == 0 else ("sub2", "sub")
-                http.post(f"{base}/node/rename", params={"path": f"/c{i}/{src}"},
-                          json={"name": dst}).raise_for_status()
-            return op
+        def over_http(label: str, port: int, seconds: float,
+                      script: Callable[[str, int], Script]) -> Result:
+            host = f"127.0.0.1:{port}"
+            latencies, errors, elapsed = drive(
+                "127.0.0.1", port, [script(host, i) for i in range(args.clients)], seconds)
+            if errors:
+                raise RuntimeError(f"{label}: {len(errors)} failed requests, e.g. {errors[0]}")
+            return Result(label, len(latencies), 0, elapsed, latencies)
 
         def coord_stat(i: int) -> Callable[[int], None]:
             return lambda _: (coord.stat(NS, f"/c{i}/sub/file.txt"), None)[1]
@@ -186,10 +195,9 @@ def main() -> int:
                 port = free_port()
                 server = start_server(url, port, workers)
                 try:
-                    base = f"http://127.0.0.1:{port}/v1/namespaces/{NS}"
-                    run_clients("warmup", args.clients, 1.0, http_stat)
-                    row.append(run_clients(f"{name} http, {workers} worker(s)", args.clients,
-                                           args.seconds, via_http))
+                    over_http("warmup", port, 1.0, http_stat)
+                    row.append(over_http(f"{name} http, {workers} worker(s)", port,
+                                         args.seconds, via_http))
                     put_back()
                 finally:
                     server.send_signal(signal.SIGTERM)
