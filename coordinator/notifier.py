@@ -30,16 +30,21 @@ import logging
 import threading
 import time
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 
+from .db import Driver, driver_sql
 from .eventlog import NOTIFY_CHANNEL
 
 log = logging.getLogger("pathkeeper.notifier")
 
-NOTIFY_SQL = text(
+# Sent through psycopg itself (``Driver``), prepared: SQLAlchemy's own work per
+# statement was most of a notify's client CPU, and a busy writer process sends up to
+# one per interval.
+_NOTIFY_SQL = driver_sql(
     "SELECT pg_notify(:c, coalesce((SELECT string_agg(DISTINCT "
     "CAST(hashtext(ns)::bigint & 2147483647 AS text), ',') "
-    "FROM unnest(CAST(:nss AS text[])) AS u(ns)), ''))"
+    "FROM unnest(CAST(:nss AS text[])) AS u(ns)), ''))",
+    binary=("nss",),
 )
 
 
@@ -47,7 +52,7 @@ class Notifier:
     """Coalesces "a transaction with events committed" into NOTIFYs on its own thread."""
 
     def __init__(
-        self, engine: Engine, channel: str = NOTIFY_CHANNEL, min_interval: float = 0.01
+        self, engine: Engine, channel: str = NOTIFY_CHANNEL, min_interval: float = 0.05
     ) -> None:
         self._engine = engine
         self._channel = channel
@@ -104,7 +109,7 @@ class Notifier:
                     conn = self._engine.connect().execution_options(
                         isolation_level="AUTOCOMMIT"
                     )
-                conn.execute(NOTIFY_SQL, {"c": self._channel, "nss": namespaces})
+                Driver(conn).send(_NOTIFY_SQL, {"c": self._channel, "nss": namespaces})
                 sent = time.monotonic()
             except Exception as exc:  # the server restarted, or is down: next poke retries
                 log.warning("could not notify %s: %s", self._channel, exc)
