@@ -6,7 +6,6 @@ commits, the notifies are at least ``notify_interval`` apart."""
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 from collections.abc import Iterator
@@ -79,11 +78,10 @@ def test_a_burst_of_renames_is_announced_at_most_once_per_interval(
         assert listener.arrival_after(last_commit) is not None
         time.sleep(interval)
     arrived = listener.arrived
-    assert len(arrived) >= 1
-    # The sends are >= interval apart; arrivals may jitter by the listener's delays.
-    assert len(arrived) <= (last_commit - start) / interval + 2, (len(arrived), arrived)
-    gaps = [b - a for a, b in itertools.pairwise(arrived)]
-    assert all(g > interval * 0.5 for g in gaps), gaps
+    # Sends at least an interval apart (arrival times are not checked: a listener that
+    # was kept off the CPU receives several at once). Without the interval, each
+    # commit would be announced on its own unless the thread was still busy.
+    assert 1 <= len(arrived) <= (last_commit - start) / interval + 2, (len(arrived), arrived)
 
 
 def test_the_first_rename_after_a_quiet_spell_is_announced_at_once(
