@@ -133,7 +133,7 @@ class Coordinator(NamespaceCommands):
         return self.run(namespace, lambda uow: command.apply(uow.tree))
 
     def _rename_alone(self, namespace: str, command: Rename) -> MutationResult:
-        """A lone rename: one statement and its COMMIT (``coordinator.single_statement``),
+        """A lone rename: one statement in autocommit (``coordinator.single_statement``),
         the same rule, event and errors as ``command.apply`` in a unit of work."""
         ns = paths.validate_namespace(namespace)
         call = RenameCall.of(ns, command.ref, command.name, command.if_version)
