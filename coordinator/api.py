@@ -123,7 +123,12 @@ class Coordinator(NamespaceCommands):
             if is_retryable(exc):
                 raise
             raise translate(exc) from exc
-        if uow.wrote_events and self.settings.notify:
+        if uow.wrote_events:
+            self._wake_indexer(ns)
+
+    def _wake_indexer(self, ns: str) -> None:
+        """After a commit that wrote events in ``ns``."""
+        if self.settings.notify:
             self.notifier.poke(ns)
 
     def execute(self, namespace: str, command: Command) -> MutationResult:
@@ -147,8 +152,8 @@ class Coordinator(NamespaceCommands):
                 return single_statement.rename(conn, call)
 
         result = self._retried(once)
-        if result.event is not None and self.settings.notify:
-            self.notifier.poke(ns)
+        if result.event is not None:
+            self._wake_indexer(ns)
         return result
 
     @contextmanager
@@ -260,15 +265,15 @@ class Coordinator(NamespaceCommands):
         ns = paths.validate_namespace(namespace)
         try:
             with self.engine.begin() as conn:
+                # The wake-up is sent after COMMIT, as for every write.
                 importer = Importer(
-                    conn, ns, max_depth=self.settings.max_depth, notify=False,
-                    progress=progress,
+                    conn, ns, max_depth=self.settings.max_depth, progress=progress
                 )
                 result = importer.run(source)
         except DBAPIError as exc:
             raise translate(exc) from exc
-        if result.created and self.settings.notify:
-            self.notifier.poke(ns)
+        if result.created:
+            self._wake_indexer(ns)
         return result
 
     # ---------------------------------------------------------------- reads

@@ -174,8 +174,8 @@ class Driver:
     def closed_by_server(self) -> bool:
         """Whether this idle connection has something to read: the server's goodbye (a
         FATAL on shutdown or termination) or the end of the stream. One ``select`` with no
-        wait, instead of a pre-ping's round trip; for a caller that will send its COMMIT
-        with its first statement, so cannot re-run it once a send failed."""
+        wait, instead of a pre-ping's round trip; for a caller whose first statement
+        commits, so cannot re-run it once a send failed."""
         readable, _, _ = select.select([self.raw.fileno()], [], [], 0)
         return bool(readable)
 

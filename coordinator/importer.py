@@ -56,7 +56,7 @@ from .errors import (
     NotADirectory,
     NotFound,
 )
-from .eventlog import CLAIM_SQL, NOTIFY_CHANNEL
+from .eventlog import CLAIM_SQL
 from .events import Created, payload_sql
 from .models import POSITION_BLOCK
 from .tree import check_content, metadata_json
@@ -394,13 +394,11 @@ class Importer:
         namespace: str,
         *,
         max_depth: int = paths.MAX_DEPTH,
-        notify: bool = True,
         progress: ProgressFn | None = None,
     ) -> None:
         self.conn = conn
         self.ns = namespace
         self.max_depth = max_depth
-        self.notify = notify
         self.progress = progress
         self.lines = 0
         self.bytes = 0
@@ -544,8 +542,6 @@ class Importer:
         if base is None:  # blocks unused are holes, which readers skip
             raise Conflict("could not claim consecutive event positions; run it again")
         self.conn.execute(text(INSERT_EVENTS_SQL), {**self._params, "base": base})
-        if self.notify:
-            self.conn.execute(text("SELECT pg_notify(:c, '')"), {"c": NOTIFY_CHANNEL})
         return base
 
 

@@ -52,7 +52,7 @@ class Notifier:
     """Coalesces "a transaction with events committed" into NOTIFYs on its own thread."""
 
     def __init__(
-        self, engine: Engine, channel: str = NOTIFY_CHANNEL, min_interval: float = 0.05
+        self, engine: Engine, *, min_interval: float, channel: str = NOTIFY_CHANNEL
     ) -> None:
         self._engine = engine
         self._channel = channel

@@ -226,7 +226,8 @@ def metadata_json(metadata: object) -> str:
 
 
 def node_of(ns: str, row: DbRow, path: str, with_content: bool = True) -> Node:
-    """The ``Node`` of a ``nodes`` row (``NODE_COLUMNS``) at ``path``."""
+    """The ``Node`` of a ``nodes`` row (``NODE_COLUMNS``) at ``path``. A row without the
+    timestamps (the indexer's walks select none) gives a node without them."""
     return Node(
         id=str(row.id),
         namespace=ns,
@@ -237,8 +238,8 @@ def node_of(ns: str, row: DbRow, path: str, with_content: bool = True) -> Node:
         path=path,
         content=row.content if with_content else None,
         metadata=dict(row.metadata or {}),
-        created_at=row.created_at,
-        updated_at=row.updated_at,
+        created_at=getattr(row, "created_at", None),
+        updated_at=getattr(row, "updated_at", None),
     )
 
 

@@ -14,6 +14,7 @@ from sqlalchemy import Connection, Row, text
 
 from coordinator import Node
 from coordinator.subtree import subtree_cte
+from coordinator.tree import node_of
 
 # Each start node walks up to the root; the path is its names joined root first.
 # The root's name is '' so the join yields '/a/b' (and '' for the root itself).
@@ -59,17 +60,7 @@ _SUBTREE_VERSIONS = text(
 
 
 def _node(ns: str, row: Row[Any]) -> Node:
-    return Node(
-        id=str(row.id),
-        namespace=ns,
-        parent_id=str(row.parent_id) if row.parent_id is not None else None,
-        name=row.name,
-        kind=row.kind,
-        version=int(row.version),
-        path=row.path or "/",
-        content=row.content,
-        metadata=dict(row.metadata or {}),
-    )
+    return node_of(ns, row, row.path or "/")  # the root's path aggregates to ''
 
 
 def _uuid_or_none(value: str) -> uuid.UUID | None:
