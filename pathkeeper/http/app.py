@@ -16,7 +16,6 @@ from contextlib import asynccontextmanager
 from dataclasses import asdict
 from typing import Any
 
-import anyio.to_thread
 from fastapi import FastAPI
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -31,6 +30,7 @@ from pathkeeper.http.routes import ROUTERS
 from pathkeeper.http.schemas import ErrorOut
 from pathkeeper.http.search import Searcher
 from pathkeeper.http.settings import ServiceSettings
+from pathkeeper.http.threads import use_executor
 
 log = logging.getLogger("pathkeeper.service")
 
@@ -103,11 +103,8 @@ def _searcher(settings: ServiceSettings) -> Searcher | None:
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     state = app.state
     settings: ServiceSettings = state.settings
-    limiter = anyio.to_thread.current_default_thread_limiter()
-    # Every admitted request may hold a worker thread (the handlers are sync).
-    limiter.total_tokens = max(
-        limiter.total_tokens, settings.max_inflight + settings.max_long_polls + 8
-    )
+    # Every admitted request may hold a thread (the handlers' work is blocking).
+    use_executor(settings.max_inflight + settings.max_long_polls + 8)
     state.hub.start()
     stop_purge = threading.Event()
     purger = threading.Thread(

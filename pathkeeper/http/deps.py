@@ -15,7 +15,6 @@ from typing import Annotated, Any, Literal
 
 from fastapi import Depends, Header, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from starlette.concurrency import run_in_threadpool
 
 from coordinator import paths
 from coordinator.api import Coordinator
@@ -27,6 +26,7 @@ from pathkeeper.http.errors import ServiceError
 from pathkeeper.http.limits import check_path
 from pathkeeper.http.search import Searcher
 from pathkeeper.http.settings import ServiceSettings
+from pathkeeper.http.threads import in_thread
 
 # ------------------------------------------------------------------ the app's parts
 #
@@ -174,7 +174,7 @@ async def current_principal(
     cached = authenticator.cached(header)
     if cached is not None:
         return cached
-    return await run_in_threadpool(authenticator.authenticate, header)
+    return await in_thread(authenticator.authenticate, header)
 
 
 Who = Annotated[Principal, Depends(current_principal)]

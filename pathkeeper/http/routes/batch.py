@@ -14,11 +14,13 @@ from pathkeeper.http.errors import ServiceError
 from pathkeeper.http.idempotency import replayable_response, request_hash, run_idempotent
 from pathkeeper.http.operations import NAMESPACE_URL
 from pathkeeper.http.schemas import BatchIn, BatchOut, MutationOut
+from pathkeeper.http.threads import blocking
 
 router = APIRouter(tags=["batch"])
 
 
 @router.post(f"{NAMESPACE_URL}/batch", response_model=BatchOut)
+@blocking
 def batch(request: Request, ns: NsParam, body: BatchIn, who: Writer, coord: CoordDep,
           settings: SettingsDep, idempotency_key: IdempotencyHeader = None) -> JSONResponse:
     """Apply the operations atomically, in order: every result, or the first error with

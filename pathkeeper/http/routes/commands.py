@@ -9,7 +9,7 @@ under the request's ``Idempotency-Key``. Every route answers ``{node, version, s
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -37,11 +37,12 @@ from pathkeeper.http.operations import COMMAND_ROUTES, NAMESPACE_URL, REF, Comma
 from pathkeeper.http.routes.nodes import add_node_route
 from pathkeeper.http.schemas import BODY_OF, MutationOut, command_fields
 from pathkeeper.http.settings import ServiceSettings
+from pathkeeper.http.threads import blocking
 
 router = APIRouter()
 
 
-def command_endpoint(route: CommandRoute) -> Callable[..., JSONResponse]:
+def command_endpoint(route: CommandRoute) -> Callable[..., Awaitable[JSONResponse]]:
     """The handler of ``route``'s command; its signature (what FastAPI reads, validates
     and documents) is built from the route (``_signature``)."""
     body_model = BODY_OF[route.command]
@@ -87,7 +88,7 @@ def command_endpoint(route: CommandRoute) -> Callable[..., JSONResponse]:
         return replayable_response(outcome)
 
     endpoint.__signature__ = _signature(route, body_model)  # type: ignore[attr-defined]
-    return endpoint
+    return blocking(endpoint)
 
 
 def _signature(route: CommandRoute, body_model: type[BaseModel] | None) -> inspect.Signature:

@@ -11,11 +11,13 @@ from pathkeeper.http.deps import MAX_PAGE, MAX_WAIT, READ, CoordDep, HubDep, NsP
 from pathkeeper.http.feed import follow, parse_after
 from pathkeeper.http.operations import NAMESPACE_URL
 from pathkeeper.http.schemas import EventsOut
+from pathkeeper.http.threads import blocking
 
 router = APIRouter(tags=["events"])
 
 
 @router.get(f"{NAMESPACE_URL}/events", response_model=EventsOut, dependencies=[Depends(READ)])
+@blocking
 def events(
     ns: NsParam,
     coord: CoordDep,

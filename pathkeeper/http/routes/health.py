@@ -10,18 +10,20 @@ from coordinator.errors import CoordinatorError
 from coordinator.indexing import probe_lag
 from pathkeeper.http.deps import ConsumerDep, CoordDep, SearcherDep, SettingsDep, public
 from pathkeeper.http.schemas import HealthOut, ReadyOut
+from pathkeeper.http.threads import blocking
 
 router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz", response_model=HealthOut, dependencies=[Depends(public)])
-def healthz() -> HealthOut:
+async def healthz() -> HealthOut:
     """Liveness: the process answers."""
     return HealthOut(status="ok")
 
 
 @router.get("/readyz", response_model=ReadyOut, responses={503: {"model": ReadyOut}},
             dependencies=[Depends(public)])
+@blocking
 def readyz(coord: CoordDep, settings: SettingsDep, searcher: SearcherDep,
            consumer: ConsumerDep) -> JSONResponse:
     """Readiness: PostgreSQL answers; reports the indexer's lag (does not fail on it)."""

@@ -29,6 +29,7 @@ from pathkeeper.http.deps import (
 from pathkeeper.http.operations import NAMESPACE_URL, NODE_BY_ID, NODE_BY_PATH
 from pathkeeper.http.schemas import ListOut, NodeOut
 from pathkeeper.http.search import invalid_cursor
+from pathkeeper.http.threads import blocking
 
 router = APIRouter()
 
@@ -56,6 +57,7 @@ def add_node_route(
         )
 
 
+@blocking
 def stat(ns: NsParam, ref: Ref, coord: CoordDep, settings: SettingsDep) -> JSONResponse:
     target = ref.checked(settings)
     node = coord.run(ns, lambda uow: uow.tree.stat(target))
@@ -64,6 +66,7 @@ def stat(ns: NsParam, ref: Ref, coord: CoordDep, settings: SettingsDep) -> JSONR
     )
 
 
+@blocking
 def list_children(
     ns: NsParam, ref: Ref, coord: CoordDep, settings: SettingsDep, cursor: Cursor = None,
     limit: PageLimit = 100,

@@ -27,6 +27,7 @@ from pathkeeper.http.operations import NAMESPACE_URL
 from pathkeeper.http.schemas import IndexedOut, SearchOut
 from pathkeeper.http.search import SearchQuery
 from pathkeeper.http.settings import ServiceSettings
+from pathkeeper.http.threads import blocking
 
 router = APIRouter(tags=["search"])
 
@@ -38,6 +39,7 @@ MinSeq = Annotated[int | None, Query(ge=0, le=2**62, description="wait until ind
 
 
 @router.get(f"{NAMESPACE_URL}/search", response_model=SearchOut, dependencies=[Depends(READ)])
+@blocking
 def search(
     ns: NsParam,
     coord: CoordDep,
@@ -83,6 +85,7 @@ def _wait_indexed(coord: Coordinator, settings: ServiceSettings, consumer: str, 
 
 
 @router.get("/v1/indexed", response_model=IndexedOut, dependencies=[Depends(ANY_READ)])
+@blocking
 def indexed(
     coord: CoordDep,
     settings: SettingsDep,
