@@ -12,9 +12,15 @@ round, in alternating order:
   node, commit);
 * **raw COPY (ceiling)**: the same rows (namespace, id, parent_id, name, kind, content,
   metadata), already built in memory, COPYed by psycopg into a plain table with the same
-  columns and no index or constraint, in one transaction.
+  columns and no index or constraint, in one transaction;
+* **schema floor**: the same rows, already built in memory with ids in row order, COPYed
+  into ``nodes`` itself (every index, check and foreign key) and one ``created`` event
+  each (payload built beforehand) COPYed into ``events``, in one transaction: what
+  PostgreSQL alone needs to store an import in this schema, with no parsing and no
+  checks of ours.
 
-Reports both rates and the per-round ratio import / raw COPY (same run, seconds apart).
+Reports the three rates and the per-round ratios of the import to each ceiling (same
+run, seconds apart).
 """
 
 from __future__ import annotations
@@ -36,6 +42,12 @@ from coordinator import Coordinator
 from coordinator.db import libpq_url
 
 FILES_PER_DIR = 99
+VARIANTS = ["import", "raw", "floor"]
+LABELS = {
+    "import": "import_nodes (nodes + events, all checks)",
+    "raw": "raw COPY, plain table (the issue's ceiling)",
+    "floor": "schema floor: COPY into nodes + events",
+}
 
 
 def make_input(path: Path, nodes: int, seed: int = 1) -> list[tuple[str, str, str]]:
@@ -94,6 +106,64 @@ def run_raw_copy(url: str, rows: list[tuple[object, ...]], rnd: int) -> float:
         return time.perf_counter() - t
 
 
+def floor_rows(rows: list[tuple[object, ...]]
+               ) -> tuple[object, list[tuple[object, ...]], list[tuple[object, ...]]]:
+    """The schema floor's input, built in memory as the raw rows are: the root's id, the
+    rows with ids that grow in row order (as the importer numbers its ids, so the indexes
+    grow at one edge), and one ``created`` event per node (position, node id, type,
+    payload as JSON text)."""
+    ids = {r[1] for r in rows}
+    old_root = next(r[2] for r in rows if r[2] not in ids)
+    renumber = {old: uuid.UUID(int=(0x7 << 76) + i + 1) for i, old in
+                enumerate([old_root] + [r[1] for r in rows])}
+    rows = [(r[0], renumber[r[1]], renumber[r[2]], *r[3:]) for r in rows]
+    root = renumber[old_root]
+    paths = {r[1]: r[3] for r in rows}  # id -> name, for the paths below
+    parents = {r[1]: r[2] for r in rows}
+
+    def path_of(node: object) -> str:
+        names: list[str] = []
+        while node in paths:
+            names.append(str(paths[node]))
+            node = parents[node]
+        return "/" + "/".join(reversed(names))
+
+    events = []
+    for i, (_, node_id, parent, name, kind, content, _meta) in enumerate(rows):
+        payload = {"id": str(node_id), "parent_id": str(parent), "name": name, "kind": kind,
+                   "path": path_of(node_id), "content": content, "metadata": {},
+                   "version": 1}
+        events.append((65536 + i, node_id, "created", json.dumps(payload)))
+    return root, rows, events
+
+
+def run_schema_floor(url: str, rows: list[tuple[object, ...]],
+                     events: list[tuple[object, ...]], root: object, ns: str
+                     ) -> tuple[float, float]:
+    """The same rows COPYed into ``nodes`` itself (every index, check and foreign key)
+    and their events into ``events``, in one transaction: what the database alone needs
+    for an import into this schema, with no parsing and no checks of our own. Returns
+    the whole time and the part that went into ``nodes``."""
+    with psycopg.connect(libpq_url(url)) as conn:
+        conn.execute("INSERT INTO namespaces (name, root_id) VALUES (%s, %s)", (ns, root))
+        conn.execute("INSERT INTO nodes (namespace, id, name, kind) VALUES (%s, %s, '', 'dir')",
+                     (ns, root))
+        conn.commit()
+        t = time.perf_counter()
+        with conn.cursor() as cur:
+            with cur.copy("COPY nodes (namespace, id, parent_id, name, kind, content, metadata) "
+                          "FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row((ns, *row[1:]))
+            nodes_done = time.perf_counter()
+            with cur.copy("COPY events (namespace, position, node_id, type, payload) "
+                          "FROM STDIN") as copy:
+                for event in events:
+                    copy.write_row((ns, *event))
+        conn.commit()
+        return time.perf_counter() - t, nodes_done - t
+
+
 def run_import(coord: Coordinator, path: Path, rnd: int) -> tuple[float, int]:
     ns = f"imp{rnd}"
     coord.create_namespace(ns)
@@ -116,9 +186,9 @@ def main(argv: list[str] | None = None) -> int:
         lines = make_input(path, args.nodes)
         rows = raw_rows(lines)
         print(f"input: {len(lines):,} lines, {path.stat().st_size / 1e6:.1f} MB", flush=True)
-        imports: list[float] = []
-        raws: list[float] = []
-        ratios: list[float] = []
+        root, floor_nodes, events = floor_rows(rows)
+        rates: dict[str, list[float]] = {what: [] for what in VARIANTS}
+        ratios: dict[str, list[float]] = {"raw": [], "floor": []}
         with Coordinator.connect(url) as coord:
             # Warm-up (not counted): plans, caches, the first autovacuum of new tables.
             small = Path(tmp) / "warm.jsonl"
@@ -127,30 +197,35 @@ def main(argv: list[str] | None = None) -> int:
             run_raw_copy(url, rows[:5000], 1000)
             for rnd in range(args.rounds):
                 load = load_average()
-                order = ["import", "raw"] if rnd % 2 == 0 else ["raw", "import"]
+                order = VARIANTS[rnd % 3:] + VARIANTS[:rnd % 3]
                 took: dict[str, float] = {}
                 for what in order:
                     if what == "import":
                         took[what], created = run_import(coord, path, rnd)
                         assert created == args.nodes, created
-                    else:
+                    elif what == "raw":
                         took[what] = run_raw_copy(url, rows, rnd)
-                imports.append(args.nodes / took["import"])
-                raws.append(args.nodes / took["raw"])
-                ratios.append(took["raw"] / took["import"])
-                print(f"  round {rnd + 1}: import {took['import']:.2f} s "
-                      f"({imports[-1]:,.0f} nodes/s), raw COPY {took['raw']:.2f} s "
-                      f"({raws[-1]:,.0f} rows/s), ratio {ratios[-1]:.2f}; load {load} -> "
-                      f"{load_average()}", flush=True)
+                    else:
+                        took[what], floor_nodes_part = run_schema_floor(
+                            url, floor_nodes, events, root, f"floor{rnd}")
+                for what in VARIANTS:
+                    rates[what].append(args.nodes / took[what])
+                for ceiling in ratios:
+                    ratios[ceiling].append(took[ceiling] / took["import"])
+                print(f"  round {rnd + 1}: import {took['import']:.2f} s, raw COPY "
+                      f"{took['raw']:.2f} s, schema floor {took['floor']:.2f} s (nodes "
+                      f"{floor_nodes_part:.2f} s); import / raw "
+                      f"{ratios['raw'][-1]:.2f}, import / floor {ratios['floor'][-1]:.2f}; "
+                      f"load {load} -> {load_average()}", flush=True)
         print()
         print(table(
             ["what", "median rows/s", "min", "max"],
-            [["import_nodes (nodes + events, all checks)", f"{median(imports):,.0f}",
-              f"{min(imports):,.0f}", f"{max(imports):,.0f}"],
-             ["raw COPY, plain table (ceiling)", f"{median(raws):,.0f}",
-              f"{min(raws):,.0f}", f"{max(raws):,.0f}"]],
+            [[LABELS[what], f"{median(rates[what]):,.0f}", f"{min(rates[what]):,.0f}",
+              f"{max(rates[what]):,.0f}"] for what in VARIANTS],
         ))
-        print(f"\nimport / raw COPY (median of per-round ratios): {median(ratios):.2f}")
+        print(f"\nimport / raw COPY (median of per-round ratios): {median(ratios['raw']):.2f}")
+        print(f"import / schema floor (median of per-round ratios): "
+              f"{median(ratios['floor']):.2f}")
     print(f"done {now_utc()}, load {load_average()}")
     return 0
 
