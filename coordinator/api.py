@@ -27,7 +27,15 @@ from .importer import Importer, ImportResult, ProgressFn
 from .indexing import DEFAULT_CONSUMER, wait_indexed
 from .notifier import Notifier
 from .settings import Settings
-from .tree import MutationResult, Node, RenameCall, Retry, TreeTx, check_namespace_exists
+from .tree import (
+    MutationResult,
+    Node,
+    RenameCall,
+    Retry,
+    StatCall,
+    TreeTx,
+    check_namespace_exists,
+)
 from .unit_of_work import UnitOfWork
 
 T = TypeVar("T")
@@ -279,10 +287,26 @@ class Coordinator(NamespaceCommands):
     # ---------------------------------------------------------------- reads
 
     def stat(self, ns: str, path: str) -> Node:
-        return self.run(ns, lambda uow: uow.tree.stat(path))
+        return self._stat_alone(ns, path)
 
     def get(self, ns: str, node_id: str) -> Node:
-        return self.run(ns, lambda uow: uow.tree.stat(node_id))
+        return self._stat_alone(ns, node_id)
+
+    def _stat_alone(self, namespace: str, ref: str) -> Node:
+        """One statement in autocommit (``coordinator.single_statement``), as ``TreeTx.stat``
+        runs it inside a transaction."""
+        call = StatCall.of(paths.validate_namespace(namespace), ref)
+
+        def once() -> Node:
+            with self.engine.connect() as conn:
+                try:
+                    return single_statement.stat(conn, call)
+                except DBAPIError as exc:
+                    if exc.connection_invalidated:  # a read: safe on a new connection
+                        raise Disconnected(exc) from exc
+                    raise
+
+        return self._retried(once)
 
     def listdir(
         self, ns: str, path: str = "/", after: str | None = None, limit: int | None = None

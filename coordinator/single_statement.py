@@ -1,4 +1,4 @@
-"""A rename that is a whole transaction: one statement, in autocommit.
+"""A rename or a stat that is a whole transaction: one statement, in autocommit.
 
 ``Coordinator.execute`` of a lone ``Rename`` (the most frequent write) does not go
 through a ``UnitOfWork``: one statement calls ``pathkeeper_rename`` (the rule, in the
@@ -13,7 +13,8 @@ lock and write) runs first, as the materialized ``r``; the claim (transaction id
 position lock, ``nextval``) is evaluated per row of ``r``, so after it; the event is
 written into that block. The payload is built in SQL from ``events.Moved``
 (``payload_sql`` checks its keys), the same one ``TreeTx.rename`` appends inside a
-group.
+group. A lone stat is ``StatCall``'s one statement, sent the same way (it was BEGIN, the
+walk, the row and COMMIT: four round trips).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from sqlalchemy.exc import IntegrityError
 from .db import Driver, driver_sql
 from .eventlog import CLAIM_SQL, Committed
 from .events import Moved, payload_sql
-from .tree import RENAME_CALL, MutationResult, RenameCall
+from .tree import RENAME_CALL, MutationResult, Node, RenameCall, StatCall
 
 _MOVED_PAYLOAD = payload_sql(Moved, {
     "id": "CAST(r.id AS text)", "kind": "r.kind",
@@ -66,3 +67,9 @@ def rename(conn: Connection, call: RenameCall) -> MutationResult:
     if event is None:
         return MutationResult(node, None)
     return MutationResult(node, Committed(int(row.base)))
+
+
+def stat(conn: Connection, call: StatCall) -> Node:
+    """Run ``call`` on ``conn`` (in autocommit, outside any transaction): one snapshot.
+    A read: the caller may run it again after a lost connection."""
+    return call.result(Driver(conn).send_alone(call.sql, call.params))

@@ -38,7 +38,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import IntegrityError
@@ -182,6 +182,32 @@ ANCESTORS_SQL = driver_sql(
 )
 
 
+# A stat in one statement, so in one snapshot: by path, the walk (for the error that says
+# where it breaks off) and the row at its end; by id, the row and its ancestors' names.
+_STAT_BY_PATH_SQL = driver_sql(
+    f"""
+    SELECT r.ids AS chain_ids, r.kinds AS chain_kinds, {', '.join(f'n.{c}' for c in
+                                                          NODE_COLUMNS.split(', '))}
+    FROM pathkeeper_resolve(:ns, CAST(:parts AS text[])) AS r
+    LEFT JOIN nodes n ON n.namespace = :ns AND n.id = r.ids[:n + 1]
+    """,
+    binary=("parts",),
+)
+_STAT_BY_ID_SQL = driver_sql(
+    f"""
+    WITH RECURSIVE up(id, parent_id, name, depth) AS (
+        SELECT id, parent_id, name, 0 FROM nodes WHERE namespace = :ns AND id = :id
+      UNION ALL
+        SELECT n.id, n.parent_id, n.name, u.depth + 1
+        FROM up u JOIN nodes n ON n.namespace = :ns AND n.id = u.parent_id
+        WHERE u.depth < 100000
+    )
+    SELECT {NODE_COLUMNS}, ARRAY(SELECT name FROM up ORDER BY depth DESC) AS names
+    FROM nodes WHERE namespace = :ns AND id = :id
+    """
+)
+
+
 def parse_id(ref: object) -> uuid.UUID:
     try:
         return uuid.UUID(str(ref))
@@ -298,6 +324,66 @@ class RenameCall:
         )
 
 
+@dataclass(frozen=True)
+class StatCall:
+    """A stat as one statement (``sql`` with ``params``, at most one row) and what its
+    answer means; for ``TreeTx.stat`` and for a stat that is a whole transaction
+    (``coordinator.single_statement``)."""
+
+    ns: str
+    ref: str
+    parts: list[str] | None  # the path's names, or None for a node id
+    node_id: uuid.UUID | None
+
+    @classmethod
+    def of(cls, ns: str, ref: object) -> StatCall:
+        if paths.is_path_ref(ref):
+            return cls(ns, str(ref), paths.lookup_path(ref), None)
+        return cls(ns, str(ref), None, parse_id(ref))
+
+    @property
+    def sql(self) -> str:
+        return _STAT_BY_ID_SQL if self.parts is None else _STAT_BY_PATH_SQL
+
+    @property
+    def params(self) -> dict[str, Any]:
+        if self.parts is None:
+            return {"ns": self.ns, "id": self.node_id}
+        return {"ns": self.ns, "parts": self.parts, "n": len(self.parts)}
+
+    def result(self, row: DbRow | None) -> Node:
+        """The node; NotFound or NotADirectory saying why there is none."""
+        if self.parts is None:
+            if row is None:
+                raise NotFound(f"no node with id {self.ref}")
+            return node_of(self.ns, row, paths.join_path(list(row.names[1:])))
+        assert row is not None  # the walk always answers one row
+        ids, kinds = row.chain_ids or [], row.chain_kinds or []
+        whole(self.ns, self.parts, [_Step(i, k) for i, k in zip(ids, kinds, strict=True)])
+        return node_of(self.ns, row, paths.join_path(self.parts))
+
+
+class _Step(NamedTuple):
+    """One node of a walk, as ``RESOLVE_SQL`` answers it."""
+
+    id: uuid.UUID
+    kind: str
+
+
+def whole(ns: str, parts: list[str], chain: list[Any]) -> list[Any]:
+    """``chain`` (the walk from the root: rows with ``id`` and ``kind``) if it reaches the
+    end of ``parts``; raises saying where it breaks off otherwise."""
+    if not chain:
+        raise NotFound(f"no namespace {ns!r}")
+    if len(chain) <= len(parts):
+        last = chain[-1]
+        where = paths.join_path(parts[: len(chain) - 1])
+        if last.kind != "dir":
+            raise NotADirectory(f"{where} is a file")
+        raise NotFound(f"{paths.join_path(parts[: len(chain)])} does not exist")
+    return chain
+
+
 class TreeTx:
     """The operations of one transaction on one namespace. Not thread-safe."""
 
@@ -326,17 +412,7 @@ class TreeTx:
         )
 
     def _whole(self, parts: list[str], chain: list[DbRow]) -> list[DbRow]:
-        """``chain`` (the rows of ``RESOLVE_SQL``) if it reaches the end of ``parts``;
-        raises saying where it breaks off otherwise."""
-        if not chain:
-            raise NotFound(f"no namespace {self.ns!r}")
-        if len(chain) <= len(parts):
-            last = chain[-1]
-            where = paths.join_path(parts[: len(chain) - 1])
-            if last.kind != "dir":
-                raise NotADirectory(f"{where} is a file")
-            raise NotFound(f"{paths.join_path(parts[: len(chain)])} does not exist")
-        return chain
+        return whole(self.ns, parts, chain)
 
     def _row(self, node_id: uuid.UUID, lock: str = "") -> DbRow | None:
         return self.db.one_or_none(_ROW_SQL[lock], {"ns": self.ns, "id": node_id})
@@ -357,17 +433,8 @@ class TreeTx:
         return node_of(self.ns, row, path, with_content)
 
     def stat(self, ref: object) -> Node:
-        if paths.is_path_ref(ref):
-            parts = self._split(ref)
-            row = self._row(self.resolve(parts)[-1].id)
-            if row is None:  # deleted between the two statements
-                raise NotFound(f"{ref} does not exist")
-            return self._node(row, paths.join_path(parts))
-        node_id = parse_id(ref)
-        row = self._row(node_id)
-        if row is None:
-            raise NotFound(f"no node with id {ref}")
-        return self._node(row, self.path_of(node_id))
+        call = StatCall.of(self.ns, ref)
+        return call.result(self.db.one_or_none(call.sql, call.params))
 
     def listdir(
         self, ref: object = "/", after: str | None = None, limit: int | None = None

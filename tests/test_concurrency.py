@@ -390,3 +390,59 @@ def test_opposing_moves_processes(coord: Coordinator, database_url: str) -> None
     assert sum(total.values()) == 8 * 30
     assert total["MutationResult"] > 0, total
     assert check_tree(coord, ns) == 1 + N_DIRS + N_DIRS // 4
+
+
+# ------------------------------------------------- a lone stat is one snapshot
+
+
+def test_stats_during_ancestor_renames_see_one_state(coord: Coordinator) -> None:
+    """A stat (one statement of its own) while other clients rename the directory above
+    the file back and forth: by path, the file is found at the path asked or the path
+    does not exist, never another node; by id, its path is one of the two it really
+    has, never a mix of a state before and after a rename."""
+    ns = "stats"
+    coord.create_namespace(ns)
+    coord.mkdir(ns, "/a/deep", parents=True)
+    file_id = coord.create_file(ns, "/a/deep/f", "x").node.id
+    stop = threading.Event()
+    seen: Counter[str] = Counter()
+    errors: list[BaseException] = []
+
+    def renamer() -> None:
+        try:
+            while not stop.is_set():
+                for src, dst in (("/a", "b"), ("/b", "a")):
+                    coord.rename(ns, src, dst)
+        except BaseException as exc:
+            errors.append(exc)
+
+    def reader(k: int) -> None:
+        try:
+            for i in range(300):
+                path = ("/a/deep/f", "/b/deep/f")[(i + k) % 2]
+                try:
+                    node = coord.stat(ns, path)
+                except NotFound:
+                    seen["by path: not found"] += 1
+                else:
+                    assert (node.id, node.path) == (file_id, path)
+                    seen["by path: found"] += 1
+                node = coord.get(ns, file_id)
+                assert node.path in ("/a/deep/f", "/b/deep/f"), node.path
+                seen["by id"] += 1
+        except BaseException as exc:
+            errors.append(exc)
+
+    renamers = [threading.Thread(target=renamer)]
+    for t in renamers:
+        t.start()
+    try:
+        run_threads([lambda k=k: reader(k) for k in range(4)])
+    finally:
+        stop.set()
+        for t in renamers:
+            t.join(WAIT)
+    assert not errors, errors[:3]
+    assert seen["by id"] == 1200
+    # Both outcomes happened: the renames really overlapped the reads.
+    assert seen["by path: found"] > 0 and seen["by path: not found"] > 0, seen

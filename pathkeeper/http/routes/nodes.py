@@ -60,7 +60,7 @@ def add_node_route(
 @blocking
 def stat(ns: NsParam, ref: Ref, coord: CoordDep, settings: SettingsDep) -> JSONResponse:
     target = ref.checked(settings)
-    node = coord.run(ns, lambda uow: uow.tree.stat(target))
+    node = coord.stat(ns, target) if ref.is_path else coord.get(ns, target)
     return JSONResponse(
         NodeOut.of(node).model_dump(mode="json"), headers={"ETag": f'"{node.version}"'}
     )

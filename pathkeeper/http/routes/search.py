@@ -59,14 +59,14 @@ def search(
     limit = min(limit, settings.max_page)
     if searcher is None:
         raise Unavailable("search is not configured (no Elasticsearch URL)")
-    coord.run(ns, lambda uow: uow.tree.stat("/"))  # 404 for a missing namespace
+    coord.stat(ns, "/")  # 404 for a missing namespace
     if under is not None:
         under = paths.join_path(paths.split_path(checked_path(under, settings),
                                                  settings.coordinator.max_depth))
     parent_id = None
     if in_dir is not None:
         dir_path = checked_path(in_dir, settings)
-        node = coord.run(ns, lambda uow: uow.tree.stat(dir_path))
+        node = coord.stat(ns, dir_path)
         if not node.is_dir:
             raise NotADirectory(f"{node.path} is a file")
         parent_id = node.id
