@@ -4,10 +4,11 @@
 holds it through the commit record's flush, so notifying commits cannot share a WAL
 flush (bench/README.md: 1.3-1.5x fewer commits/s with it). Here the writer only marks
 "something committed" (a condition variable, no I/O) after its COMMIT returned; one
-thread per ``Coordinator`` sends ``pg_notify`` on a connection of its own, once for
-every writer that committed since its last one. That notify is its own tiny
-transaction: it has a transaction id but writes no other WAL, so PostgreSQL commits it
-without waiting for a flush and the lock is held for microseconds.
+thread per ``Coordinator`` sends ``pg_notify`` on a connection of the pool it takes for
+that one statement (kept between notifies, it starved a coordinator whose pool has a
+single connection), once for every writer that committed since its last one. That
+notify is its own tiny transaction: it has a transaction id but writes no other WAL, so
+PostgreSQL commits it without waiting for a flush and the lock is held for microseconds.
 
 Under load a notify per commit would still cost every writer a statement: a
 process's notifies are at least ``min_interval`` apart. The first commit after a quiet
@@ -88,7 +89,6 @@ class Notifier:
             thread.join(timeout=5)
 
     def _run(self) -> None:
-        conn = None
         sent = -self._min_interval
         while True:
             with self._cond:
@@ -105,20 +105,11 @@ class Notifier:
                 namespaces = sorted(self._namespaces)
                 self._namespaces.clear()
             try:
-                if conn is None:
-                    conn = self._engine.connect().execution_options(
-                        isolation_level="AUTOCOMMIT"
+                with self._engine.connect() as conn:
+                    # A dead connection is invalidated by the driver's error handling.
+                    Driver(conn).send_alone(
+                        _NOTIFY_SQL, {"c": self._channel, "nss": namespaces}
                     )
-                Driver(conn).send(_NOTIFY_SQL, {"c": self._channel, "nss": namespaces})
                 sent = time.monotonic()
             except Exception as exc:  # the server restarted, or is down: next poke retries
                 log.warning("could not notify %s: %s", self._channel, exc)
-                if conn is not None:
-                    try:
-                        conn.invalidate()
-                        conn.close()
-                    except Exception:
-                        pass
-                    conn = None
-        if conn is not None:
-            conn.close()

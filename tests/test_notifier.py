@@ -97,3 +97,23 @@ def test_the_first_rename_after_a_quiet_spell_is_announced_at_once(
         assert listener.arrival_after(committed, timeout=1.0) is None
     # Closing the coordinator sends what is pending rather than dropping it.
     assert listener.arrival_after(committed, timeout=10.0) is not None
+
+
+def test_the_notifier_does_not_keep_a_connection_of_a_one_connection_pool(
+    database_url: str, listener: Listener
+) -> None:
+    """The notifier takes a pooled connection for each notify and gives it back: with a
+    pool of one, writes after a notify still get that connection (they waited out the
+    pool's timeout while the notifier kept it)."""
+    with Coordinator.connect(database_url, pool_size=1, max_overflow=0,
+                             pool_timeout=2.0) as coord:
+        coord.create_namespace("t")
+        for i in range(3):
+            committed = time.monotonic()
+            coord.create_file("t", f"/f{i}")
+            # The notify for it went out (so the notifier had the connection) ...
+            assert listener.arrival_after(committed) is not None
+            # ... and the next write gets the connection at once, well within the timeout.
+            started = time.monotonic()
+            coord.rename("t", f"/f{i}", f"g{i}")
+            assert time.monotonic() - started < 1.0
