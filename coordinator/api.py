@@ -12,13 +12,14 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 
 from . import paths, single_statement
-from .commands import Command, GroupCommands, NamespaceCommands, Rename
+from .commands import Command, CreateFile, GroupCommands, Mkdir, NamespaceCommands, Rename
 from .db import Driver, connect_engine, is_retryable, translate
 from .errors import AlreadyExists, Conflict, CoordinatorError, DirectoryNotEmpty, TooLarge
 from .eventlog import REPORT_AFTER, Event, Partition, Writer, read_events
@@ -28,6 +29,7 @@ from .indexing import DEFAULT_CONSUMER, wait_indexed
 from .notifier import Notifier
 from .settings import Settings
 from .tree import (
+    CreateCall,
     MutationResult,
     Node,
     RenameCall,
@@ -140,16 +142,28 @@ class Coordinator(NamespaceCommands):
             self.notifier.poke(ns)
 
     def execute(self, namespace: str, command: Command) -> MutationResult:
-        """Run one command in a transaction of its own, retried on transient races."""
-        if isinstance(command, Rename):
-            return self._rename_alone(namespace, command)
+        """Run one command in a transaction of its own, retried on transient races. A
+        rename, a file's create and a plain mkdir are one statement in autocommit
+        (``coordinator.single_statement``): the same rule, event and errors as
+        ``command.apply`` in a unit of work."""
+        if isinstance(command, Rename | CreateFile) or (
+            isinstance(command, Mkdir) and not command.parents
+        ):
+            return self._alone(paths.validate_namespace(namespace), command)
         return self.run(namespace, lambda uow: command.apply(uow.tree))
 
-    def _rename_alone(self, namespace: str, command: Rename) -> MutationResult:
-        """A lone rename: one statement in autocommit (``coordinator.single_statement``),
-        the same rule, event and errors as ``command.apply`` in a unit of work."""
-        ns = paths.validate_namespace(namespace)
-        call = RenameCall.of(ns, command.ref, command.name, command.if_version)
+    def _alone(self, ns: str, command: Rename | CreateFile | Mkdir) -> MutationResult:
+        depth = self.settings.max_depth
+        send: Callable[[Connection], MutationResult]
+        if isinstance(command, Rename):
+            rename = RenameCall.of(ns, command.ref, command.name, command.if_version)
+            send = partial(single_statement.rename, call=rename)
+        else:
+            create = (
+                CreateCall.file(ns, command.path, command.content, command.metadata, depth)
+                if isinstance(command, CreateFile) else CreateCall.dir(ns, command.path, depth)
+            )
+            send = partial(single_statement.create, call=create)
 
         def once() -> MutationResult:
             # Not re-run after a lost connection once sent: it commits as it ends.
@@ -157,7 +171,7 @@ class Coordinator(NamespaceCommands):
                 if Driver(conn).closed_by_server():  # e.g. the server restarted
                     conn.invalidate()
                     raise Retry()  # on a new connection
-                return single_statement.rename(conn, call)
+                return send(conn)
 
         result = self._retried(once)
         if result.event is not None:

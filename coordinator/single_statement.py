@@ -1,4 +1,4 @@
-"""A rename or a stat that is a whole transaction: one statement, in autocommit.
+"""A rename, a create or a stat that is a whole transaction: one statement, in autocommit.
 
 ``Coordinator.execute`` of a lone ``Rename`` (the most frequent write) does not go
 through a ``UnitOfWork``: one statement calls ``pathkeeper_rename`` (the rule, in the
@@ -13,8 +13,10 @@ lock and write) runs first, as the materialized ``r``; the claim (transaction id
 position lock, ``nextval``) is evaluated per row of ``r``, so after it; the event is
 written into that block. The payload is built in SQL from ``events.Moved``
 (``payload_sql`` checks its keys), the same one ``TreeTx.rename`` appends inside a
-group. A lone stat is ``StatCall``'s one statement, sent the same way (it was BEGIN, the
-walk, the row and COMMIT: four round trips).
+group. A lone create (``create_file``, ``mkdir`` without ``parents``) is the same shape
+around ``pathkeeper_create``, whose insert (and its foreign-key check) ends inside the
+function, so before the claim. A lone stat is ``StatCall``'s one statement, sent the same
+way (it was BEGIN, the walk, the row and COMMIT: four round trips).
 """
 
 from __future__ import annotations
@@ -24,8 +26,16 @@ from sqlalchemy.exc import IntegrityError
 
 from .db import Driver, driver_sql
 from .eventlog import CLAIM_SQL, Committed
-from .events import Moved, payload_sql
-from .tree import RENAME_CALL, MutationResult, Node, RenameCall, StatCall
+from .events import Created, Moved, payload_sql
+from .tree import (
+    CREATE_CALL,
+    RENAME_CALL,
+    CreateCall,
+    MutationResult,
+    Node,
+    RenameCall,
+    StatCall,
+)
 
 _MOVED_PAYLOAD = payload_sql(Moved, {
     "id": "CAST(r.id AS text)", "kind": "r.kind",
@@ -48,6 +58,28 @@ RENAME_LOGGED_SQL = driver_sql(
     SELECT r.*, (SELECT base FROM block) AS base FROM r
     """,
     binary=("parts",),
+)
+
+_CREATED_PAYLOAD = payload_sql(Created, {
+    "id": "CAST(r.id AS text)", "parent_id": "CAST(r.parent_id AS text)", "name": "r.name",
+    "kind": "r.kind", "path": "CAST(:path AS text)", "content": "r.content",
+    "metadata": "r.metadata", "version": "r.version",
+})
+
+CREATE_LOGGED_SQL = driver_sql(
+    f"""
+    WITH r AS MATERIALIZED (SELECT * FROM {CREATE_CALL}),
+    block AS (
+        SELECT nextval('event_position_seq') AS base
+        FROM r, LATERAL (SELECT * FROM ({CLAIM_SQL}) AS c OFFSET 0) AS claim
+    ),
+    written AS (
+        INSERT INTO events (namespace, position, node_id, type, payload)
+        SELECT :ns, block.base, r.id, '{Created.TYPE}', {_CREATED_PAYLOAD} FROM r, block
+    )
+    SELECT r.*, (SELECT base FROM block) AS base FROM r
+    """,
+    binary=("parent",),
 )
 
 
@@ -73,3 +105,14 @@ def stat(conn: Connection, call: StatCall) -> Node:
     """Run ``call`` on ``conn`` (in autocommit, outside any transaction): one snapshot.
     A read: the caller may run it again after a lost connection."""
     return call.result(Driver(conn).send_alone(call.sql, call.params))
+
+
+def create(conn: Connection, call: CreateCall) -> MutationResult:
+    """Run ``call`` as a transaction of its own on ``conn``, as ``rename`` runs its call
+    (the same rules for errors and for running it again)."""
+    try:
+        row = Driver(conn).send_alone(CREATE_LOGGED_SQL, {**call.params, "path": call.path})
+    except IntegrityError as exc:
+        raise call.refused(exc) from exc
+    assert row is not None
+    return MutationResult(call.result(row), Committed(int(row.base)))

@@ -324,6 +324,78 @@ class RenameCall:
         )
 
 
+# A create, whole, in the server (migrations/versions/*_0006_create_function.py).
+CREATE_CALL = (
+    "pathkeeper_create(:ns, CAST(:parent AS text[]), CAST(:id AS uuid), :name, :kind, "
+    ":content, CAST(:md AS jsonb))"
+)
+
+
+@dataclass(frozen=True)
+class CreateCall:
+    """A create's arguments as ``pathkeeper_create`` takes them (checked here first: the
+    name's and the content's rules are Python's), and what its answer means; for a create
+    that is a whole transaction (``coordinator.single_statement``). ``TreeTx.create_file``
+    and ``mkdir`` apply the same rule in a group."""
+
+    ns: str
+    parent: list[str]
+    name: str
+    kind: str
+    content: str | None
+    metadata: str  # JSON
+    node_id: uuid.UUID = field(default_factory=uuid.uuid4)
+
+    @classmethod
+    def file(cls, ns: str, path: object, content: object, metadata: dict[str, Any] | None,
+             max_depth: int) -> CreateCall:
+        parent, name = paths.parent_and_name(path, max_depth)
+        md = metadata_json(metadata if metadata is not None else {})
+        return cls(ns, parent, name, "file", check_content(content), md)
+
+    @classmethod
+    def dir(cls, ns: str, path: object, max_depth: int) -> CreateCall:
+        parent, name = paths.parent_and_name(path, max_depth)
+        return cls(ns, parent, name, "dir", None, "{}")
+
+    @property
+    def path(self) -> str:
+        return paths.join_path([*self.parent, self.name])
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"ns": self.ns, "parent": self.parent, "id": self.node_id, "name": self.name,
+                "kind": self.kind, "content": self.content, "md": self.metadata}
+
+    def refused(self, exc: IntegrityError) -> CoordinatorError:
+        """The typed error for a constraint's refusal, worded as ``TreeTx._insert`` does."""
+        return _refused_insert(exc, self.name)
+
+    def result(self, row: DbRow) -> Node:
+        """The new node (its event is written by the same statement, from the same row)."""
+        return node_of(self.ns, row, self.path)
+
+
+def _refused_insert(exc: IntegrityError, name: str) -> CoordinatorError:
+    return translate(exc, {
+        AlreadyExists: f"{name!r} already exists",
+        NotFound: "the parent directory was deleted",
+    })
+
+
+def _created_event(node: Node, row: DbRow) -> Created:
+    return Created(
+        id=node.id,
+        parent_id=str(row.parent_id),  # a created node is never a root
+        name=node.name,
+        kind=node.kind,
+        path=node.path,
+        content=node.content,
+        metadata=node.metadata,
+        version=node.version,
+    )
+
+
 @dataclass(frozen=True)
 class StatCall:
     """A stat as one statement (``sql`` with ``params``, at most one row) and what its
@@ -587,27 +659,11 @@ class TreeTx:
                 },
             )
         except IntegrityError as exc:
-            raise translate(exc, {
-                AlreadyExists: f"{name!r} already exists",
-                NotFound: "the parent directory was deleted",
-            }) from exc
+            raise _refused_insert(exc, name) from exc
 
     def _created(self, row: DbRow, path: str) -> MutationResult:
         node = self._node(row, path)
-        seq = self.events.append(
-            self.ns,
-            Created(
-                id=node.id,
-                parent_id=str(row.parent_id),  # a created node is never a root
-                name=node.name,
-                kind=node.kind,
-                path=path,
-                content=node.content,
-                metadata=node.metadata,
-                version=node.version,
-            ),
-        )
-        return MutationResult(node, seq)
+        return MutationResult(node, self.events.append(self.ns, _created_event(node, row)))
 
     def _parent_dir(self, parent_parts: list[str]) -> uuid.UUID:
         last = self.resolve(parent_parts)[-1]
