@@ -71,7 +71,8 @@ CREATE_LOGGED_SQL = driver_sql(
     WITH r AS MATERIALIZED (SELECT * FROM {CREATE_CALL}),
     block AS (
         SELECT nextval('event_position_seq') AS base
-        FROM r, LATERAL (SELECT * FROM ({CLAIM_SQL}) AS c OFFSET 0) AS claim
+        FROM r, LATERAL (SELECT * FROM ({CLAIM_SQL}) AS c WHERE r.id IS NOT NULL OFFSET 0)
+            AS claim
     ),
     written AS (
         INSERT INTO events (namespace, position, node_id, type, payload)

@@ -167,9 +167,9 @@ WALK_SQL = (
     + 'SELECT * FROM sub ORDER BY path COLLATE "C"'
 )
 
-# Root first. The depth guard makes a (constraint-violating) cycle end the query.
-ANCESTORS_SQL = driver_sql(
-    """
+# The node with id :id and its ancestors, as ``up`` (depth 0: the node). The depth
+# guard makes a (constraint-violating) cycle end the query.
+_UP_CTE = """
     WITH RECURSIVE up(id, parent_id, name, depth) AS (
         SELECT id, parent_id, name, 0 FROM nodes WHERE namespace = :ns AND id = :id
       UNION ALL
@@ -177,31 +177,24 @@ ANCESTORS_SQL = driver_sql(
         FROM up u JOIN nodes n ON n.namespace = :ns AND n.id = u.parent_id
         WHERE u.depth < 100000
     )
-    SELECT id, name FROM up ORDER BY depth DESC
-    """
-)
+"""
+# Root first.
+ANCESTORS_SQL = driver_sql(_UP_CTE + "SELECT id, name FROM up ORDER BY depth DESC")
 
 
 # A stat in one statement, so in one snapshot: by path, the walk (for the error that says
 # where it breaks off) and the row at its end; by id, the row and its ancestors' names.
+_N_COLUMNS = ", ".join(f"n.{c}" for c in NODE_COLUMNS.split(", "))
 _STAT_BY_PATH_SQL = driver_sql(
     f"""
-    SELECT r.ids AS chain_ids, r.kinds AS chain_kinds, {', '.join(f'n.{c}' for c in
-                                                          NODE_COLUMNS.split(', '))}
+    SELECT r.ids AS chain_ids, r.kinds AS chain_kinds, {_N_COLUMNS}
     FROM pathkeeper_resolve(:ns, CAST(:parts AS text[])) AS r
     LEFT JOIN nodes n ON n.namespace = :ns AND n.id = r.ids[:n + 1]
     """,
     binary=("parts",),
 )
 _STAT_BY_ID_SQL = driver_sql(
-    f"""
-    WITH RECURSIVE up(id, parent_id, name, depth) AS (
-        SELECT id, parent_id, name, 0 FROM nodes WHERE namespace = :ns AND id = :id
-      UNION ALL
-        SELECT n.id, n.parent_id, n.name, u.depth + 1
-        FROM up u JOIN nodes n ON n.namespace = :ns AND n.id = u.parent_id
-        WHERE u.depth < 100000
-    )
+    _UP_CTE + f"""
     SELECT {NODE_COLUMNS}, ARRAY(SELECT name FROM up ORDER BY depth DESC) AS names
     FROM nodes WHERE namespace = :ns AND id = :id
     """

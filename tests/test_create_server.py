@@ -18,6 +18,7 @@ from coordinator import (
     NotFound,
 )
 from coordinator.eventlog import POSITION_LOCK_CLASS, read_events
+from coordinator.single_statement import CREATE_LOGGED_SQL
 
 
 def _created_events(coord: Coordinator, ns: str) -> list[dict[str, object]]:
@@ -129,3 +130,35 @@ def test_lone_creates_reuse_one_plan(database_url: str) -> None:
     # psycopg prepares it from its 6th run; PostgreSQL plans the first 5 runs of a
     # prepared statement for their values, then keeps the generic plan if no dearer.
     assert (row.generic_plans, row.custom_plans) == (20, 5)
+
+
+def test_lone_create_claims_its_block_after_the_function(coord: Coordinator) -> None:
+    """In the one-statement create the claim (transaction id, position lock, then
+    ``nextval``) runs after ``pathkeeper_create`` inserted: checked on the plan, for the
+    values and as the one generic plan, as for the lone rename."""
+    for mode in ("force_custom_plan", "force_generic_plan"):
+        sql = CREATE_LOGGED_SQL
+        names = ["ns", "parent", "id", "name", "kind", "content", "md", "path"]
+        for n, name in enumerate(names, 1):
+            sql = sql.replace(f"%({name})s", f"${n}").replace(f"%({name})b", f"${n}")
+        with coord.engine.connect() as conn:
+            cur = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+            cur.execute(f"SET plan_cache_mode = {mode}")
+            cur.execute("PREPARE lone_create(text, text[], uuid, text, text, text, text, "
+                        f"text) AS {sql}")
+            cur.execute("EXPLAIN VERBOSE EXECUTE lone_create('t', '{}', "
+                        "'00000000-0000-4000-8000-000000000000', 'f', 'file', '', '{}', '/f')")
+            plan = [r[0] for r in cur.fetchall()]
+            cur.execute("DEALLOCATE lone_create")
+            conn.rollback()
+        text_plan = "\n".join(plan)
+
+        def line_of(needle: str, after: int = 0, plan: list[str] = plan) -> int:
+            return next(i for i, line in enumerate(plan) if i >= after and needle in line)
+
+        block = line_of("CTE block")
+        assert (block < line_of("nextval(", block) < line_of("CTE Scan on r", block)
+                < line_of("One-Time Filter: (r_1.id IS NOT NULL)", block)
+                < line_of("pg_advisory_xact_lock_shared(", block)
+                < line_of("pg_current_xact_id()", block)), text_plan
+        assert line_of("Function Scan on public.pathkeeper_create") < block, text_plan
