@@ -4,9 +4,10 @@
 holds it through the commit record's flush, so notifying commits cannot share a WAL
 flush (bench/README.md: 1.3-1.5x fewer commits/s with it). Here the writer only marks
 "something committed" (a condition variable, no I/O) after its COMMIT returned; one
-thread per ``Coordinator`` sends ``pg_notify`` on a connection of the pool it takes for
-that one statement (kept between notifies, it starved a coordinator whose pool has a
-single connection), once for every writer that committed since its last one. That
+thread per ``Coordinator`` sends ``pg_notify`` on a connection of its own (from a pool
+of its own: taken from the writers' pool, it starved a coordinator whose pool has one
+connection; taken and given back for each notify, it opened a new connection each time
+where that pool was full), once for every writer that committed since its last one. That
 notify is its own tiny transaction: it has a transaction id but writes no other WAL, so
 PostgreSQL commits it without waiting for a flush and the lock is held for microseconds.
 
@@ -31,14 +32,16 @@ import logging
 import threading
 import time
 
+import psycopg
 from sqlalchemy import Engine
+from sqlalchemy.pool import PoolProxiedConnection
 
-from .db import Driver, driver_sql
+from .db import driver_sql
 from .eventlog import NOTIFY_CHANNEL
 
 log = logging.getLogger("pathkeeper.notifier")
 
-# Sent through psycopg itself (``Driver``), prepared: SQLAlchemy's own work per
+# Sent through psycopg itself, prepared: SQLAlchemy's own work per
 # statement was most of a notify's client CPU, and a busy writer process sends up to
 # one per interval.
 _NOTIFY_SQL = driver_sql(
@@ -55,7 +58,8 @@ class Notifier:
     def __init__(
         self, engine: Engine, *, min_interval: float, channel: str = NOTIFY_CHANNEL
     ) -> None:
-        self._engine = engine
+        # The same connection settings as the writers' (``Pool.recreate``), not their pool.
+        self._pool = engine.pool.recreate()
         self._channel = channel
         self._min_interval = min_interval
         self._cond = threading.Condition()
@@ -89,6 +93,7 @@ class Notifier:
             thread.join(timeout=5)
 
     def _run(self) -> None:
+        conn: PoolProxiedConnection | None = None
         sent = -self._min_interval
         while True:
             with self._cond:
@@ -105,11 +110,19 @@ class Notifier:
                 namespaces = sorted(self._namespaces)
                 self._namespaces.clear()
             try:
-                with self._engine.connect() as conn:
-                    # A dead connection is invalidated by the driver's error handling.
-                    Driver(conn).send_alone(
-                        _NOTIFY_SQL, {"c": self._channel, "nss": namespaces}
-                    )
+                if conn is None:
+                    conn = self._pool.connect()
+                psy = conn.driver_connection
+                assert isinstance(psy, psycopg.Connection)
+                psy.autocommit = True  # the notify is a transaction of its own
+                with psy.cursor() as cur:
+                    cur.execute(_NOTIFY_SQL, {"c": self._channel, "nss": namespaces})
                 sent = time.monotonic()
             except Exception as exc:  # the server restarted, or is down: next poke retries
                 log.warning("could not notify %s: %s", self._channel, exc)
+                if conn is not None:
+                    conn.invalidate()
+                    conn = None
+        if conn is not None:
+            conn.close()
+        self._pool.dispose()
