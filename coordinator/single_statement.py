@@ -44,21 +44,31 @@ _MOVED_PAYLOAD = payload_sql(Moved, {
     "path": "r.path", "version": "r.version",
 })
 
-RENAME_LOGGED_SQL = driver_sql(
-    f"""
-    WITH r AS MATERIALIZED (SELECT * FROM {RENAME_CALL}),
+def _logged(call: str, event: type[Moved | Created], payload: str, only_if: str,
+            binary: str) -> str:
+    """The statement around a function ``call`` that returns the node's row: the call
+    (materialized ``r``: every lock and write first), then the claim of a block, per row
+    of ``r`` for which ``only_if`` holds (so after the call), then ``event`` built by
+    ``payload`` into that block; answers ``r``'s row and the block's ``base``."""
+    return driver_sql(
+        f"""
+    WITH r AS MATERIALIZED (SELECT * FROM {call}),
     block AS (
         SELECT nextval('event_position_seq') AS base
-        FROM r, LATERAL (SELECT * FROM ({CLAIM_SQL}) AS c WHERE r.changed OFFSET 0) AS claim
+        FROM r, LATERAL (SELECT * FROM ({CLAIM_SQL}) AS c WHERE {only_if} OFFSET 0) AS claim
     ),
     written AS (
         INSERT INTO events (namespace, position, node_id, type, payload)
-        SELECT :ns, block.base, r.id, '{Moved.TYPE}', {_MOVED_PAYLOAD} FROM r, block
+        SELECT :ns, block.base, r.id, '{event.TYPE}', {payload} FROM r, block
     )
     SELECT r.*, (SELECT base FROM block) AS base FROM r
     """,
-    binary=("parts",),
-)
+        binary=(binary,),
+    )
+
+
+# A rename to the name it has already is no change: no claim, no event.
+RENAME_LOGGED_SQL = _logged(RENAME_CALL, Moved, _MOVED_PAYLOAD, "r.changed", "parts")
 
 _CREATED_PAYLOAD = payload_sql(Created, {
     "id": "CAST(r.id AS text)", "parent_id": "CAST(r.parent_id AS text)", "name": "r.name",
@@ -66,22 +76,8 @@ _CREATED_PAYLOAD = payload_sql(Created, {
     "metadata": "r.metadata", "version": "r.version",
 })
 
-CREATE_LOGGED_SQL = driver_sql(
-    f"""
-    WITH r AS MATERIALIZED (SELECT * FROM {CREATE_CALL}),
-    block AS (
-        SELECT nextval('event_position_seq') AS base
-        FROM r, LATERAL (SELECT * FROM ({CLAIM_SQL}) AS c WHERE r.id IS NOT NULL OFFSET 0)
-            AS claim
-    ),
-    written AS (
-        INSERT INTO events (namespace, position, node_id, type, payload)
-        SELECT :ns, block.base, r.id, '{Created.TYPE}', {_CREATED_PAYLOAD} FROM r, block
-    )
-    SELECT r.*, (SELECT base FROM block) AS base FROM r
-    """,
-    binary=("parent",),
-)
+CREATE_LOGGED_SQL = _logged(CREATE_CALL, Created, _CREATED_PAYLOAD, "r.id IS NOT NULL",
+                            "parent")
 
 
 def rename(conn: Connection, call: RenameCall) -> MutationResult:

@@ -8,7 +8,7 @@ import threading
 import time
 
 from sqlalchemy import text
-from tree_checks import wait_for_lock_waiter
+from tree_checks import check_claim_after_call, plans_of, wait_for_lock_waiter
 
 from coordinator import (
     AlreadyExists,
@@ -122,43 +122,17 @@ def test_lone_creates_reuse_one_plan(database_url: str) -> None:
         coord.create_namespace("t")
         for i in range(30):
             coord.create_file("t", f"/f{i}")
-        with coord.engine.connect() as conn:
-            row = conn.execute(text(
-                "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
-                "WHERE statement LIKE '%pathkeeper_create(%'"
-            )).one()
-    # psycopg prepares it from its 6th run; PostgreSQL plans the first 5 runs of a
-    # prepared statement for their values, then keeps the generic plan if no dearer.
-    assert (row.generic_plans, row.custom_plans) == (20, 5)
+        # As for the rename: custom plans for the first 5 prepared runs, then generic.
+        assert plans_of(coord, "pathkeeper_create") == (20, 5)
 
 
 def test_lone_create_claims_its_block_after_the_function(coord: Coordinator) -> None:
     """In the one-statement create the claim (transaction id, position lock, then
-    ``nextval``) runs after ``pathkeeper_create`` inserted: checked on the plan, for the
-    values and as the one generic plan, as for the lone rename."""
-    for mode in ("force_custom_plan", "force_generic_plan"):
-        sql = CREATE_LOGGED_SQL
-        names = ["ns", "parent", "id", "name", "kind", "content", "md", "path"]
-        for n, name in enumerate(names, 1):
-            sql = sql.replace(f"%({name})s", f"${n}").replace(f"%({name})b", f"${n}")
-        with coord.engine.connect() as conn:
-            cur = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-            cur.execute(f"SET plan_cache_mode = {mode}")
-            cur.execute("PREPARE lone_create(text, text[], uuid, text, text, text, text, "
-                        f"text) AS {sql}")
-            cur.execute("EXPLAIN VERBOSE EXECUTE lone_create('t', '{}', "
-                        "'00000000-0000-4000-8000-000000000000', 'f', 'file', '', '{}', '/f')")
-            plan = [r[0] for r in cur.fetchall()]
-            cur.execute("DEALLOCATE lone_create")
-            conn.rollback()
-        text_plan = "\n".join(plan)
-
-        def line_of(needle: str, after: int = 0, plan: list[str] = plan) -> int:
-            return next(i for i, line in enumerate(plan) if i >= after and needle in line)
-
-        block = line_of("CTE block")
-        assert (block < line_of("nextval(", block) < line_of("CTE Scan on r", block)
-                < line_of("One-Time Filter: (r_1.id IS NOT NULL)", block)
-                < line_of("pg_advisory_xact_lock_shared(", block)
-                < line_of("pg_current_xact_id()", block)), text_plan
-        assert line_of("Function Scan on public.pathkeeper_create") < block, text_plan
+    ``nextval``) runs after ``pathkeeper_create`` inserted: checked on the plan, as for
+    the lone rename."""
+    params = [("ns", "text", "'t'"), ("parent", "text[]", "'{}'"),
+              ("id", "uuid", "'00000000-0000-4000-8000-000000000000'"),
+              ("name", "text", "'f'"), ("kind", "text", "'file'"), ("content", "text", "''"),
+              ("md", "text", "'{}'"), ("path", "text", "'/f'")]
+    check_claim_after_call(coord, CREATE_LOGGED_SQL, params, "pathkeeper_create",
+                           "(r_1.id IS NOT NULL)")

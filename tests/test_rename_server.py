@@ -10,7 +10,7 @@ import time
 import psycopg
 import pytest
 from sqlalchemy import text
-from tree_checks import db_state, event_rows
+from tree_checks import check_claim_after_call, db_state, event_rows, plans_of
 
 from coordinator import (
     AlreadyExists,
@@ -136,39 +136,12 @@ def test_a_name_taken_while_the_rename_runs(coord: Coordinator, ns: str) -> None
 def test_lone_rename_claims_its_block_after_the_function(coord: Coordinator) -> None:
     """In the one-statement rename the claim (transaction id, position lock, then
     ``nextval``) must run after ``pathkeeper_rename`` took its locks and wrote: checked
-    on the plan, as for the block statement (coordinator/eventlog.py)."""
-    # As PostgreSQL plans it for these values, and as the one plan it keeps for any.
-    for mode in ("force_custom_plan", "force_generic_plan"):
-        check_claim_after_function(coord, mode)
-
-
-def check_claim_after_function(coord: Coordinator, plan_cache_mode: str) -> None:
-    sql = RENAME_LOGGED_SQL
-    for n, name in enumerate(["ns", "ref", "parts", "id", "name", "if_version"], 1):
-        sql = sql.replace(f"%({name})s", f"${n}").replace(f"%({name})b", f"${n}")
-    with coord.engine.connect() as conn:
-        cur = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-        cur.execute(f"SET plan_cache_mode = {plan_cache_mode}")
-        cur.execute(f"PREPARE lone_rename(text, text, text[], uuid, text, bigint) AS {sql}")
-        cur.execute("EXPLAIN VERBOSE EXECUTE lone_rename('t', '/a', '{a}', NULL, 'b', NULL)")
-        plan = [r[0] for r in cur.fetchall()]
-        cur.execute("DEALLOCATE lone_rename")
-        conn.rollback()
-    text_plan = "\n".join(plan)
-    assert "NULL::xid8" not in text_plan, text_plan
-
-    def line_of(needle: str, after: int = 0) -> int:
-        return next(i for i, line in enumerate(plan) if i >= after and needle in line)
-
-    block = line_of("CTE block")
-    # Outer nodes are printed first, each with its output: the loop that yields
-    # nextval, its outer side (r's row: the function ran), then its inner side, run per
-    # row of r and only for a changed one: the claim, innermost (evaluated first) last.
-    assert (block < line_of("nextval(", block) < line_of("CTE Scan on r", block)
-            < line_of("One-Time Filter: r_1.changed", block)
-            < line_of("pg_advisory_xact_lock_shared(", block)
-            < line_of("pg_current_xact_id()", block)), text_plan
-    assert line_of("Function Scan on public.pathkeeper_rename") < block, text_plan
+    on the plan, as for the block statement (coordinator/eventlog.py), and only for a
+    rename that changed the name."""
+    params = [("ns", "text", "'t'"), ("ref", "text", "'/a'"), ("parts", "text[]", "'{a}'"),
+              ("id", "uuid", "NULL"), ("name", "text", "'b'"), ("if_version", "bigint", "NULL")]
+    check_claim_after_call(coord, RENAME_LOGGED_SQL, params, "pathkeeper_rename",
+                           "r_1.changed")
 
 
 def test_lone_renames_reuse_one_plan(database_url: str) -> None:
@@ -180,14 +153,9 @@ def test_lone_renames_reuse_one_plan(database_url: str) -> None:
         coord.create_file("t", "/f0")
         for i in range(1, 31):
             coord.rename("t", f"/f{i - 1}", f"f{i}")
-        with coord.engine.connect() as conn:
-            row = conn.execute(text(
-                "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
-                "WHERE statement LIKE '%pathkeeper_rename(%'"
-            )).one()
-    # psycopg prepares it from its 6th run; PostgreSQL plans the first 5 runs of a
-    # prepared statement for their values, then keeps the generic plan if no dearer.
-    assert (row.generic_plans, row.custom_plans) == (20, 5)
+        # psycopg prepares it from its 6th run; PostgreSQL plans the first 5 runs of a
+        # prepared statement for their values, then keeps the generic plan if no dearer.
+        assert plans_of(coord, "pathkeeper_rename") == (20, 5)
 
 
 def test_lone_renames_and_a_live_reader(coord: Coordinator) -> None:

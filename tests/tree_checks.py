@@ -231,3 +231,50 @@ def writer_holding_its_block(coord: Coordinator, ns: str, path: str) -> Iterator
         release.set()
         thread.join(30)
     assert not thread.is_alive() and not failed, failed
+
+
+def check_claim_after_call(coord: Coordinator, sql: str, params: Sequence[tuple[str, str, str]],
+                           function: str, only_if: str) -> None:
+    """That a one-statement write (``sql``, from ``coordinator.single_statement``) runs
+    ``function`` before its claim (transaction id, position lock, then ``nextval``), per
+    row of its result for which ``only_if`` holds: on the plan PostgreSQL makes for the
+    values (``params``: name, type, literal) and on the one generic plan it keeps."""
+    for n, (name, _, _) in enumerate(params, 1):
+        sql = sql.replace(f"%({name})s", f"${n}").replace(f"%({name})b", f"${n}")
+    types = ", ".join(t for _, t, _ in params)
+    values = ", ".join(v for _, _, v in params)
+    for mode in ("force_custom_plan", "force_generic_plan"):
+        with coord.engine.connect() as conn:
+            cur = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+            cur.execute(f"SET plan_cache_mode = {mode}")
+            cur.execute(f"PREPARE lone_write({types}) AS {sql}")
+            cur.execute(f"EXPLAIN VERBOSE EXECUTE lone_write({values})")
+            plan = [r[0] for r in cur.fetchall()]
+            cur.execute("DEALLOCATE lone_write")
+            conn.rollback()
+        text_plan = "\n".join(plan)
+        assert "NULL::xid8" not in text_plan, text_plan
+
+        def line_of(needle: str, after: int = 0, plan: list[str] = plan) -> int:
+            return next(i for i, line in enumerate(plan) if i >= after and needle in line)
+
+        block = line_of("CTE block")
+        # Outer nodes are printed first, each with its output: the loop that yields
+        # nextval, its outer side (r's row: the function ran), then its inner side, run
+        # per row of r that passes the filter: the claim, innermost (evaluated first) last.
+        assert (block < line_of("nextval(", block) < line_of("CTE Scan on r", block)
+                < line_of(f"One-Time Filter: {only_if}", block)
+                < line_of("pg_advisory_xact_lock_shared(", block)
+                < line_of("pg_current_xact_id()", block)), (mode, text_plan)
+        assert line_of(f"Function Scan on public.{function}") < block, (mode, text_plan)
+
+
+def plans_of(coord: Coordinator, function: str) -> tuple[int, int]:
+    """(generic, custom) plans of the prepared statement that calls ``function``, on the
+    connection ``coord`` gets (a pool of one: the one that ran it)."""
+    with coord.engine.connect() as conn:
+        row = conn.execute(text(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+            "WHERE statement LIKE :like"
+        ), {"like": f"%{function}(%"}).one()
+    return int(row.generic_plans), int(row.custom_plans)
