@@ -153,6 +153,8 @@ class Coordinator(NamespaceCommands):
         return self.run(namespace, lambda uow: command.apply(uow.tree))
 
     def _alone(self, ns: str, command: Rename | CreateFile | Mkdir) -> MutationResult:
+        """``command`` as its one statement (``coordinator.single_statement``), retried on
+        transient races until sent, then the indexer woken."""
         depth = self.settings.max_depth
         send: Callable[[Connection], MutationResult]
         if isinstance(command, Rename):

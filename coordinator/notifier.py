@@ -4,10 +4,10 @@
 holds it through the commit record's flush, so notifying commits cannot share a WAL
 flush (bench/README.md: 1.3-1.5x fewer commits/s with it). Here the writer only marks
 "something committed" (a condition variable, no I/O) after its COMMIT returned; one
-thread per ``Coordinator`` sends ``pg_notify`` on a connection of its own (from a pool
-of its own: taken from the writers' pool, it starved a coordinator whose pool has one
-connection; taken and given back for each notify, it opened a new connection each time
-where that pool was full), once for every writer that committed since its last one. That
+thread per ``Coordinator`` sends ``pg_notify`` on a connection it keeps, from a pool of
+its own (kept in the writers' pool, it would take one of theirs for good, all of a pool
+of one; given back after each notify, it would be reopened whenever that pool is full),
+once for every writer that committed since its last one. That
 notify is its own tiny transaction: it has a transaction id but writes no other WAL, so
 PostgreSQL commits it without waiting for a flush and the lock is held for microseconds.
 

@@ -38,7 +38,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import IntegrityError
@@ -423,30 +423,20 @@ class StatCall:
                 raise NotFound(f"no node with id {self.ref}")
             return node_of(self.ns, row, paths.join_path(list(row.names[1:])))
         assert row is not None  # the walk always answers one row
-        ids, kinds = row.chain_ids or [], row.chain_kinds or []
-        whole(self.ns, self.parts, [_Step(i, k) for i, k in zip(ids, kinds, strict=True)])
+        check_walk(self.ns, self.parts, list(row.chain_kinds or []))
         return node_of(self.ns, row, paths.join_path(self.parts))
 
 
-class _Step(NamedTuple):
-    """One node of a walk, as ``RESOLVE_SQL`` answers it."""
-
-    id: uuid.UUID
-    kind: str
-
-
-def whole(ns: str, parts: list[str], chain: list[Any]) -> list[Any]:
-    """``chain`` (the walk from the root: rows with ``id`` and ``kind``) if it reaches the
-    end of ``parts``; raises saying where it breaks off otherwise."""
-    if not chain:
+def check_walk(ns: str, parts: list[str], kinds: list[str]) -> None:
+    """Raise, saying where it breaks off, unless the walk from the root (``kinds``: the
+    kind of each node reached, root first) reaches the end of ``parts``."""
+    if not kinds:
         raise NotFound(f"no namespace {ns!r}")
-    if len(chain) <= len(parts):
-        last = chain[-1]
-        where = paths.join_path(parts[: len(chain) - 1])
-        if last.kind != "dir":
+    if len(kinds) <= len(parts):
+        where = paths.join_path(parts[: len(kinds) - 1])
+        if kinds[-1] != "dir":
             raise NotADirectory(f"{where} is a file")
-        raise NotFound(f"{paths.join_path(parts[: len(chain)])} does not exist")
-    return chain
+        raise NotFound(f"{paths.join_path(parts[: len(kinds)])} does not exist")
 
 
 class TreeTx:
@@ -472,12 +462,9 @@ class TreeTx:
 
     def resolve(self, parts: list[str]) -> list[DbRow]:
         """The chain of (id, kind) from the root to ``parts``; raises if it breaks off."""
-        return self._whole(
-            parts, self.db.all(RESOLVE_SQL, {"ns": self.ns, "parts": parts})
-        )
-
-    def _whole(self, parts: list[str], chain: list[DbRow]) -> list[DbRow]:
-        return whole(self.ns, parts, chain)
+        chain = self.db.all(RESOLVE_SQL, {"ns": self.ns, "parts": parts})
+        check_walk(self.ns, parts, [r.kind for r in chain])
+        return chain
 
     def _row(self, node_id: uuid.UUID, lock: str = "") -> DbRow | None:
         return self.db.one_or_none(_ROW_SQL[lock], {"ns": self.ns, "id": node_id})
@@ -561,7 +548,8 @@ class TreeTx:
                 again = self.db.send(RESOLVE_SQL, params)
             row = locked.fetchone()
             # Raises if the path does not resolve now (saying why, as resolve does).
-            chain = self._whole(parts, again.fetchall())
+            chain = again.fetchall()
+            check_walk(self.ns, parts, [r.kind for r in chain])
             if row is None:
                 # Its row went away between the walk and the lock: look again.
                 continue

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from sqlalchemy import text
 
 from coordinator import Coordinator
 from coordinator.db import libpq_url
@@ -23,6 +24,7 @@ class Listener:
 
     def __init__(self, database_url: str) -> None:
         self.arrived: list[float] = []
+        self.senders: list[int] = []  # the backend pid that sent each notification
         self._url = libpq_url(database_url)
         self._done = threading.Event()
         self._ready = threading.Event()
@@ -35,7 +37,8 @@ class Listener:
             conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
             self._ready.set()
             while not self._done.is_set():
-                for _ in conn.notifies(timeout=0.05, stop_after=1):
+                for notify in conn.notifies(timeout=0.05, stop_after=1):
+                    self.senders.append(notify.pid)
                     self.arrived.append(time.monotonic())
 
     def close(self) -> None:
@@ -99,21 +102,28 @@ def test_the_first_rename_after_a_quiet_spell_is_announced_at_once(
     assert listener.arrival_after(committed, timeout=10.0) is not None
 
 
-def test_the_notifier_does_not_keep_a_connection_of_a_one_connection_pool(
+def test_the_notifier_keeps_a_connection_of_its_own(
     database_url: str, listener: Listener
 ) -> None:
-    """The notifier takes a pooled connection for each notify and gives it back: with a
-    pool of one, writes after a notify still get that connection (they waited out the
-    pool's timeout while the notifier kept it)."""
+    """The notifier sends every notify on one connection it keeps, outside the writers'
+    pool: with a pool of one, writes after a notify still get that pool's connection at
+    once (they waited out the pool's timeout while the notifier kept it), and the
+    notifier neither shares it nor opens a new connection per notify."""
     with Coordinator.connect(database_url, pool_size=1, max_overflow=0,
                              pool_timeout=2.0) as coord:
         coord.create_namespace("t")
+        listener.senders.clear()
         for i in range(3):
             committed = time.monotonic()
             coord.create_file("t", f"/f{i}")
-            # The notify for it went out (so the notifier had the connection) ...
+            # The notify for it went out (so the notifier had its connection) ...
             assert listener.arrival_after(committed) is not None
             # ... and the next write gets the connection at once, well within the timeout.
             started = time.monotonic()
             coord.rename("t", f"/f{i}", f"g{i}")
             assert time.monotonic() - started < 1.0
+        with coord.engine.connect() as conn:
+            writers = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+    assert len(listener.senders) >= 3
+    assert len(set(listener.senders)) == 1, listener.senders
+    assert listener.senders[0] != writers
