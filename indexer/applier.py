@@ -14,15 +14,17 @@ change ``<= C``, and maybe later ones):
 * **subtrees** (``apply_subtrees``, a ``SubtreeWork`` that may merge several
   consecutive batches): for each moved directory its whole current subtree,
   streamed from a server-side cursor (this rewrites ``path`` of every
-  descendant); then ONE refresh (search is near-real-time) and ONE sweep: the
-  documents under each deleted path / moved directory's old path / dropped
-  namespace whose ``seq`` is below the position of the event that made that path
-  stale (``indexer.plan``; one search for all paths uses the highest of those
-  positions, which can only add documents to reconcile); each is rewritten from
-  its current row or deleted if gone (at the version of the last merged batch).
-  This finds the descendants of deleted subtrees, which PostgreSQL no longer
-  has, and the documents of a subtree moved and then deleted, which still carry
-  the old path.
+  descendant); then, if anything can be left under a stale path, ONE refresh
+  (search is near-real-time) and ONE sweep: the documents under each deleted path
+  / dropped namespace, and under each moved directory's old path if a node may
+  have left a moved subtree since the move (``Applier._sweeps``), whose ``seq`` is
+  below the position of the event that made that path stale (``indexer.plan``;
+  one search for all paths uses the highest of those positions, which can only
+  add documents to reconcile); each is rewritten from its current row or deleted
+  if gone (at the version of the last merged batch). This finds the descendants
+  of deleted subtrees, which PostgreSQL no longer has, and the documents of a
+  subtree moved and then deleted, which still carry the old path. A load of
+  file renames and moves and of directory renames in place needs none.
 
 The one rule every write follows, whichever part or worker thread makes it:
 
@@ -37,7 +39,7 @@ Elasticsearch's external versioning ("keep the write with the greater version")
 ends with the document as PostgreSQL has it, whatever order the writes arrive
 in. That is why the two parts can run in different threads (``indexer.worker``:
 the node lane never waits for a big subtree) and why several batches' subtree
-work can be merged into one pass with one refresh and one sweep.
+work can be merged into one pass with at most one refresh and one sweep.
 
 **Which version a subtree document gets.** Not ``V``: a descendant is written at
 the position of the last move (among those being applied) of a directory on its
@@ -80,8 +82,8 @@ from coordinator import Event, Node
 
 from .bulk import CHUNK_BYTES, BulkStats, Rejected, send, send_request
 from .contract import MAX_BATCH_AGE, delete_action, index_action, is_indexed, stale_under_query
-from .plan import BatchPlan, minimal_sweeps, plan_batch
-from .snapshot import fetch_nodes, stream_subtree_versions
+from .plan import BatchPlan, all_sweeps, plan_batch
+from .snapshot import fetch_nodes, may_have_left, stream_subtree_versions
 
 ID_CHUNK = 1000
 SWEEP_PAGE = 1000
@@ -117,8 +119,12 @@ class NodeActions:
 class NamespaceWork:
     #: moved directory id -> position of its last move.
     moves: dict[str, int] = field(default_factory=dict)
-    #: path -> sweep documents below it with ``seq`` under this position.
+    #: path -> sweep documents below it with ``seq`` under this position (deletes, drops).
     sweep_before: dict[str, int] = field(default_factory=dict)
+    #: The same for the old paths of moved directories: swept only if a node may have
+    #: left a moved subtree since ``first_move`` (``apply_subtrees``).
+    moved_from: dict[str, int] = field(default_factory=dict)
+    first_move: int | None = None
     #: node id -> version the node part already wrote it at (skipped when high enough).
     written: dict[str, int] = field(default_factory=dict)
 
@@ -126,7 +132,8 @@ class NamespaceWork:
 @dataclass
 class SubtreeWork:
     """The subtree rewrites and sweeps of one batch, or of several consecutive
-    batches merged (``merge``): one snapshot, one refresh, one sweep for all."""
+    batches merged (``merge``): one snapshot, at most one refresh and one sweep for
+    all."""
 
     #: The checkpoint before the first batch merged in: the partition's checkpoint
     #: may not pass it until this work is done.
@@ -139,6 +146,8 @@ class SubtreeWork:
     batches: int = 1
     #: Seconds spent per phase by the last ``apply_subtrees`` (for the log).
     timings: dict[str, float] = field(default_factory=dict)
+    #: Paths the last ``apply_subtrees`` swept (for the log).
+    swept: int = 0
 
     @classmethod
     def from_plan(cls, plan: BatchPlan, after: int, cursor: int, version: int) -> SubtreeWork:
@@ -146,7 +155,8 @@ class SubtreeWork:
         for ns, p in plan.namespaces.items():
             if p.moves or p.sweep_before:
                 work.namespaces[ns] = NamespaceWork(
-                    dict(p.moves), dict(p.sweep_before), dict.fromkeys(p.nodes, version)
+                    dict(p.moves), dict(p.sweep_before), dict(p.moved_from), p.first_move,
+                    dict.fromkeys(p.nodes, version),
                 )
         return work
 
@@ -154,25 +164,24 @@ class SubtreeWork:
     def empty(self) -> bool:
         return not self.namespaces
 
-    @property
-    def needs_sweep(self) -> bool:
-        return any(w.sweep_before for w in self.namespaces.values())
-
     def merge(self, later: SubtreeWork) -> SubtreeWork:
         """This work followed by ``later``'s (the batches right after it), as one.
 
-        Moves and sweeps keep their highest position; the versions of documents the
-        node part wrote keep the latest. Safe because the merged work is applied
-        from a snapshot taken after the last merged batch was read, and every
-        version in it is at most that batch's cursor."""
+        Moves and sweeps keep their highest position, the first move its lowest; the
+        versions of documents the node part wrote keep the latest. Safe because the
+        merged work is applied from a snapshot taken after the last merged batch was
+        read, and every version in it is at most that batch's cursor."""
         assert later.after >= self.cursor, "merged out of order"
         for ns, w in later.namespaces.items():
             mine = self.namespaces.setdefault(ns, NamespaceWork())
             for d, pos in w.moves.items():
                 mine.moves[d] = max(pos, mine.moves.get(d, 0))
-            for path, pos in w.sweep_before.items():
-                mine.sweep_before[path] = max(pos, mine.sweep_before.get(path, 0))
-            mine.sweep_before = minimal_sweeps(mine.sweep_before)
+            mine.sweep_before = all_sweeps(mine.sweep_before, w.sweep_before)
+            mine.moved_from = all_sweeps(mine.moved_from, w.moved_from)
+            if mine.first_move is None or (
+                w.first_move is not None and w.first_move < mine.first_move
+            ):
+                mine.first_move = w.first_move
             mine.written.update(w.written)
         self.cursor = later.cursor
         self.version = later.version
@@ -250,7 +259,7 @@ class Applier:
         if not work.empty:
             stats += self.apply_subtrees(work, stop)
         return BatchResult(
-            len(events), version, stats, work.needs_sweep, time.monotonic() - started
+            len(events), version, stats, work.swept > 0, time.monotonic() - started
         )
 
     def apply_nodes(
@@ -316,9 +325,9 @@ class Applier:
         yield_to: Callable[[], None] | None = None,
     ) -> BulkStats:
         """Rewrite the moved subtrees of ``work``, then (one refresh, one sweep)
-        reconcile what is left under stale paths. Call it only after the node part
-        of every batch merged in was acknowledged: their writes are what let the
-        subtree skip those nodes.
+        reconcile what may be left under stale paths, if anything can be. Call it only
+        after the node part of every batch merged in was acknowledged: their writes
+        are what let the subtree skip those nodes.
 
         ``yield_to`` is called before each bulk request of ``chunk_size`` actions and
         before the refresh: the worker uses it to let the node lane's small, latency-
@@ -334,17 +343,46 @@ class Applier:
                     self._subtree_actions(conn, work, check, size, pause), chunk_size=size
                 )
                 t1 = t2 = time.monotonic()
-                if work.needs_sweep:
+                sweeps = self._sweeps(conn, work)
+                if sweeps:
                     check()
                     pause()
                     # A search sees only refreshed writes: make the rewrites visible, so
-                    # the sweep does not find (and rewrite again) their older copies.
+                    # the sweep does not find (and rewrite again) their older copies,
+                    # and the node part's writes, so it finds what they left stale.
                     self.es.indices.refresh(index=self.alias)
                     t2 = time.monotonic()
-                    stats += self._send(self._sweep_actions(conn, work, check))
+                    stats += self._send(self._sweep_actions(conn, sweeps, work.version, check))
         t3 = time.monotonic()
         work.timings = {"rewrite": t1 - t0, "refresh": t2 - t1, "sweep": t3 - t2}
+        work.swept = sum(len(paths) for paths in sweeps.values())
         return stats
+
+    @staticmethod
+    def _sweeps(conn: Connection, work: SubtreeWork) -> dict[str, dict[str, int]]:
+        """Per namespace, the paths to sweep (with their positions): the deleted ones
+        always; the old paths of moved directories only if, in this snapshot, a node
+        may have left a moved subtree since the first move (``may_have_left``).
+
+        Why that is enough: every node in a moved directory's subtree in this
+        snapshot was just rewritten, at a version at least its move's. A node that
+        was in it at the move and is not now left by an event after the move: a
+        directory deleted or moved to another parent (or a type this code does not
+        know). Only such a node can keep a document under the old path that nothing
+        else rewrites: a file's own event rewrites or deletes it by id, and a
+        deleted directory's sweep looks only under its path at the time. Without
+        such an event, no refresh and no search."""
+        sweeps: dict[str, dict[str, int]] = {}
+        for ns, w in work.namespaces.items():
+            moved_from = w.moved_from
+            if moved_from and w.first_move is not None and not may_have_left(
+                conn, ns, w.first_move
+            ):
+                moved_from = {}
+            paths = all_sweeps(w.sweep_before, moved_from)
+            if paths:
+                sweeps[ns] = paths
+        return sweeps
 
     def _send(self, actions: Iterable[dict[str, Any]], chunk_size: int | None = None) -> BulkStats:
         def reject(r: Rejected) -> None:
@@ -393,15 +431,16 @@ class Applier:
                         yield index_action(self.alias, node, version)
 
     def _sweep_actions(
-        self, conn: Connection, work: SubtreeWork, check: Callable[[], None]
+        self, conn: Connection, sweeps: dict[str, dict[str, int]], version: int,
+        check: Callable[[], None],
     ) -> Iterator[dict[str, Any]]:
-        for ns, w in work.namespaces.items():
-            paths = sorted(w.sweep_before.items())
+        for ns, sweep_before in sweeps.items():
+            paths = sorted(sweep_before.items())
             for start in range(0, len(paths), SWEEP_CLAUSES):
                 for ids in self._stale_docs(ns, dict(paths[start : start + SWEEP_CLAUSES])):
                     check()
                     yield from self._write_or_delete(
-                        ns, ids, fetch_nodes(conn, ns, ids), work.version
+                        ns, ids, fetch_nodes(conn, ns, ids), version
                     )
 
     def _stale_docs(self, ns: str, sweep_before: dict[str, int]) -> Iterator[list[str]]:

@@ -11,14 +11,16 @@ collects, per namespace:
   because every descendant's ``path`` changed (``subtrees`` is their id set);
 * ``sweeps``: paths under which Elasticsearch may still hold documents of nodes
   that no longer exist, or no longer live there, each with the position of the
-  event that made them stale: the path of a recursively deleted directory, the
-  old path of a moved directory (a subtree moved and then deleted in the same
-  batch has no rows left to rewrite, and its documents still carry the old
-  path), and "/" for a dropped namespace. A document found there with
-  ``seq`` below that position was written from a state older than the event,
-  so it is reconciled with PostgreSQL; one at or above it was written from a
-  snapshot that already held the event, and is left alone. (That test depends
-  only on the event, not on where a batch happened to end: a restarted or
+  event that made them stale. ``sweep_before``: the path of a recursively deleted
+  directory, and "/" for a dropped namespace; always swept. ``moved_from``: the
+  old path of a moved directory; swept only when a node may have left the moved
+  subtree since the move (``first_move``; see ``indexer.applier``): a subtree moved
+  and then deleted, or a directory moved out of it and then deleted, has no rows
+  left under the new path, and its documents still carry the old one. A document
+  found there with ``seq`` below that position was written from a state older than
+  the event, so it is reconciled with PostgreSQL; one at or above it was written
+  from a snapshot that already held the event, and is left alone. (That test
+  depends only on the event, not on where a batch happened to end: a restarted or
   merged batch sweeps exactly the same documents.)
 
 Subtrees and sweeps are the expensive part (a refresh and a search, and up to a
@@ -52,8 +54,13 @@ class NamespacePlan:
     nodes: set[str] = field(default_factory=set)
     #: moved directory id -> position of its last move in the batch.
     moves: dict[str, int] = field(default_factory=dict)
-    #: swept path -> position of the (last) event that made documents under it stale.
+    #: swept path -> position of the (last) delete or drop that made documents under it
+    #: stale.
     sweep_before: dict[str, int] = field(default_factory=dict)
+    #: old path of a moved directory -> position of its (last) move from there.
+    moved_from: dict[str, int] = field(default_factory=dict)
+    #: position of the first directory move (None: no move).
+    first_move: int | None = None
 
     @property
     def subtrees(self) -> set[str]:
@@ -61,7 +68,8 @@ class NamespacePlan:
 
     @property
     def sweeps(self) -> set[str]:
-        return set(self.sweep_before)
+        """Every path the batch may sweep (``moved_from`` only if a node left)."""
+        return set(all_sweeps(self.sweep_before, self.moved_from))
 
 
 @dataclass
@@ -70,10 +78,6 @@ class BatchPlan:
 
     def of(self, namespace: str) -> NamespacePlan:
         return self.namespaces.setdefault(namespace, NamespacePlan())
-
-    @property
-    def needs_sweep(self) -> bool:
-        return any(p.sweep_before for p in self.namespaces.values())
 
     @property
     def has_subtree_work(self) -> bool:
@@ -97,6 +101,15 @@ def minimal_sweeps(sweeps: dict[str, int]) -> dict[str, int]:
     return kept
 
 
+def all_sweeps(sweep_before: dict[str, int], moved_from: dict[str, int]) -> dict[str, int]:
+    """Both kinds of sweep as one (``minimal_sweeps``), a path keeping its highest
+    position."""
+    merged = dict(sweep_before)
+    for path, pos in moved_from.items():
+        merged[path] = max(pos, merged.get(path, 0))
+    return minimal_sweeps(merged)
+
+
 def plan_batch(events: Iterable[Event]) -> BatchPlan:
     """The work a batch implies (see module docstring)."""
     plan = BatchPlan()
@@ -111,6 +124,7 @@ def plan_batch(events: Iterable[Event]) -> BatchPlan:
                 plan.of(ev.namespace).nodes.add(ev.node_id)
             continue
         sweep: str | None = None
+        moved_from: str | None = None
         match change:
             case NamespaceCreated():
                 continue  # the root is not indexed
@@ -118,8 +132,11 @@ def plan_batch(events: Iterable[Event]) -> BatchPlan:
                 plan.of(ev.namespace).sweep_before["/"] = ev.position
                 continue
             case Moved(kind="dir"):
-                plan.of(ev.namespace).moves[change.id] = ev.position  # in position order
-                sweep = change.old_path
+                ns_plan = plan.of(ev.namespace)
+                ns_plan.moves[change.id] = ev.position  # in position order
+                if ns_plan.first_move is None:
+                    ns_plan.first_move = ev.position
+                moved_from = change.old_path
             case Deleted(kind="dir", recursive=True) if change.count > 1:
                 sweep = change.path
             case Created() | Written() | MetadataSet() | Moved() | Deleted():
@@ -130,8 +147,11 @@ def plan_batch(events: Iterable[Event]) -> BatchPlan:
         ns.nodes.add(change.id)
         if sweep is not None:
             ns.sweep_before[sweep] = ev.position
+        if moved_from is not None:
+            ns.moved_from[moved_from] = ev.position
     for ns in plan.namespaces.values():
         ns.sweep_before = minimal_sweeps(ns.sweep_before)
+        ns.moved_from = minimal_sweeps(ns.moved_from)
     return plan
 
 

@@ -1,4 +1,5 @@
-"""Reading nodes as they are now, with their paths, inside the caller's transaction.
+"""Reading nodes as they are now, with their paths, and whether the event log says a
+subtree may have lost nodes since a position, inside the caller's transaction.
 
 The worker calls these in one REPEATABLE READ transaction per batch, so every
 document of a batch comes from one consistent state of the tree.
@@ -13,6 +14,16 @@ from typing import Any
 from sqlalchemy import Connection, Row, text
 
 from coordinator import Node
+from coordinator.events import (
+    UNVERSIONED,
+    VERSION_KEY,
+    Created,
+    Deleted,
+    DomainEvent,
+    MetadataSet,
+    Moved,
+    Written,
+)
 from coordinator.subtree import subtree_cte
 from coordinator.tree import node_of
 
@@ -57,6 +68,37 @@ _SUBTREE_VERSIONS = text(
     )
     + "SELECT * FROM sub"
 )
+
+
+def _is(cls: type[DomainEvent]) -> str:
+    """SQL: the event row is of ``cls``'s type and payload version."""
+    return (f"(type = '{cls.TYPE}' AND "
+            f"COALESCE(payload->>'{VERSION_KEY}', '{UNVERSIONED}') = '{cls.VERSION}')")
+
+
+# Events that cannot take a node out of a directory's subtree: creates, content and
+# metadata changes, a file moved or deleted (a file has no subtree: its own event
+# rewrites its document by id), a directory renamed in place. Anything else can: a
+# directory deleted or moved to another parent, a dropped namespace, and (to be safe)
+# a type or payload version this code does not know.
+_LEFT_SINCE = text(
+    f"""
+    SELECT EXISTS (
+      SELECT 1 FROM events
+       WHERE namespace = :ns AND position > :after
+         AND NOT ({_is(Created)} OR {_is(Written)} OR {_is(MetadataSet)}
+                  OR (({_is(Moved)} OR {_is(Deleted)}) AND payload->>'kind' = 'file')
+                  OR ({_is(Moved)} AND payload->>'parent_id' = payload->>'old_parent_id'))
+    )
+    """
+)
+
+
+def may_have_left(conn: Connection, ns: str, after: int) -> bool:
+    """Whether, in this snapshot, an event of ``ns`` after position ``after`` may have
+    taken a node out of some directory's subtree (see ``_LEFT_SINCE``). One range of
+    the events' primary key, from ``after`` to the end of the snapshot."""
+    return bool(conn.execute(_LEFT_SINCE, {"ns": ns, "after": after}).scalar_one())
 
 
 def _node(ns: str, row: Row[Any]) -> Node:

@@ -19,7 +19,8 @@ why they are safe):
    next batch, two requests in flight at most) and, once Elasticsearch
    acknowledged it, hands the batch's subtree rewrites and sweeps to the *subtree lane*
    (``SubtreeLane``, a second thread), which merges whatever piles up while it
-   works and applies it with one snapshot, one refresh and one sweep. So a file
+   works and applies it with one snapshot and at most one refresh and one sweep
+   (none when nothing can have been left under a stale path). So a file
    rename behind a 10,000-document directory rename is visible in milliseconds,
    and directory moves no longer cost a batch each. External versions make the
    two lanes safe to run side by side (the rule in ``indexer.applier``). The
@@ -170,8 +171,8 @@ class SubtreeLane:
     The node lane (``PartitionRunner``) hands over a batch's ``SubtreeWork`` after
     writing its nodes; work that arrives while the lane is busy is merged into one
     (``SubtreeWork.merge``): a directory renamed five times meanwhile is rewritten
-    once, and the lane pays one refresh and one sweep for all of it. The lane applies
-    merged work strictly in batch order, and ``holds_back`` tells the runner how far
+    once, and the lane pays at most one refresh and one sweep for all of it. The lane
+    applies merged work strictly in batch order, and ``holds_back`` tells the runner how far
     its checkpoint may go: not past the batch before the oldest work not yet done.
     """
 
@@ -254,7 +255,7 @@ class SubtreeLane:
         log(logger, logging.INFO, "subtrees_applied", partition=self.runner.partition,
             batches=work.batches, after=work.after, cursor=work.cursor,
             moves=sum(len(n.moves) for n in work.namespaces.values()),
-            sweeps=sum(len(n.sweep_before) for n in work.namespaces.values()),
+            sweeps=work.swept,
             indexed=stats.indexed, deleted=stats.deleted,
             already_newer=stats.already_newer, rejected=stats.rejected,
             rewrite_seconds=round(work.timings.get("rewrite", 0.0), 4),

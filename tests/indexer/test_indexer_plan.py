@@ -59,9 +59,11 @@ def test_plan_collects_nodes_subtrees_and_sweeps() -> None:
     assert n.nodes == {"f1", "d1", "d2", "d3", "d4", "f2"}
     assert n.subtrees == {"d1", "d2"}
     assert n.sweeps == {"/a", "/c"}  # /a/x is inside /a; an empty dir needs no sweep
+    assert n.sweep_before == {"/c": 4 * B}  # always swept
+    assert n.moved_from == {"/a": 3 * B + 1}  # swept if a node left a moved subtree
+    assert n.first_move == 3 * B  # ... since the first move
     assert plan.namespaces["gone"].sweeps == {"/"}
     assert plan.namespaces["gone"].nodes == set()
-    assert plan.needs_sweep
 
 
 def test_an_event_the_indexer_cannot_read_rewrites_its_node() -> None:
