@@ -176,8 +176,11 @@ class SubtreeWork:
             mine = self.namespaces.setdefault(ns, NamespaceWork())
             for d, pos in w.moves.items():
                 mine.moves[d] = max(pos, mine.moves.get(d, 0))
-            mine.sweep_before = all_sweeps(mine.sweep_before, w.sweep_before)
-            mine.moved_from = all_sweeps(mine.moved_from, w.moved_from)
+            # Kept whole (``apply_subtrees`` drops covered paths once, at the end).
+            for mine_paths, theirs in ((mine.sweep_before, w.sweep_before),
+                                       (mine.moved_from, w.moved_from)):
+                for path, pos in theirs.items():
+                    mine_paths[path] = max(pos, mine_paths.get(path, 0))
             if mine.first_move is None or (
                 w.first_move is not None and w.first_move < mine.first_move
             ):

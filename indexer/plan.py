@@ -92,8 +92,12 @@ def minimal_sweeps(sweeps: dict[str, int]) -> dict[str, int]:
     if "/" in sweeps:
         return {"/": max(sweeps.values())}
     kept: dict[str, int] = {}
-    for p in sorted(sweeps):
-        cover = next((k for k in kept if p == k or p.startswith(k + "/")), None)
+    # Shallowest first, so a path's cover is kept before it; then a lookup of each of its
+    # ancestors (a merged pass can carry thousands of paths: no pairwise comparison).
+    for p in sorted(sweeps, key=lambda path: path.count("/")):
+        names = p.split("/")
+        cover = next((a for a in ("/".join(names[:i]) for i in range(2, len(names) + 1))
+                      if a in kept), None)
         if cover is None:
             kept[p] = sweeps[p]
         else:

@@ -15,7 +15,7 @@ from coordinator.events import (
     Written,
 )
 from coordinator.models import POSITION_BLOCK
-from indexer.plan import cut_after_subtree_move, moves_subtree, plan_batch
+from indexer.plan import cut_after_subtree_move, minimal_sweeps, moves_subtree, plan_batch
 
 
 def ev(position: int, change: DomainEvent, ns: str = "n") -> Event:
@@ -94,3 +94,11 @@ def test_batch_ends_after_the_first_transaction_touching_a_subtree() -> None:
     # Nothing after it: the batch and its cursor stay as they are.
     assert cut_after_subtree_move(events[:3], 9 * B) == (events[:3], 9 * B)
     assert cut_after_subtree_move(events[2:], 9 * B) == (events[2:], 9 * B)
+
+
+def test_minimal_sweeps_keeps_the_covering_paths_with_the_highest_position() -> None:
+    # "/a-b" sorts between "/a" and "/a/b" but is not inside "/a".
+    assert minimal_sweeps(
+        {"/a/b": 5, "/a-b/c": 3, "/a": 1, "/a-b": 2, "/c/d/e/f": 9, "/c/d": 4}
+    ) == {"/a": 5, "/a-b": 3, "/c/d": 9}
+    assert minimal_sweeps({"/a/b": 1, "/x": 7, "/": 2}) == {"/": 7}
