@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -55,3 +56,36 @@ def test_pool_exhaustion_gives_503(make_client: Callable[..., TestClient],
     assert r.headers["Retry-After"] == "1" and elapsed < 5
     ready = client.get("/readyz")
     assert ready.status_code == 200
+
+
+def test_the_service_keeps_the_connections_a_burst_opened(
+    make_client: Callable[..., TestClient],
+) -> None:
+    """16 requests at a time, twice: the second burst runs on the sessions the first one
+    started (a pool that closes what it opened beyond its size would start 6 again)."""
+    client = make_client()
+    engine = client.app.state.coordinator.engine  # type: ignore[attr-defined]
+
+    def burst() -> set[tuple[int, object]]:
+        together = threading.Barrier(16)
+        seen: set[tuple[int, object]] = set()
+
+        def hold() -> None:
+            with engine.connect() as conn:
+                pid, started = conn.execute(text(
+                    "SELECT pid, backend_start FROM pg_stat_activity "
+                    "WHERE pid = pg_backend_pid()"
+                )).one()
+                seen.add((pid, started))
+                together.wait(10)  # all 16 checked out at once
+
+        threads = [threading.Thread(target=hold) for _ in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        return seen
+
+    first = burst()
+    assert len(first) == 16
+    assert burst() == first
