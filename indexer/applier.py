@@ -368,13 +368,13 @@ class Applier:
         may have left a moved subtree since the first move (``may_have_left``).
 
         Why that is enough: every node in a moved directory's subtree in this
-        snapshot was just rewritten, at a version at least its move's. A node that
-        was in it at the move and is not now left by an event after the move: a
-        directory deleted or moved to another parent (or a type this code does not
-        know). Only such a node can keep a document under the old path that nothing
-        else rewrites: a file's own event rewrites or deletes it by id, and a
-        deleted directory's sweep looks only under its path at the time. Without
-        such an event, no refresh and no search."""
+        snapshot was just rewritten, at a version at least its move's. A node that was
+        in the subtree at the move but is not in it now left through an event after
+        the move: a directory deleted or moved to another parent (or a type this code
+        does not know). Only such a node can keep a document under the old path that
+        nothing else rewrites: a file's own event rewrites or deletes it by id, and a
+        deleted directory's sweep looks only under its path at the time. Without such
+        an event, no refresh and no search."""
         sweeps: dict[str, dict[str, int]] = {}
         for ns, w in work.namespaces.items():
             moved_from = w.moved_from
