@@ -19,7 +19,15 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 
 from . import paths, single_statement
-from .commands import Command, CreateFile, GroupCommands, Mkdir, NamespaceCommands, Rename
+from .commands import (
+    Command,
+    CreateFile,
+    Delete,
+    GroupCommands,
+    Mkdir,
+    NamespaceCommands,
+    Rename,
+)
 from .db import Driver, connect_engine, is_retryable, translate
 from .errors import AlreadyExists, Conflict, CoordinatorError, DirectoryNotEmpty, TooLarge
 from .eventlog import REPORT_AFTER, Event, Partition, Writer, read_events
@@ -30,6 +38,7 @@ from .notifier import Notifier
 from .settings import Settings
 from .tree import (
     CreateCall,
+    DeleteCall,
     MutationResult,
     Node,
     RenameCall,
@@ -143,16 +152,16 @@ class Coordinator(NamespaceCommands):
 
     def execute(self, namespace: str, command: Command) -> MutationResult:
         """Run one command in a transaction of its own, retried on transient races. A
-        rename, a file's create and a plain mkdir are one statement in autocommit
-        (``coordinator.single_statement``): the same rule, event and errors as
-        ``command.apply`` in a unit of work."""
-        if isinstance(command, Rename | CreateFile) or (
+        rename, a delete, a file's create and a plain mkdir are one statement in
+        autocommit (``coordinator.single_statement``): the same rule, event and errors
+        as ``command.apply`` in a unit of work."""
+        if isinstance(command, Rename | Delete | CreateFile) or (
             isinstance(command, Mkdir) and not command.parents
         ):
             return self._alone(paths.validate_namespace(namespace), command)
         return self.run(namespace, lambda uow: command.apply(uow.tree))
 
-    def _alone(self, ns: str, command: Rename | CreateFile | Mkdir) -> MutationResult:
+    def _alone(self, ns: str, command: Rename | Delete | CreateFile | Mkdir) -> MutationResult:
         """``command`` as its one statement (``coordinator.single_statement``), retried on
         transient races until sent, then the indexer woken."""
         depth = self.settings.max_depth
@@ -160,6 +169,9 @@ class Coordinator(NamespaceCommands):
         if isinstance(command, Rename):
             rename = RenameCall.of(ns, command.ref, command.name, command.if_version)
             send = partial(single_statement.rename, call=rename)
+        elif isinstance(command, Delete):
+            delete = DeleteCall.of(ns, command.ref, command.recursive, command.if_version)
+            send = partial(single_statement.delete, call=delete)
         else:
             create = (
                 CreateCall.file(ns, command.path, command.content, command.metadata, depth)

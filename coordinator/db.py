@@ -24,6 +24,7 @@ from .errors import (
     AlreadyExists,
     Conflict,
     CoordinatorError,
+    DirectoryNotEmpty,
     InvalidConfiguration,
     InvalidMove,
     InvalidName,
@@ -56,6 +57,7 @@ SERVER_NOT_FOUND = "PK001"
 SERVER_NOT_A_DIRECTORY = "PK002"
 SERVER_INVALID_MOVE = "PK003"
 SERVER_CONFLICT = "PK004"
+SERVER_NOT_EMPTY = "PK005"
 
 
 UPGRADE_HINT = "run `pathkeeper db upgrade` (with the same --database-url)"
@@ -278,6 +280,7 @@ _SERVER_ERRORS: dict[str, type[CoordinatorError]] = {
     SERVER_NOT_A_DIRECTORY: NotADirectory,
     SERVER_INVALID_MOVE: InvalidMove,
     SERVER_CONFLICT: Conflict,
+    SERVER_NOT_EMPTY: DirectoryNotEmpty,
 }
 
 

@@ -1,4 +1,5 @@
-"""A rename, a create or a stat that is a whole transaction: one statement, in autocommit.
+"""A rename, a create, a delete or a stat that is a whole transaction: one statement, in
+autocommit.
 
 ``Coordinator.execute`` of a lone ``Rename`` (the most frequent write) does not go
 through a ``UnitOfWork``: one statement calls ``pathkeeper_rename`` (the rule, in the
@@ -15,8 +16,9 @@ written into that block. The payload is built in SQL from ``events.Moved``
 (``payload_sql`` checks its keys), the same one ``TreeTx.rename`` appends inside a
 group. A lone create (``create_file``, ``mkdir`` without ``parents``) is the same shape
 around ``pathkeeper_create``, whose insert (and its foreign-key check) ends inside the
-function, so before the claim. A lone stat is ``StatCall``'s one statement, sent the same
-way (it was BEGIN, the walk, the row and COMMIT: four round trips).
+function, so before the claim; a lone delete, around ``pathkeeper_delete``, likewise. A
+lone stat is ``StatCall``'s one statement, sent the same way (it was BEGIN, the walk,
+the row and COMMIT: four round trips).
 """
 
 from __future__ import annotations
@@ -26,11 +28,13 @@ from sqlalchemy.exc import IntegrityError
 
 from .db import Driver, driver_sql
 from .eventlog import CLAIM_SQL, Committed
-from .events import Created, Moved, payload_sql
+from .events import Created, Deleted, Moved, payload_sql
 from .tree import (
     CREATE_CALL,
+    DELETE_CALL,
     RENAME_CALL,
     CreateCall,
+    DeleteCall,
     MutationResult,
     Node,
     RenameCall,
@@ -44,7 +48,7 @@ _MOVED_PAYLOAD = payload_sql(Moved, {
     "path": "r.path", "version": "r.version",
 })
 
-def _logged(call: str, event: type[Moved | Created], payload: str, only_if: str,
+def _logged(call: str, event: type[Moved | Created | Deleted], payload: str, only_if: str,
             binary: str) -> str:
     """The statement around a function ``call`` that returns the node's row: the call
     (materialized ``r``: every lock and write first), then the claim of a block, per row
@@ -79,6 +83,14 @@ _CREATED_PAYLOAD = payload_sql(Created, {
 CREATE_LOGGED_SQL = _logged(CREATE_CALL, Created, _CREATED_PAYLOAD, "r.id IS NOT NULL",
                             "parent")
 
+_DELETED_PAYLOAD = payload_sql(Deleted, {
+    "id": "CAST(r.id AS text)", "kind": "r.kind", "path": "r.path",
+    "recursive": "CAST(:recursive AS boolean)", "count": "r.count", "version": "r.version",
+})
+
+DELETE_LOGGED_SQL = _logged(DELETE_CALL, Deleted, _DELETED_PAYLOAD, "r.id IS NOT NULL",
+                            "parts")
+
 
 def rename(conn: Connection, call: RenameCall) -> MutationResult:
     """Run ``call`` as a transaction of its own on ``conn`` (in autocommit, outside any
@@ -102,6 +114,19 @@ def stat(conn: Connection, call: StatCall) -> Node:
     """Run ``call`` on ``conn`` (in autocommit, outside any transaction): one snapshot.
     A read: the caller may run it again after a lost connection."""
     return call.result(Driver(conn).send_alone(call.sql, call.params))
+
+
+def delete(conn: Connection, call: DeleteCall) -> MutationResult:
+    """Run ``call`` as a transaction of its own on ``conn``, as ``rename`` runs its call
+    (the same rules for errors and for running it again; a race the function or the
+    foreign key detects is ``Retry``, or a retryable driver error)."""
+    try:
+        row = Driver(conn).send_alone(DELETE_LOGGED_SQL, call.params)
+    except IntegrityError as exc:
+        raise call.refused(exc) from exc
+    assert row is not None
+    node, _ = call.result(row)
+    return MutationResult(node, Committed(int(row.base)))
 
 
 def create(conn: Connection, call: CreateCall) -> MutationResult:

@@ -49,7 +49,6 @@ from .errors import (
     AlreadyExists,
     Conflict,
     CoordinatorError,
-    DirectoryNotEmpty,
     InvalidArgument,
     InvalidContent,
     InvalidMove,
@@ -313,6 +312,59 @@ class RenameCall:
             parent_id=str(row.parent_id),
             name=node.name,
             path=node.path,
+            version=node.version,
+        )
+
+
+# A delete, whole, in the server (migrations/versions/*_0007_delete_function.py).
+DELETE_CALL = (
+    "pathkeeper_delete(:ns, :ref, CAST(:parts AS text[]), CAST(:id AS uuid), :recursive, "
+    "CAST(:if_version AS bigint))"
+)
+_DELETE_SQL = driver_sql(f"SELECT * FROM {DELETE_CALL}", binary=("parts",))
+
+
+@dataclass(frozen=True)
+class DeleteCall:
+    """A delete's arguments as ``pathkeeper_delete`` takes them, and what its answer
+    means; for ``TreeTx.delete`` and for a delete that is a whole transaction
+    (``coordinator.single_statement``)."""
+
+    ns: str
+    ref: str
+    parts: list[str] | None  # the path's names, or None for a node id
+    node_id: uuid.UUID | None
+    recursive: bool
+    if_version: int | None
+
+    @classmethod
+    def of(cls, ns: str, ref: object, recursive: bool, if_version: int | None) -> DeleteCall:
+        if paths.is_path_ref(ref):
+            return cls(ns, str(ref), paths.lookup_path(ref), None, bool(recursive), if_version)
+        return cls(ns, str(ref), None, parse_id(ref), bool(recursive), if_version)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"ns": self.ns, "ref": self.ref, "parts": self.parts, "id": self.node_id,
+                "recursive": self.recursive, "if_version": self.if_version}
+
+    @staticmethod
+    def refused(exc: IntegrityError) -> Exception:
+        """A create deeper in the subtree committed while the delete ran (the foreign
+        key's violation): run it again. Anything else: the typed error."""
+        if sqlstate(exc) == FOREIGN_KEY_VIOLATION:
+            return Retry()
+        return translate(exc)
+
+    def result(self, row: DbRow) -> tuple[Node, Deleted]:
+        """The deleted node as it was, and its event."""
+        node = node_of(self.ns, row, row.path)
+        return node, Deleted(
+            id=node.id,
+            kind=node.kind,
+            path=node.path,
+            recursive=self.recursive,
+            count=int(row.count),
             version=node.version,
         )
 
@@ -810,63 +862,16 @@ class TreeTx:
     def delete(
         self, ref: object, recursive: bool = False, if_version: int | None = None
     ) -> MutationResult:
-        row, path = self.lock(ref)
-        if row.parent_id is None:
-            raise InvalidMove("cannot delete the root (drop the namespace instead)")
-        self.check_version(row, if_version)
-        count = 1
-        if row.kind == "dir":
-            # Our FOR UPDATE waited for any create in flight directly inside.
-            has_child = self.conn.execute(
-                text(
-                    "SELECT EXISTS (SELECT 1 FROM nodes "
-                    "WHERE namespace = :ns AND parent_id = :id)"
-                ),
-                {"ns": self.ns, "id": row.id},
-            ).scalar_one()
-            if has_child and not recursive:
-                raise DirectoryNotEmpty(f"{path} is not empty")
+        """Delete the node (with its subtree if ``recursive``): the rule runs in the
+        server, in one statement (``pathkeeper_delete``, see its migration), with
+        ``lock``'s protocol."""
+        call = DeleteCall.of(self.ns, ref, recursive, if_version)
         try:
-            deleted = self.conn.execute(
-                text(
-                    """
-                    WITH RECURSIVE sub(id) AS (
-                        SELECT CAST(:id AS uuid)
-                      UNION ALL
-                        SELECT n.id FROM sub s
-                        JOIN nodes n ON n.namespace = :ns AND n.parent_id = s.id
-                    )
-                    DELETE FROM nodes WHERE namespace = :ns AND id IN (SELECT id FROM sub)
-                    RETURNING id, parent_id
-                    """
-                ),
-                {"ns": self.ns, "id": row.id},
-            ).all()
-            gone = {r.id for r in deleted}
-            # The subtree comes from the statement's snapshot, and a row changed by a
-            # transaction we waited for is re-checked by id only: a node moved out of the
-            # subtree meanwhile would be deleted with it. Its new parent gives it away.
-            if any(r.id != row.id and r.parent_id not in gone for r in deleted):
-                raise Retry()
-            count = len(deleted)
+            row = self.db.one(_DELETE_SQL, call.params)
         except IntegrityError as exc:
-            # A create deeper in the subtree committed while we deleted: start over.
-            if sqlstate(exc) == FOREIGN_KEY_VIOLATION:
-                raise Retry() from exc
-            raise
-        node = self._node(row, path)
-        seq = self.events.append(
-            self.ns,
-            Deleted(
-                id=node.id,
-                kind=node.kind,
-                path=path,
-                recursive=bool(recursive),
-                count=count,
-                version=node.version,
-            ),
-        )
-        return MutationResult(node, seq)
+            raise call.refused(exc) from exc
+        node, event = call.result(row)
+        return MutationResult(node, self.events.append(self.ns, event))
 
 
 def check_namespace_exists(conn: Connection, ns: str) -> None:
