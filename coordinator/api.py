@@ -25,6 +25,7 @@ from .commands import (
     Delete,
     GroupCommands,
     Mkdir,
+    Move,
     NamespaceCommands,
     Rename,
 )
@@ -39,6 +40,7 @@ from .settings import Settings
 from .tree import (
     CreateCall,
     DeleteCall,
+    MoveCall,
     MutationResult,
     Node,
     RenameCall,
@@ -152,16 +154,18 @@ class Coordinator(NamespaceCommands):
 
     def execute(self, namespace: str, command: Command) -> MutationResult:
         """Run one command in a transaction of its own, retried on transient races. A
-        rename, a delete, a file's create and a plain mkdir are one statement in
+        rename, a move, a delete, a file's create and a plain mkdir are one statement in
         autocommit (``coordinator.single_statement``): the same rule, event and errors
         as ``command.apply`` in a unit of work."""
-        if isinstance(command, Rename | Delete | CreateFile) or (
+        if isinstance(command, Rename | Move | Delete | CreateFile) or (
             isinstance(command, Mkdir) and not command.parents
         ):
             return self._alone(paths.validate_namespace(namespace), command)
         return self.run(namespace, lambda uow: command.apply(uow.tree))
 
-    def _alone(self, ns: str, command: Rename | Delete | CreateFile | Mkdir) -> MutationResult:
+    def _alone(
+        self, ns: str, command: Rename | Move | Delete | CreateFile | Mkdir
+    ) -> MutationResult:
         """``command`` as its one statement (``coordinator.single_statement``), retried on
         transient races until sent, then the indexer woken."""
         depth = self.settings.max_depth
@@ -169,6 +173,9 @@ class Coordinator(NamespaceCommands):
         if isinstance(command, Rename):
             rename = RenameCall.of(ns, command.ref, command.name, command.if_version)
             send = partial(single_statement.rename, call=rename)
+        elif isinstance(command, Move):
+            move = MoveCall.of(ns, command.ref, command.dst, command.if_version, depth)
+            send = partial(single_statement.move, call=move)
         elif isinstance(command, Delete):
             delete = DeleteCall.of(ns, command.ref, command.recursive, command.if_version)
             send = partial(single_statement.delete, call=delete)

@@ -1,5 +1,5 @@
-"""A rename, a create, a delete or a stat that is a whole transaction: one statement, in
-autocommit.
+"""A rename, a move, a create, a delete or a stat that is a whole transaction: one
+statement, in autocommit.
 
 ``Coordinator.execute`` of a lone ``Rename`` (the most frequent write) does not go
 through a ``UnitOfWork``: one statement calls ``pathkeeper_rename`` (the rule, in the
@@ -16,9 +16,9 @@ written into that block. The payload is built in SQL from ``events.Moved``
 (``payload_sql`` checks its keys), the same one ``TreeTx.rename`` appends inside a
 group. A lone create (``create_file``, ``mkdir`` without ``parents``) is the same shape
 around ``pathkeeper_create``, whose insert (and its foreign-key check) ends inside the
-function, so before the claim; a lone delete, around ``pathkeeper_delete``, likewise. A
-lone stat is ``StatCall``'s one statement, sent the same way (it was BEGIN, the walk,
-the row and COMMIT: four round trips).
+function, so before the claim; a lone move and a lone delete, around ``pathkeeper_move``
+and ``pathkeeper_delete``, likewise. A lone stat is ``StatCall``'s one statement, sent
+the same way (it was BEGIN, the walk, the row and COMMIT: four round trips).
 """
 
 from __future__ import annotations
@@ -32,9 +32,11 @@ from .events import Created, Deleted, Moved, payload_sql
 from .tree import (
     CREATE_CALL,
     DELETE_CALL,
+    MOVE_CALL,
     RENAME_CALL,
     CreateCall,
     DeleteCall,
+    MoveCall,
     MutationResult,
     Node,
     RenameCall,
@@ -49,7 +51,7 @@ _MOVED_PAYLOAD = payload_sql(Moved, {
 })
 
 def _logged(call: str, event: type[Moved | Created | Deleted], payload: str, only_if: str,
-            binary: str) -> str:
+            *binary: str) -> str:
     """The statement around a function ``call`` that returns the node's row: the call
     (materialized ``r``: every lock and write first), then the claim of a block, per row
     of ``r`` for which ``only_if`` holds (so after the call), then ``event`` built by
@@ -67,12 +69,23 @@ def _logged(call: str, event: type[Moved | Created | Deleted], payload: str, onl
     )
     SELECT r.*, (SELECT base FROM block) AS base FROM r
     """,
-        binary=(binary,),
+        binary=binary,
     )
 
 
 # A rename to the name it has already is no change: no claim, no event.
 RENAME_LOGGED_SQL = _logged(RENAME_CALL, Moved, _MOVED_PAYLOAD, "r.changed", "parts")
+
+_MOVED_ELSEWHERE_PAYLOAD = payload_sql(Moved, {
+    "id": "CAST(r.id AS text)", "kind": "r.kind",
+    "old_parent_id": "CAST(r.old_parent_id AS text)", "old_name": "r.old_name",
+    "old_path": "r.old_path", "parent_id": "CAST(r.parent_id AS text)", "name": "r.name",
+    "path": "r.path", "version": "r.version",
+})
+
+# A move to where the node is already is no change either.
+MOVE_LOGGED_SQL = _logged(MOVE_CALL, Moved, _MOVED_ELSEWHERE_PAYLOAD, "r.changed", "parts",
+                          "dst")
 
 _CREATED_PAYLOAD = payload_sql(Created, {
     "id": "CAST(r.id AS text)", "parent_id": "CAST(r.parent_id AS text)", "name": "r.name",
@@ -114,6 +127,20 @@ def stat(conn: Connection, call: StatCall) -> Node:
     """Run ``call`` on ``conn`` (in autocommit, outside any transaction): one snapshot.
     A read: the caller may run it again after a lost connection."""
     return call.result(Driver(conn).send_alone(call.sql, call.params))
+
+
+def move(conn: Connection, call: MoveCall) -> MutationResult:
+    """Run ``call`` as a transaction of its own on ``conn``, as ``rename`` runs its call
+    (the same rules for errors and for running it again)."""
+    try:
+        row = Driver(conn).send_alone(MOVE_LOGGED_SQL, call.params)
+    except IntegrityError as exc:
+        raise call.refused(exc) from exc
+    assert row is not None
+    node, event = call.result(row)
+    if event is None:
+        return MutationResult(node, None)
+    return MutationResult(node, Committed(int(row.base)))
 
 
 def delete(conn: Connection, call: DeleteCall) -> MutationResult:

@@ -51,7 +51,6 @@ from .errors import (
     CoordinatorError,
     InvalidArgument,
     InvalidContent,
-    InvalidMove,
     IsADirectory,
     NotADirectory,
     NotFound,
@@ -148,11 +147,6 @@ _SET_METADATA_SQL = driver_sql(
     "UPDATE nodes SET metadata = CAST(:md AS jsonb), version = version + 1, updated_at = now() "
     f"WHERE namespace = :ns AND id = :id RETURNING {NODE_COLUMNS}"
 )
-_RELINK_SQL = driver_sql(
-    "UPDATE nodes SET parent_id = :parent, name = :name, version = version + 1, "
-    f"updated_at = now() WHERE namespace = :ns AND id = :id RETURNING {NODE_COLUMNS}"
-)
-
 # A rename, whole, in the server (migrations/versions/*_0004_rename_function.py).
 RENAME_CALL = (
     "pathkeeper_rename(:ns, :ref, CAST(:parts AS text[]), CAST(:id AS uuid), :name, "
@@ -307,6 +301,76 @@ class RenameCall:
             id=node.id,
             kind=node.kind,
             old_parent_id=str(row.parent_id),
+            old_name=row.old_name,
+            old_path=row.old_path,
+            parent_id=str(row.parent_id),
+            name=node.name,
+            path=node.path,
+            version=node.version,
+        )
+
+
+# A move, whole, in the server (migrations/versions/*_0008_move_function.py).
+MOVE_CALL = (
+    "pathkeeper_move(:ns, :ref, CAST(:parts AS text[]), CAST(:id AS uuid), "
+    "CAST(:dst AS text[]), :name, CAST(:if_version AS bigint), CAST(:max_depth AS integer))"
+)
+_MOVE_SQL = driver_sql(f"SELECT * FROM {MOVE_CALL}", binary=("parts", "dst"))
+
+
+@dataclass(frozen=True)
+class MoveCall:
+    """A move's arguments as ``pathkeeper_move`` takes them (the destination path checked
+    here first: its rules are Python's), and what its answer means; for ``TreeTx.move``
+    and for a move that is a whole transaction (``coordinator.single_statement``)."""
+
+    ns: str
+    ref: str
+    parts: list[str] | None  # the path's names, or None for a node id
+    node_id: uuid.UUID | None
+    dst: list[str]  # the destination directory's names
+    name: str
+    if_version: int | None
+    max_depth: int
+
+    @classmethod
+    def of(cls, ns: str, ref: object, dst_path: object, if_version: int | None,
+           max_depth: int) -> MoveCall:
+        dst, name = paths.parent_and_name(dst_path, max_depth)
+        if paths.is_path_ref(ref):
+            return cls(ns, str(ref), paths.lookup_path(ref), None, dst, name, if_version,
+                       max_depth)
+        return cls(ns, str(ref), None, parse_id(ref), dst, name, if_version, max_depth)
+
+    @property
+    def path(self) -> str:
+        return paths.join_path([*self.dst, self.name])
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"ns": self.ns, "ref": self.ref, "parts": self.parts, "id": self.node_id,
+                "dst": self.dst, "name": self.name, "if_version": self.if_version,
+                "max_depth": self.max_depth}
+
+    def refused(self, exc: IntegrityError) -> CoordinatorError:
+        """The typed error for a constraint's refusal: a name taken after the function's
+        own check, or the destination deleted after its walk."""
+        if not getattr(getattr(exc.orig, "diag", None), "constraint_name", None):
+            return translate(exc)  # the function's own refusal, which names the path
+        return translate(exc, {
+            AlreadyExists: f"{self.path} already exists",
+            NotFound: "the destination directory was deleted",
+        })
+
+    def result(self, row: DbRow) -> tuple[Node, Moved | None]:
+        """The moved node, and its event (None when it was already there)."""
+        node = node_of(self.ns, row, row.path)
+        if not row.changed:
+            return node, None
+        return node, Moved(
+            id=node.id,
+            kind=node.kind,
+            old_parent_id=str(row.old_parent_id),
             old_name=row.old_name,
             old_path=row.old_path,
             parent_id=str(row.parent_id),
@@ -615,59 +679,6 @@ class TreeTx:
         if if_version is not None and int(row.version) != int(if_version):
             raise Conflict(f"version is {row.version}, expected {if_version}")
 
-    def _lock_destination_chain(self, moving: uuid.UUID, new_parent: uuid.UUID) -> int:
-        """Freeze the ancestor chain of ``new_parent`` and check ``moving`` is not on it.
-        Returns the depth ``moving`` will have (the length of the locked chain)."""
-        locked: set[uuid.UUID] = set()
-        for _ in range(10):
-            chain = [r.id for r in self.ancestors(new_parent)]
-            if not chain:
-                raise NotFound("the destination directory was deleted")
-            if moving in chain:
-                raise InvalidMove("cannot move a directory into itself or its own subtree")
-            missing = sorted(set(chain) - locked)
-            if not missing:
-                return len(chain)
-            got = self.conn.execute(
-                text(
-                    "SELECT id FROM nodes WHERE namespace = :ns AND id = ANY(:ids) "
-                    "ORDER BY id FOR KEY SHARE"
-                ),
-                {"ns": self.ns, "ids": missing},
-            ).scalars().all()
-            if len(got) != len(missing):
-                raise Retry()
-            locked.update(got)
-        raise Retry()
-
-    def _check_subtree_fits(self, node_id: uuid.UUID, new_depth: int, new_path: str) -> None:
-        """Refuse to take the directory to ``new_depth`` if its deepest descendant would
-        then be deeper than ``max_depth``. Only levels up to the limit are walked, so the
-        cost is the part of the subtree that fits (a move to a place no deeper than
-        where the directory is skips this and stays O(1))."""
-        budget = self.max_depth - new_depth
-        height = self.conn.execute(
-            text(
-                """
-                WITH RECURSIVE sub(id, kind, depth) AS (
-                    SELECT id, kind, 0 FROM nodes WHERE namespace = :ns AND id = :id
-                  UNION ALL
-                    SELECT n.id, n.kind, s.depth + 1
-                    FROM sub s JOIN nodes n ON n.namespace = :ns AND n.parent_id = s.id
-                    WHERE s.kind = 'dir' AND s.depth <= :budget
-                )
-                SELECT max(depth) FROM sub
-                """
-            ),
-            {"ns": self.ns, "id": node_id, "budget": budget},
-        ).scalar_one()
-        if height is not None and height > budget:
-            raise InvalidMove(
-                f"moving to {new_path} would put nodes deeper than {self.max_depth} levels "
-                f"(the directory has at least {height} levels below it; at most {budget} "
-                "fit there)"
-            )
-
     # ------------------------------------------------------------ mutations
 
     def _insert(
@@ -794,14 +805,16 @@ class TreeTx:
     def move(
         self, ref: object, dst_path: object, if_version: int | None = None
     ) -> MutationResult:
-        """Move (or rename, when the parent stays) the node to the full path ``dst_path``."""
-        dst_parent_parts, dst_name = paths.parent_and_name(dst_path, self.max_depth)
-        row, old_path = self.lock(ref)
-        if row.parent_id is None:
-            raise InvalidMove("cannot move the root")
-        self.check_version(row, if_version)
-        new_parent = self._parent_dir(dst_parent_parts)
-        return self._relink(row, old_path, new_parent, dst_name, dst_parent_parts)
+        """Move (or rename, when the parent stays) the node to the full path ``dst_path``:
+        the rule runs in the server, in one statement (``pathkeeper_move``, see its
+        migration and this module's docstring)."""
+        call = MoveCall.of(self.ns, ref, dst_path, if_version, self.max_depth)
+        try:
+            row = self.db.one(_MOVE_SQL, call.params)
+        except IntegrityError as exc:
+            raise call.refused(exc) from exc
+        node, event = call.result(row)
+        return MutationResult(node, None if event is None else self.events.append(self.ns, event))
 
     def rename(
         self, ref: object, new_name: object, if_version: int | None = None
@@ -815,49 +828,6 @@ class TreeTx:
             raise call.refused(exc) from exc
         node, event = call.result(row)
         return MutationResult(node, None if event is None else self.events.append(self.ns, event))
-
-    def _relink(
-        self,
-        row: DbRow,
-        old_path: str,
-        new_parent: uuid.UUID,
-        name: str,
-        parent_parts: list[str],
-    ) -> MutationResult:
-        new_path = paths.join_path([*parent_parts, name])
-        if new_parent == row.parent_id and name == row.name:
-            return MutationResult(self._node(row, old_path), None)
-        if new_parent == row.id:
-            raise InvalidMove("cannot move a directory into itself")
-        if row.kind == "dir" and new_parent != row.parent_id:
-            new_depth = self._lock_destination_chain(row.id, new_parent)
-            if new_depth > len(paths.lookup_path(old_path)):
-                self._check_subtree_fits(row.id, new_depth, new_path)
-        try:
-            new = self.db.one(
-                _RELINK_SQL, {"ns": self.ns, "id": row.id, "parent": new_parent, "name": name}
-            )
-        except IntegrityError as exc:
-            raise translate(exc, {
-                AlreadyExists: f"{new_path} already exists",
-                NotFound: "the destination directory was deleted",
-            }) from exc
-        node = self._node(new, new_path)
-        seq = self.events.append(
-            self.ns,
-            Moved(
-                id=node.id,
-                kind=node.kind,
-                old_parent_id=str(row.parent_id),
-                old_name=row.name,
-                old_path=old_path,
-                parent_id=str(new_parent),
-                name=node.name,
-                path=new_path,
-                version=node.version,
-            ),
-        )
-        return MutationResult(node, seq)
 
     def delete(
         self, ref: object, recursive: bool = False, if_version: int | None = None
