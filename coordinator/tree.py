@@ -294,20 +294,25 @@ class RenameCall:
 
     def result(self, row: DbRow) -> tuple[Node, Moved | None]:
         """The renamed node, and its event (None when the name was already that)."""
-        node = node_of(self.ns, row, row.path)
-        if not row.changed:
-            return node, None
-        return node, Moved(
-            id=node.id,
-            kind=node.kind,
-            old_parent_id=str(row.parent_id),
-            old_name=row.old_name,
-            old_path=row.old_path,
-            parent_id=str(row.parent_id),
-            name=node.name,
-            path=node.path,
-            version=node.version,
-        )
+        return _moved(node_of(self.ns, row, row.path), row, row.parent_id)
+
+
+def _moved(node: Node, row: DbRow, old_parent_id: object) -> tuple[Node, Moved | None]:
+    """The node a rename or move function answered (``row``: its columns plus
+    ``old_name``, ``old_path`` and ``changed``), and its event (None: nothing changed)."""
+    if not row.changed:
+        return node, None
+    return node, Moved(
+        id=node.id,
+        kind=node.kind,
+        old_parent_id=str(old_parent_id),
+        old_name=row.old_name,
+        old_path=row.old_path,
+        parent_id=str(row.parent_id),
+        name=node.name,
+        path=node.path,
+        version=node.version,
+    )
 
 
 # A move, whole, in the server (migrations/versions/*_0008_move_function.py).
@@ -364,20 +369,7 @@ class MoveCall:
 
     def result(self, row: DbRow) -> tuple[Node, Moved | None]:
         """The moved node, and its event (None when it was already there)."""
-        node = node_of(self.ns, row, row.path)
-        if not row.changed:
-            return node, None
-        return node, Moved(
-            id=node.id,
-            kind=node.kind,
-            old_parent_id=str(row.old_parent_id),
-            old_name=row.old_name,
-            old_path=row.old_path,
-            parent_id=str(row.parent_id),
-            name=node.name,
-            path=node.path,
-            version=node.version,
-        )
+        return _moved(node_of(self.ns, row, row.path), row, row.old_parent_id)
 
 
 # A delete, whole, in the server (migrations/versions/*_0007_delete_function.py).

@@ -7,14 +7,17 @@ from __future__ import annotations
 import threading
 import time
 
-from sqlalchemy import text
-from tree_checks import check_claim_after_call, plans_of, wait_for_lock_waiter
+from tree_checks import (
+    assert_waiting_call_holds_no_positions,
+    check_claim_after_call,
+    plans_of,
+)
 
 from coordinator import (
     Coordinator,
     CoordinatorError,
 )
-from coordinator.eventlog import POSITION_LOCK_CLASS, read_events
+from coordinator.eventlog import read_events
 from coordinator.single_statement import CREATE_LOGGED_SQL
 
 
@@ -86,18 +89,7 @@ def test_a_lone_create_waiting_for_its_parent_holds_no_positions(coord: Coordina
     with coord.transaction(ns) as group:
         group.rename("/d", "e")  # holds /d's row FOR UPDATE until the group ends
         creator.start()
-        wait_for_lock_waiter(coord)
-        with coord.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            waiting = conn.execute(text(
-                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock' AND query LIKE '%pathkeeper_create(%'"
-            )).scalars().all()
-            assert len(waiting) == 1
-            held = conn.execute(text(
-                "SELECT count(*) FROM pg_locks WHERE pid = :pid AND locktype = 'advisory' "
-                "AND classid = :cls AND granted"
-            ), {"pid": waiting[0], "cls": POSITION_LOCK_CLASS}).scalar_one()
-        assert held == 0
+        assert_waiting_call_holds_no_positions(coord, "pathkeeper_create")
         # The group's own events are not claimed yet either: a reader returns at once.
         started = time.monotonic()
         read_events(coord.engine, None, 1000, namespaces=[ns])

@@ -8,11 +8,15 @@ from __future__ import annotations
 import threading
 
 from reliability.dbcheck import fold_log, table_rows, tree_violations
-from sqlalchemy import text
-from tree_checks import check_claim_after_call, plans_of, wait_for_lock_waiter
+from tree_checks import (
+    assert_waiting_call_holds_no_positions,
+    check_claim_after_call,
+    plans_of,
+    wait_for_lock_waiter,
+)
 
 from coordinator import Coordinator, CoordinatorError
-from coordinator.eventlog import POSITION_LOCK_CLASS, read_events
+from coordinator.eventlog import read_events
 from coordinator.single_statement import DELETE_LOGGED_SQL
 from coordinator.tree import MutationResult
 
@@ -112,18 +116,7 @@ def test_a_lone_delete_waiting_for_its_node_holds_no_positions(coord: Coordinato
     with coord.transaction(ns) as group:
         group.write_file("/f", "g")  # holds /f's row until the group ends
         deleter.start()
-        wait_for_lock_waiter(coord)
-        with coord.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            waiting = conn.execute(text(
-                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock' AND query LIKE '%pathkeeper_delete(%'"
-            )).scalars().all()
-            assert len(waiting) == 1
-            held = conn.execute(text(
-                "SELECT count(*) FROM pg_locks WHERE pid = :pid AND locktype = 'advisory' "
-                "AND classid = :cls AND granted"
-            ), {"pid": waiting[0], "cls": POSITION_LOCK_CLASS}).scalar_one()
-        assert held == 0
+        assert_waiting_call_holds_no_positions(coord, "pathkeeper_delete")
     deleter.join(20)
     assert len(results) == 1
     # Deleted after the write it waited for: the write's version is the one it deleted.

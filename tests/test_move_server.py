@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import threading
 
-from sqlalchemy import text
-from tree_checks import check_claim_after_call, plans_of, wait_for_lock_waiter
+from tree_checks import (
+    assert_waiting_call_holds_no_positions,
+    check_claim_after_call,
+    plans_of,
+)
 
 from coordinator import Coordinator, CoordinatorError
-from coordinator.eventlog import POSITION_LOCK_CLASS, read_events
+from coordinator.eventlog import read_events
 from coordinator.single_statement import MOVE_LOGGED_SQL
 from coordinator.tree import MutationResult
 
@@ -95,18 +98,7 @@ def test_a_lone_move_waiting_for_its_node_holds_no_positions(coord: Coordinator)
     with coord.transaction(ns) as group:
         group.write_file("/f", "g")  # holds /f's row until the group ends
         mover.start()
-        wait_for_lock_waiter(coord)
-        with coord.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            waiting = conn.execute(text(
-                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock' AND query LIKE '%pathkeeper_move(%'"
-            )).scalars().all()
-            assert len(waiting) == 1
-            held = conn.execute(text(
-                "SELECT count(*) FROM pg_locks WHERE pid = :pid AND locktype = 'advisory' "
-                "AND classid = :cls AND granted"
-            ), {"pid": waiting[0], "cls": POSITION_LOCK_CLASS}).scalar_one()
-        assert held == 0
+        assert_waiting_call_holds_no_positions(coord, "pathkeeper_move")
     mover.join(20)
     assert len(results) == 1
     assert coord.stat(ns, "/d/f").content == "g"

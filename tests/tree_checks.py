@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import text
 
 from coordinator import Coordinator
+from coordinator.eventlog import POSITION_LOCK_CLASS
 from coordinator.unit_of_work import UnitOfWork
 
 REACHABLE_SQL = text(
@@ -194,6 +195,24 @@ def wait_for_lock_waiter(coord: Coordinator, deadline: float = 20.0) -> None:
                 return
             time.sleep(0.01)
     raise AssertionError("no session started waiting for a lock")
+
+
+def assert_waiting_call_holds_no_positions(coord: Coordinator, function: str) -> None:
+    """Once a one-statement write waits for a row lock: it is the one call of ``function``
+    waiting, and it holds no position lock (its claim comes after every lock wait), so
+    readers of the log do not wait for it."""
+    wait_for_lock_waiter(coord)
+    with coord.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        waiting = conn.execute(text(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock' AND query LIKE :like"
+        ), {"like": f"%{function}(%"}).scalars().all()
+        assert len(waiting) == 1, waiting
+        held = conn.execute(text(
+            "SELECT count(*) FROM pg_locks WHERE pid = :pid AND locktype = 'advisory' "
+            "AND classid = :cls AND granted"
+        ), {"pid": waiting[0], "cls": POSITION_LOCK_CLASS}).scalar_one()
+    assert held == 0
 
 
 @contextmanager

@@ -4,8 +4,13 @@ Revision ID: 0007_delete_function
 Revises: 0006_create_function
 Create Date: 2026-11-24 03:20:00
 
-``pathkeeper_delete``: a delete's whole rule (resolve and lock the node as
-``pathkeeper_rename`` does, refuse the root and a stale version, refuse a directory
+``pathkeeper_lock``: the node a mutation names, locked ``FOR UPDATE``, and its path, with
+``pathkeeper_rename``'s protocol and errors (by path: resolve, lock, resolve again in a
+statement of its own until the path leads to the locked row); for the functions below
+and later ones (migration 0004's rename keeps its own copy: migrations do not change).
+
+``pathkeeper_delete``: a delete's whole rule (lock the node with ``pathkeeper_lock``,
+refuse the root and a stale version, refuse a directory
 that is not empty unless recursive, delete the node with its subtree) in one call, so a
 lone delete is one statement (``coordinator/single_statement.py``) instead of BEGIN,
 the lock, the check, the delete and the event with COMMIT; ``TreeTx.delete`` calls it
@@ -31,23 +36,16 @@ down_revision = "0006_create_function"
 branch_labels = None
 depends_on = None
 
-DELETE_FUNCTION = r"""
-CREATE FUNCTION pathkeeper_delete(
-    p_ns text, p_ref text, p_parts text[], p_id uuid, p_recursive boolean,
-    p_if_version bigint
-) RETURNS TABLE (
-    id uuid, parent_id uuid, name text, kind varchar, version bigint, content text,
-    metadata jsonb, created_at timestamptz, updated_at timestamptz,
-    path text, count integer
-) LANGUAGE plpgsql ROWS 1 AS $fn$
+LOCK_FUNCTION = r"""
+CREATE FUNCTION pathkeeper_lock(
+    p_ns text, p_ref text, p_parts text[], p_id uuid, OUT node nodes, OUT path text
+) LANGUAGE plpgsql AS $fn$
 DECLARE
     r nodes%ROWTYPE;
     chain record;
     n integer := coalesce(array_length(p_parts, 1), 0);
     reached integer;
     names text[];
-    gone uuid[];
-    parents uuid[];
 BEGIN
     IF p_id IS NOT NULL THEN
         SELECT * INTO r FROM nodes x WHERE x.namespace = p_ns AND x.id = p_id FOR UPDATE;
@@ -98,6 +96,29 @@ BEGIN
                 MESSAGE = format('%s kept changing while it was being locked', p_ref);
         END IF;
     END IF;
+    node := r;
+END
+$fn$;
+"""
+
+DELETE_FUNCTION = r"""
+CREATE FUNCTION pathkeeper_delete(
+    p_ns text, p_ref text, p_parts text[], p_id uuid, p_recursive boolean,
+    p_if_version bigint
+) RETURNS TABLE (
+    id uuid, parent_id uuid, name text, kind varchar, version bigint, content text,
+    metadata jsonb, created_at timestamptz, updated_at timestamptz,
+    path text, count integer
+) LANGUAGE plpgsql ROWS 1 AS $fn$
+DECLARE
+    target record;
+    r nodes%ROWTYPE;
+    gone uuid[];
+    parents uuid[];
+BEGIN
+    SELECT * INTO target FROM pathkeeper_lock(p_ns, p_ref, p_parts, p_id);
+    r := target.node;
+    path := target.path;
     IF r.parent_id IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'PK003',
             MESSAGE = 'cannot delete the root (drop the namespace instead)';
@@ -136,8 +157,10 @@ $fn$;
 
 
 def upgrade() -> None:
+    op.execute(LOCK_FUNCTION)
     op.execute(DELETE_FUNCTION)
 
 
 def downgrade() -> None:
     op.execute("DROP FUNCTION pathkeeper_delete(text, text, text[], uuid, boolean, bigint)")
+    op.execute("DROP FUNCTION pathkeeper_lock(text, text, text[], uuid)")

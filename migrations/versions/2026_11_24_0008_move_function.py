@@ -7,8 +7,8 @@ Create Date: 2026-11-24 03:30:00
 ``pathkeeper_move``: a move's whole rule in one call, so a lone move is one statement
 (``coordinator/single_statement.py``) instead of BEGIN, the lock, the destination's
 walk, the chain's locks, the update and the event with COMMIT; ``TreeTx.move`` calls it
-inside a group. The rule is the one ``coordinator/tree.py`` describes: resolve and lock
-the node as ``pathkeeper_rename`` does; refuse the root and a stale version; resolve
+inside a group. The rule is the one ``coordinator/tree.py`` describes: lock the node
+(``pathkeeper_lock``, migration 0007); refuse the root and a stale version; resolve
 the destination directory (a snapshot of its own, after the lock); a directory that
 changes parent takes ``FOR KEY SHARE`` on every ancestor of its destination, in id
 order, re-reading the chain until it holds all of them, and refuses a destination
@@ -39,12 +39,11 @@ CREATE FUNCTION pathkeeper_move(
     old_parent_id uuid, old_name text, old_path text, path text, changed boolean
 ) LANGUAGE plpgsql ROWS 1 AS $fn$
 DECLARE
+    target record;
     r nodes%ROWTYPE;
     chain record;
-    n integer := coalesce(array_length(p_parts, 1), 0);
     m integer := coalesce(array_length(p_dst_parent, 1), 0);
     reached integer;
-    names text[];
     dst uuid;
     up_ids uuid[];
     locked uuid[] := '{}';
@@ -54,55 +53,9 @@ DECLARE
     budget integer;
     height integer;
 BEGIN
-    IF p_id IS NOT NULL THEN
-        SELECT * INTO r FROM nodes x WHERE x.namespace = p_ns AND x.id = p_id FOR UPDATE;
-        IF NOT FOUND THEN
-            RAISE EXCEPTION USING ERRCODE = 'PK001',
-                MESSAGE = format('no node with id %s', p_ref);
-        END IF;
-        WITH RECURSIVE up(id, parent_id, name, depth) AS (
-            SELECT x.id, x.parent_id, x.name, 0
-            FROM nodes x WHERE x.namespace = p_ns AND x.id = p_id
-          UNION ALL
-            SELECT x.id, x.parent_id, x.name, u.depth + 1
-            FROM up u JOIN nodes x ON x.namespace = p_ns AND x.id = u.parent_id
-            WHERE u.depth < 100000
-        )
-        SELECT array_agg(u.name ORDER BY u.depth DESC) INTO names FROM up u;
-        old_path := '/' || array_to_string(names[2:], '/');
-    ELSE
-        -- Resolve and lock, then resolve again (a statement, so a snapshot, of its
-        -- own): the path must still lead to the row that was locked.
-        FOR attempt IN 1..5 LOOP
-            SELECT * INTO r FROM nodes x
-            WHERE x.namespace = p_ns
-              AND x.id = (SELECT (pathkeeper_resolve(p_ns, p_parts)).ids[n + 1])
-            FOR UPDATE;
-            SELECT * INTO chain FROM pathkeeper_resolve(p_ns, p_parts);
-            IF chain.ids IS NULL THEN
-                RAISE EXCEPTION USING ERRCODE = 'PK001',
-                    MESSAGE = format('no namespace %L', p_ns);
-            END IF;
-            reached := array_length(chain.ids, 1);
-            IF reached <= n THEN
-                IF chain.kinds[reached] <> 'dir' THEN
-                    RAISE EXCEPTION USING ERRCODE = 'PK002', MESSAGE = format('%s is a file',
-                        '/' || array_to_string(p_parts[1:reached - 1], '/'));
-                END IF;
-                RAISE EXCEPTION USING ERRCODE = 'PK001', MESSAGE = format(
-                    '%s does not exist', '/' || array_to_string(p_parts[1:reached], '/'));
-            END IF;
-            IF r.id IS NOT NULL AND chain.ids[n + 1] = r.id THEN
-                old_path := '/' || array_to_string(p_parts, '/');
-                EXIT;
-            END IF;
-            r := NULL;
-        END LOOP;
-        IF r.id IS NULL THEN
-            RAISE EXCEPTION USING ERRCODE = 'PK004',
-                MESSAGE = format('%s kept changing while it was being locked', p_ref);
-        END IF;
-    END IF;
+    SELECT * INTO target FROM pathkeeper_lock(p_ns, p_ref, p_parts, p_id);
+    r := target.node;
+    old_path := target.path;
     IF r.parent_id IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'PK003', MESSAGE = 'cannot move the root';
     END IF;
