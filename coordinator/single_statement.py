@@ -43,12 +43,14 @@ from .tree import (
     StatCall,
 )
 
-_MOVED_PAYLOAD = payload_sql(Moved, {
+_MOVED_COLUMNS = {
     "id": "CAST(r.id AS text)", "kind": "r.kind",
     "old_parent_id": "CAST(r.parent_id AS text)", "old_name": "r.old_name",
     "old_path": "r.old_path", "parent_id": "CAST(r.parent_id AS text)", "name": "r.name",
     "path": "r.path", "version": "r.version",
-})
+}
+_MOVED_PAYLOAD = payload_sql(Moved, _MOVED_COLUMNS)
+
 
 def _logged(call: str, event: type[Moved | Created | Deleted], payload: str, only_if: str,
             *binary: str) -> str:
@@ -76,12 +78,10 @@ def _logged(call: str, event: type[Moved | Created | Deleted], payload: str, onl
 # A rename to the name it has already is no change: no claim, no event.
 RENAME_LOGGED_SQL = _logged(RENAME_CALL, Moved, _MOVED_PAYLOAD, "r.changed", "parts")
 
-_MOVED_ELSEWHERE_PAYLOAD = payload_sql(Moved, {
-    "id": "CAST(r.id AS text)", "kind": "r.kind",
-    "old_parent_id": "CAST(r.old_parent_id AS text)", "old_name": "r.old_name",
-    "old_path": "r.old_path", "parent_id": "CAST(r.parent_id AS text)", "name": "r.name",
-    "path": "r.path", "version": "r.version",
-})
+# A move's function also answers the parent the node left (a rename's stays put).
+_MOVED_ELSEWHERE_PAYLOAD = payload_sql(
+    Moved, {**_MOVED_COLUMNS, "old_parent_id": "CAST(r.old_parent_id AS text)"}
+)
 
 # A move to where the node is already is no change either.
 MOVE_LOGGED_SQL = _logged(MOVE_CALL, Moved, _MOVED_ELSEWHERE_PAYLOAD, "r.changed", "parts",
