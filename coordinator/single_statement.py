@@ -23,6 +23,8 @@ the same way (it was BEGIN, the walk, the row and COMMIT: four round trips).
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
 from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -105,22 +107,46 @@ DELETE_LOGGED_SQL = _logged(DELETE_CALL, Deleted, _DELETED_PAYLOAD, "r.id IS NOT
                             "parts")
 
 
-def rename(conn: Connection, call: RenameCall) -> MutationResult:
-    """Run ``call`` as a transaction of its own on ``conn`` (in autocommit, outside any
-    transaction). A driver error is raised as ``DBAPIError`` (a refusal of the rule as
-    the typed error): once sent, the statement may have committed, so the caller must
-    not run it again after a lost connection. Waking the indexer is the caller's."""
-    db = Driver(conn)
-    params = call.params
+class _Logged(Protocol):
+    """A call whose function answers the node's row and whether it changed it."""
+
+    @property
+    def params(self) -> dict[str, Any]: ...
+
+    def refused(self, exc: IntegrityError) -> Exception: ...
+
+    def result(self, row: Any) -> tuple[Node, object]: ...
+
+
+def _send(conn: Connection, sql: str, call: _Logged) -> MutationResult:
+    """``sql`` (a ``_logged`` statement around ``call``'s function) as a transaction of
+    its own on ``conn`` (in autocommit, outside any transaction). A driver error is
+    raised as ``DBAPIError`` (a refusal of the rule as the typed error, a race the rule
+    detects as ``Retry`` or a retryable error): once sent, the statement may have
+    committed, so the caller must not run it again after a lost connection. Waking the
+    indexer is the caller's."""
     try:
-        row = db.send_alone(RENAME_LOGGED_SQL, params)
+        row = Driver(conn).send_alone(sql, call.params)
     except IntegrityError as exc:
         raise call.refused(exc) from exc
     assert row is not None
     node, event = call.result(row)
-    if event is None:
-        return MutationResult(node, None)
-    return MutationResult(node, Committed(int(row.base)))
+    return MutationResult(node, None if event is None else Committed(int(row.base)))
+
+
+def rename(conn: Connection, call: RenameCall) -> MutationResult:
+    """A lone rename (see ``_send``)."""
+    return _send(conn, RENAME_LOGGED_SQL, call)
+
+
+def move(conn: Connection, call: MoveCall) -> MutationResult:
+    """A lone move (see ``_send``)."""
+    return _send(conn, MOVE_LOGGED_SQL, call)
+
+
+def delete(conn: Connection, call: DeleteCall) -> MutationResult:
+    """A lone delete (see ``_send``)."""
+    return _send(conn, DELETE_LOGGED_SQL, call)
 
 
 def stat(conn: Connection, call: StatCall) -> Node:
@@ -129,36 +155,8 @@ def stat(conn: Connection, call: StatCall) -> Node:
     return call.result(Driver(conn).send_alone(call.sql, call.params))
 
 
-def move(conn: Connection, call: MoveCall) -> MutationResult:
-    """Run ``call`` as a transaction of its own on ``conn``, as ``rename`` runs its call
-    (the same rules for errors and for running it again)."""
-    try:
-        row = Driver(conn).send_alone(MOVE_LOGGED_SQL, call.params)
-    except IntegrityError as exc:
-        raise call.refused(exc) from exc
-    assert row is not None
-    node, event = call.result(row)
-    if event is None:
-        return MutationResult(node, None)
-    return MutationResult(node, Committed(int(row.base)))
-
-
-def delete(conn: Connection, call: DeleteCall) -> MutationResult:
-    """Run ``call`` as a transaction of its own on ``conn``, as ``rename`` runs its call
-    (the same rules for errors and for running it again; a race the function or the
-    foreign key detects is ``Retry``, or a retryable driver error)."""
-    try:
-        row = Driver(conn).send_alone(DELETE_LOGGED_SQL, call.params)
-    except IntegrityError as exc:
-        raise call.refused(exc) from exc
-    assert row is not None
-    node, _ = call.result(row)
-    return MutationResult(node, Committed(int(row.base)))
-
-
 def create(conn: Connection, call: CreateCall) -> MutationResult:
-    """Run ``call`` as a transaction of its own on ``conn``, as ``rename`` runs its call
-    (the same rules for errors and for running it again)."""
+    """Run ``call`` as ``_send`` does (its answer is the new row: it always changes)."""
     try:
         row = Driver(conn).send_alone(CREATE_LOGGED_SQL, {**call.params, "path": call.path})
     except IntegrityError as exc:
