@@ -28,6 +28,8 @@ from .commands import (
     Move,
     NamespaceCommands,
     Rename,
+    SetMetadata,
+    WriteFile,
 )
 from .db import Driver, connect_engine, is_retryable, translate
 from .errors import AlreadyExists, Conflict, CoordinatorError, DirectoryNotEmpty, TooLarge
@@ -47,6 +49,7 @@ from .tree import (
     Retry,
     StatCall,
     TreeTx,
+    WriteCall,
     check_namespace_exists,
 )
 from .unit_of_work import UnitOfWork
@@ -154,17 +157,18 @@ class Coordinator(NamespaceCommands):
 
     def execute(self, namespace: str, command: Command) -> MutationResult:
         """Run one command in a transaction of its own, retried on transient races. A
-        rename, a move, a delete, a file's create and a plain mkdir are one statement in
-        autocommit (``coordinator.single_statement``): the same rule, event and errors
+        rename, a move, a delete, a write, a file's create and a plain mkdir are one
+        statement in autocommit (``coordinator.single_statement``): the same rule, event and errors
         as ``command.apply`` in a unit of work."""
-        if isinstance(command, Rename | Move | Delete | CreateFile) or (
+        if isinstance(command, Rename | Move | Delete | WriteFile | SetMetadata | CreateFile) or (
             isinstance(command, Mkdir) and not command.parents
         ):
             return self._alone(paths.validate_namespace(namespace), command)
         return self.run(namespace, lambda uow: command.apply(uow.tree))
 
     def _alone(
-        self, ns: str, command: Rename | Move | Delete | CreateFile | Mkdir
+        self, ns: str,
+        command: Rename | Move | Delete | WriteFile | SetMetadata | CreateFile | Mkdir,
     ) -> MutationResult:
         """``command`` as its one statement (``coordinator.single_statement``), retried on
         transient races until sent, then the indexer woken."""
@@ -176,6 +180,13 @@ class Coordinator(NamespaceCommands):
         elif isinstance(command, Move):
             move = MoveCall.of(ns, command.ref, command.dst, command.if_version, depth)
             send = partial(single_statement.move, call=move)
+        elif isinstance(command, WriteFile):
+            write = WriteCall.of_content(ns, command.ref, command.content, command.metadata,
+                                         command.if_version)
+            send = partial(single_statement.write, call=write)
+        elif isinstance(command, SetMetadata):
+            write = WriteCall.of_metadata(ns, command.ref, command.metadata, command.if_version)
+            send = partial(single_statement.write, call=write)
         elif isinstance(command, Delete):
             delete = DeleteCall.of(ns, command.ref, command.recursive, command.if_version)
             send = partial(single_statement.delete, call=delete)

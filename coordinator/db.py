@@ -25,9 +25,11 @@ from .errors import (
     Conflict,
     CoordinatorError,
     DirectoryNotEmpty,
+    InvalidArgument,
     InvalidConfiguration,
     InvalidMove,
     InvalidName,
+    IsADirectory,
     NotADirectory,
     NotFound,
     NotMigrated,
@@ -58,6 +60,8 @@ SERVER_NOT_A_DIRECTORY = "PK002"
 SERVER_INVALID_MOVE = "PK003"
 SERVER_CONFLICT = "PK004"
 SERVER_NOT_EMPTY = "PK005"
+SERVER_IS_A_DIRECTORY = "PK006"
+SERVER_INVALID_ARGUMENT = "PK007"
 
 
 UPGRADE_HINT = "run `pathkeeper db upgrade` (with the same --database-url)"
@@ -281,6 +285,8 @@ _SERVER_ERRORS: dict[str, type[CoordinatorError]] = {
     SERVER_INVALID_MOVE: InvalidMove,
     SERVER_CONFLICT: Conflict,
     SERVER_NOT_EMPTY: DirectoryNotEmpty,
+    SERVER_IS_A_DIRECTORY: IsADirectory,
+    SERVER_INVALID_ARGUMENT: InvalidArgument,
 }
 
 

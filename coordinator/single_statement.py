@@ -1,5 +1,5 @@
-"""A rename, a move, a create, a delete or a stat that is a whole transaction: one
-statement, in autocommit.
+"""A rename, a move, a create, a delete, a write or a stat that is a whole transaction:
+one statement, in autocommit.
 
 ``Coordinator.execute`` of a lone ``Rename`` (the most frequent write) does not go
 through a ``UnitOfWork``: one statement calls ``pathkeeper_rename`` (the rule, in the
@@ -16,8 +16,9 @@ written into that block. The payload is built in SQL from ``events.Moved``
 (``payload_sql`` checks its keys), the same one ``TreeTx.rename`` appends inside a
 group. A lone create (``create_file``, ``mkdir`` without ``parents``) is the same shape
 around ``pathkeeper_create``, whose insert (and its foreign-key check) ends inside the
-function, so before the claim; a lone move and a lone delete, around ``pathkeeper_move``
-and ``pathkeeper_delete``, likewise. A lone stat is ``StatCall``'s one statement, sent
+function, so before the claim; a lone move, delete, content write or metadata write,
+around ``pathkeeper_move``, ``pathkeeper_delete``, ``pathkeeper_write`` and
+``pathkeeper_set_metadata``, likewise. A lone stat is ``StatCall``'s one statement, sent
 the same way (it was BEGIN, the walk, the row and COMMIT: four round trips).
 """
 
@@ -30,12 +31,14 @@ from sqlalchemy.exc import IntegrityError
 
 from .db import Driver, driver_sql
 from .eventlog import CLAIM_SQL, Committed
-from .events import Created, Deleted, Moved, payload_sql
+from .events import Created, Deleted, MetadataSet, Moved, Written, payload_sql
 from .tree import (
     CREATE_CALL,
     DELETE_CALL,
     MOVE_CALL,
     RENAME_CALL,
+    SET_METADATA_CALL,
+    WRITE_CALL,
     CreateCall,
     DeleteCall,
     MoveCall,
@@ -43,6 +46,7 @@ from .tree import (
     Node,
     RenameCall,
     StatCall,
+    WriteCall,
 )
 
 _MOVED_COLUMNS = {
@@ -54,8 +58,8 @@ _MOVED_COLUMNS = {
 _MOVED_PAYLOAD = payload_sql(Moved, _MOVED_COLUMNS)
 
 
-def _logged(call: str, event: type[Moved | Created | Deleted], payload: str, only_if: str,
-            *binary: str) -> str:
+def _logged(call: str, event: type[Moved | Created | Deleted | Written | MetadataSet],
+            payload: str, only_if: str, *binary: str) -> str:
     """The statement around a function ``call`` that returns the node's row: the call
     (materialized ``r``: every lock and write first), then the claim of a block, per row
     of ``r`` for which ``only_if`` holds (so after the call), then ``event`` built by
@@ -106,6 +110,20 @@ _DELETED_PAYLOAD = payload_sql(Deleted, {
 DELETE_LOGGED_SQL = _logged(DELETE_CALL, Deleted, _DELETED_PAYLOAD, "r.id IS NOT NULL",
                             "parts")
 
+_WRITTEN_PAYLOAD = payload_sql(Written, {
+    "id": "CAST(r.id AS text)", "path": "r.path", "content": "r.content",
+    "metadata": "r.metadata", "version": "r.version",
+})
+WRITE_LOGGED_SQL = _logged(WRITE_CALL, Written, _WRITTEN_PAYLOAD, "r.id IS NOT NULL",
+                           "parts")
+
+_METADATA_SET_PAYLOAD = payload_sql(MetadataSet, {
+    "id": "CAST(r.id AS text)", "path": "r.path", "metadata": "r.metadata",
+    "version": "r.version",
+})
+SET_METADATA_LOGGED_SQL = _logged(SET_METADATA_CALL, MetadataSet, _METADATA_SET_PAYLOAD,
+                                  "r.id IS NOT NULL", "parts")
+
 
 class _Logged(Protocol):
     """A call whose function answers the node's row and whether it changed it."""
@@ -147,6 +165,12 @@ def move(conn: Connection, call: MoveCall) -> MutationResult:
 def delete(conn: Connection, call: DeleteCall) -> MutationResult:
     """A lone delete (see ``_send``)."""
     return _send(conn, DELETE_LOGGED_SQL, call)
+
+
+def write(conn: Connection, call: WriteCall) -> MutationResult:
+    """A lone content or metadata write (see ``_send``)."""
+    sql = SET_METADATA_LOGGED_SQL if call.content is None else WRITE_LOGGED_SQL
+    return _send(conn, sql, call)
 
 
 def stat(conn: Connection, call: StatCall) -> Node:

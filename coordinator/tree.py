@@ -49,9 +49,7 @@ from .errors import (
     AlreadyExists,
     Conflict,
     CoordinatorError,
-    InvalidArgument,
     InvalidContent,
-    IsADirectory,
     NotADirectory,
     NotFound,
 )
@@ -137,15 +135,6 @@ _INSERT_SQL = driver_sql(
     "INSERT INTO nodes (namespace, id, parent_id, name, kind, content, metadata) "
     "VALUES (:ns, :id, :parent, :name, :kind, :content, CAST(:md AS jsonb)) "
     f"RETURNING {NODE_COLUMNS}"
-)
-_WRITE_SQL = driver_sql(
-    "UPDATE nodes SET content = :content, metadata = COALESCE(CAST(:md AS jsonb), metadata), "
-    "version = version + 1, updated_at = now() "
-    f"WHERE namespace = :ns AND id = :id RETURNING {NODE_COLUMNS}"
-)
-_SET_METADATA_SQL = driver_sql(
-    "UPDATE nodes SET metadata = CAST(:md AS jsonb), version = version + 1, updated_at = now() "
-    f"WHERE namespace = :ns AND id = :id RETURNING {NODE_COLUMNS}"
 )
 # A rename, whole, in the server (migrations/versions/*_0004_rename_function.py).
 RENAME_CALL = (
@@ -370,6 +359,84 @@ class MoveCall:
     def result(self, row: DbRow) -> tuple[Node, Moved | None]:
         """The moved node, and its event (None when it was already there)."""
         return _moved(node_of(self.ns, row, row.path), row, row.old_parent_id)
+
+
+# A content write and a metadata write, whole, in the server
+# (migrations/versions/*_0009_write_functions.py).
+WRITE_CALL = (
+    "pathkeeper_write(:ns, :ref, CAST(:parts AS text[]), CAST(:id AS uuid), :content, "
+    "CAST(:md AS jsonb), CAST(:if_version AS bigint))"
+)
+SET_METADATA_CALL = (
+    "pathkeeper_set_metadata(:ns, :ref, CAST(:parts AS text[]), CAST(:id AS uuid), "
+    "CAST(:md AS jsonb), CAST(:if_version AS bigint))"
+)
+_WRITE_SQL = driver_sql(f"SELECT * FROM {WRITE_CALL}", binary=("parts",))
+_SET_METADATA_SQL = driver_sql(f"SELECT * FROM {SET_METADATA_CALL}", binary=("parts",))
+
+
+@dataclass(frozen=True)
+class WriteCall:
+    """A file's content write (``content`` set; ``metadata`` too if given) or a metadata
+    write (``content`` None) as ``pathkeeper_write`` / ``pathkeeper_set_metadata`` take
+    them (the content's and the metadata's rules checked here first: they are Python's),
+    and what the answer means; for ``TreeTx`` and for a write that is a whole transaction
+    (``coordinator.single_statement``)."""
+
+    ns: str
+    ref: str
+    parts: list[str] | None  # the path's names, or None for a node id
+    node_id: uuid.UUID | None
+    content: str | None
+    metadata: str | None  # JSON; None: unchanged (a content write only)
+    if_version: int | None
+
+    @classmethod
+    def of_content(cls, ns: str, ref: object, content: object,
+                   metadata: dict[str, Any] | None, if_version: int | None) -> WriteCall:
+        body = check_content(content)
+        md = metadata_json(metadata) if metadata is not None else None
+        return cls(ns, str(ref), *_target(ref), body, md, if_version)
+
+    @classmethod
+    def of_metadata(cls, ns: str, ref: object, metadata: dict[str, Any],
+                    if_version: int | None) -> WriteCall:
+        return cls(ns, str(ref), *_target(ref), None, metadata_json(metadata), if_version)
+
+    @property
+    def sql(self) -> str:
+        return _SET_METADATA_SQL if self.content is None else _WRITE_SQL
+
+    @property
+    def params(self) -> dict[str, Any]:
+        params = {"ns": self.ns, "ref": self.ref, "parts": self.parts, "id": self.node_id,
+                  "md": self.metadata, "if_version": self.if_version}
+        if self.content is not None:
+            params["content"] = self.content
+        return params
+
+    @staticmethod
+    def refused(exc: IntegrityError) -> Exception:
+        return translate(exc)
+
+    def result(self, row: DbRow) -> tuple[Node, Written | MetadataSet]:
+        """The written node, and its event."""
+        node = node_of(self.ns, row, row.path)
+        if self.content is None:
+            return node, MetadataSet(
+                id=node.id, path=node.path, metadata=node.metadata, version=node.version
+            )
+        return node, Written(
+            id=node.id, path=node.path, content=node.content, metadata=node.metadata,
+            version=node.version,
+        )
+
+
+def _target(ref: object) -> tuple[list[str] | None, uuid.UUID | None]:
+    """A node reference as the functions take it: a path's names, or a node id."""
+    if paths.is_path_ref(ref):
+        return paths.lookup_path(ref), None
+    return None, parse_id(ref)
 
 
 # A delete, whole, in the server (migrations/versions/*_0007_delete_function.py).
@@ -752,47 +819,20 @@ class TreeTx:
         metadata: dict[str, Any] | None = None,
         if_version: int | None = None,
     ) -> MutationResult:
-        body = check_content(content)
-        md = metadata_json(metadata) if metadata is not None else None
-        # A content write is not a key update: it does not block creates elsewhere.
-        row, path = self.lock(ref, "NO KEY UPDATE")
-        if row.kind == "dir":
-            raise IsADirectory(f"{path} is a directory")
-        self.check_version(row, if_version)
-        new = self.db.one(
-            _WRITE_SQL, {"ns": self.ns, "id": row.id, "content": body, "md": md}
-        )
-        node = self._node(new, path)
-        seq = self.events.append(
-            self.ns,
-            Written(
-                id=node.id,
-                path=path,
-                content=node.content,
-                metadata=node.metadata,
-                version=node.version,
-            ),
-        )
-        return MutationResult(node, seq)
+        """Replace a file's content (and its metadata, if given): the rule runs in the
+        server (``pathkeeper_write``, see its migration)."""
+        return self._write(WriteCall.of_content(self.ns, ref, content, metadata, if_version))
 
     def set_metadata(
         self, ref: object, metadata: dict[str, Any], if_version: int | None = None
     ) -> MutationResult:
         """Replace the metadata of a file or directory (not the root: it is not indexed
-        and has none)."""
-        md = metadata_json(metadata)
-        # Like a content write, not a key update: creates below a directory go on.
-        row, path = self.lock(ref, "NO KEY UPDATE")
-        if row.parent_id is None:
-            raise InvalidArgument("the root has no metadata")
-        self.check_version(row, if_version)
-        new = self.db.one(_SET_METADATA_SQL, {"ns": self.ns, "id": row.id, "md": md})
-        node = self._node(new, path)
-        seq = self.events.append(
-            self.ns,
-            MetadataSet(id=node.id, path=path, metadata=node.metadata, version=node.version),
-        )
-        return MutationResult(node, seq)
+        and has none): the rule runs in the server (``pathkeeper_set_metadata``)."""
+        return self._write(WriteCall.of_metadata(self.ns, ref, metadata, if_version))
+
+    def _write(self, call: WriteCall) -> MutationResult:
+        node, event = call.result(self.db.one(call.sql, call.params))
+        return MutationResult(node, self.events.append(self.ns, event))
 
     def move(
         self, ref: object, dst_path: object, if_version: int | None = None

@@ -4,7 +4,8 @@ Revision ID: 0007_delete_function
 Revises: 0006_create_function
 Create Date: 2026-11-24 03:20:00
 
-``pathkeeper_lock``: the node a mutation names, locked ``FOR UPDATE``, and its path, with
+``pathkeeper_lock``: the node a mutation names, locked ``FOR UPDATE`` (``p_key``; else
+``FOR NO KEY UPDATE``, for a change that leaves the key alone), and its path, with
 ``pathkeeper_rename``'s protocol and errors (by path: resolve, lock, resolve again in a
 statement of its own until the path leads to the locked row); for the functions below
 and later ones (migration 0004's rename keeps its own copy: migrations do not change).
@@ -38,7 +39,8 @@ depends_on = None
 
 LOCK_FUNCTION = r"""
 CREATE FUNCTION pathkeeper_lock(
-    p_ns text, p_ref text, p_parts text[], p_id uuid, OUT node nodes, OUT path text
+    p_ns text, p_ref text, p_parts text[], p_id uuid, p_key boolean,
+    OUT node nodes, OUT path text
 ) LANGUAGE plpgsql AS $fn$
 DECLARE
     r nodes%ROWTYPE;
@@ -48,8 +50,13 @@ DECLARE
     names text[];
 BEGIN
     IF p_id IS NOT NULL THEN
-        SELECT * INTO r FROM nodes x WHERE x.namespace = p_ns AND x.id = p_id FOR UPDATE;
-        IF NOT FOUND THEN
+        IF p_key THEN
+            SELECT * INTO r FROM nodes x WHERE x.namespace = p_ns AND x.id = p_id FOR UPDATE;
+        ELSE
+            SELECT * INTO r FROM nodes x WHERE x.namespace = p_ns AND x.id = p_id
+            FOR NO KEY UPDATE;
+        END IF;
+        IF r.id IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'PK001',
                 MESSAGE = format('no node with id %s', p_ref);
         END IF;
@@ -67,10 +74,17 @@ BEGIN
         -- Resolve and lock, then resolve again (a statement, so a snapshot, of its
         -- own): the path must still lead to the row that was locked.
         FOR attempt IN 1..5 LOOP
-            SELECT * INTO r FROM nodes x
-            WHERE x.namespace = p_ns
-              AND x.id = (SELECT (pathkeeper_resolve(p_ns, p_parts)).ids[n + 1])
-            FOR UPDATE;
+            IF p_key THEN
+                SELECT * INTO r FROM nodes x
+                WHERE x.namespace = p_ns
+                  AND x.id = (SELECT (pathkeeper_resolve(p_ns, p_parts)).ids[n + 1])
+                FOR UPDATE;
+            ELSE
+                SELECT * INTO r FROM nodes x
+                WHERE x.namespace = p_ns
+                  AND x.id = (SELECT (pathkeeper_resolve(p_ns, p_parts)).ids[n + 1])
+                FOR NO KEY UPDATE;
+            END IF;
             SELECT * INTO chain FROM pathkeeper_resolve(p_ns, p_parts);
             IF chain.ids IS NULL THEN
                 RAISE EXCEPTION USING ERRCODE = 'PK001',
@@ -116,7 +130,7 @@ DECLARE
     gone uuid[];
     parents uuid[];
 BEGIN
-    SELECT * INTO target FROM pathkeeper_lock(p_ns, p_ref, p_parts, p_id);
+    SELECT * INTO target FROM pathkeeper_lock(p_ns, p_ref, p_parts, p_id, true);
     r := target.node;
     path := target.path;
     IF r.parent_id IS NULL THEN
@@ -163,4 +177,4 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.execute("DROP FUNCTION pathkeeper_delete(text, text, text[], uuid, boolean, bigint)")
-    op.execute("DROP FUNCTION pathkeeper_lock(text, text, text[], uuid)")
+    op.execute("DROP FUNCTION pathkeeper_lock(text, text, text[], uuid, boolean)")
