@@ -130,12 +130,21 @@ _ROW_SQL = {
     for lock in ("", *(f"FOR {m}" for m in LOCK_MODES))
 }
 
-# The writes. Each target row is locked already (or new), so each statement finds it.
+# A create's insert inside a group (its foreign-key check locks the parent's row).
 _INSERT_SQL = driver_sql(
     "INSERT INTO nodes (namespace, id, parent_id, name, kind, content, metadata) "
     "VALUES (:ns, :id, :parent, :name, :kind, :content, CAST(:md AS jsonb)) "
     f"RETURNING {NODE_COLUMNS}"
 )
+
+
+def _target_of(ref: object) -> tuple[list[str] | None, uuid.UUID | None]:
+    """A node reference as the functions take it: a path's names, or a node id."""
+    if paths.is_path_ref(ref):
+        return paths.lookup_path(ref), None
+    return None, parse_id(ref)
+
+
 # A rename, whole, in the server (migrations/versions/*_0004_rename_function.py).
 RENAME_CALL = (
     "pathkeeper_rename(:ns, :ref, CAST(:parts AS text[]), CAST(:id AS uuid), :name, "
@@ -262,9 +271,7 @@ class RenameCall:
         cls, ns: str, ref: object, new_name: object, if_version: int | None
     ) -> RenameCall:
         name = paths.validate_name(new_name)
-        if paths.is_path_ref(ref):
-            return cls(ns, str(ref), paths.lookup_path(ref), None, name, if_version)
-        return cls(ns, str(ref), None, parse_id(ref), name, if_version)
+        return cls(ns, str(ref), *_target_of(ref), name, if_version)
 
     @property
     def params(self) -> dict[str, Any]:
@@ -331,10 +338,7 @@ class MoveCall:
     def of(cls, ns: str, ref: object, dst_path: object, if_version: int | None,
            max_depth: int) -> MoveCall:
         dst, name = paths.parent_and_name(dst_path, max_depth)
-        if paths.is_path_ref(ref):
-            return cls(ns, str(ref), paths.lookup_path(ref), None, dst, name, if_version,
-                       max_depth)
-        return cls(ns, str(ref), None, parse_id(ref), dst, name, if_version, max_depth)
+        return cls(ns, str(ref), *_target_of(ref), dst, name, if_version, max_depth)
 
     @property
     def path(self) -> str:
@@ -396,12 +400,12 @@ class WriteCall:
                    metadata: dict[str, Any] | None, if_version: int | None) -> WriteCall:
         body = check_content(content)
         md = metadata_json(metadata) if metadata is not None else None
-        return cls(ns, str(ref), *_target(ref), body, md, if_version)
+        return cls(ns, str(ref), *_target_of(ref), body, md, if_version)
 
     @classmethod
     def of_metadata(cls, ns: str, ref: object, metadata: dict[str, Any],
                     if_version: int | None) -> WriteCall:
-        return cls(ns, str(ref), *_target(ref), None, metadata_json(metadata), if_version)
+        return cls(ns, str(ref), *_target_of(ref), None, metadata_json(metadata), if_version)
 
     @property
     def sql(self) -> str:
@@ -432,13 +436,6 @@ class WriteCall:
         )
 
 
-def _target(ref: object) -> tuple[list[str] | None, uuid.UUID | None]:
-    """A node reference as the functions take it: a path's names, or a node id."""
-    if paths.is_path_ref(ref):
-        return paths.lookup_path(ref), None
-    return None, parse_id(ref)
-
-
 # A delete, whole, in the server (migrations/versions/*_0007_delete_function.py).
 DELETE_CALL = (
     "pathkeeper_delete(:ns, :ref, CAST(:parts AS text[]), CAST(:id AS uuid), :recursive, "
@@ -462,9 +459,7 @@ class DeleteCall:
 
     @classmethod
     def of(cls, ns: str, ref: object, recursive: bool, if_version: int | None) -> DeleteCall:
-        if paths.is_path_ref(ref):
-            return cls(ns, str(ref), paths.lookup_path(ref), None, bool(recursive), if_version)
-        return cls(ns, str(ref), None, parse_id(ref), bool(recursive), if_version)
+        return cls(ns, str(ref), *_target_of(ref), bool(recursive), if_version)
 
     @property
     def params(self) -> dict[str, Any]:
@@ -577,9 +572,7 @@ class StatCall:
 
     @classmethod
     def of(cls, ns: str, ref: object) -> StatCall:
-        if paths.is_path_ref(ref):
-            return cls(ns, str(ref), paths.lookup_path(ref), None)
-        return cls(ns, str(ref), None, parse_id(ref))
+        return cls(ns, str(ref), *_target_of(ref))
 
     @property
     def sql(self) -> str:
