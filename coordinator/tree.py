@@ -138,11 +138,26 @@ _INSERT_SQL = driver_sql(
 )
 
 
-def _target_of(ref: object) -> tuple[list[str] | None, uuid.UUID | None]:
-    """A node reference as the functions take it: a path's names, or a node id."""
-    if paths.is_path_ref(ref):
-        return paths.lookup_path(ref), None
-    return None, parse_id(ref)
+@dataclass(frozen=True)
+class NodeCall:
+    """The node a server-side call names: by path (``parts``, its names) or by id, as
+    every ``pathkeeper_*`` function that takes a node reference expects it."""
+
+    ns: str
+    ref: str
+    parts: list[str] | None  # the path's names, or None for a node id
+    node_id: uuid.UUID | None
+
+    @staticmethod
+    def target(ns: str, ref: object) -> tuple[str, str, list[str] | None, uuid.UUID | None]:
+        """The four fields above for ``ref`` (checked: a valid path or node id)."""
+        if paths.is_path_ref(ref):
+            return ns, str(ref), paths.lookup_path(ref), None
+        return ns, str(ref), None, parse_id(ref)
+
+    @property
+    def node_params(self) -> dict[str, Any]:
+        return {"ns": self.ns, "ref": self.ref, "parts": self.parts, "id": self.node_id}
 
 
 # A rename, whole, in the server (migrations/versions/*_0004_rename_function.py).
@@ -254,15 +269,11 @@ def node_of(ns: str, row: DbRow, path: str, with_content: bool = True) -> Node:
 
 
 @dataclass(frozen=True)
-class RenameCall:
+class RenameCall(NodeCall):
     """A rename's arguments as ``pathkeeper_rename`` takes them (checked here first: the
     name's rules are Python's), and what its answer means; for ``TreeTx.rename`` and for
     a rename that is a whole transaction (``coordinator.single_statement``)."""
 
-    ns: str
-    ref: str
-    parts: list[str] | None  # the path's names, or None for a node id
-    node_id: uuid.UUID | None
     name: str
     if_version: int | None
 
@@ -271,12 +282,11 @@ class RenameCall:
         cls, ns: str, ref: object, new_name: object, if_version: int | None
     ) -> RenameCall:
         name = paths.validate_name(new_name)
-        return cls(ns, str(ref), *_target_of(ref), name, if_version)
+        return cls(*cls.target(ns, ref), name, if_version)
 
     @property
     def params(self) -> dict[str, Any]:
-        return {"ns": self.ns, "ref": self.ref, "parts": self.parts, "id": self.node_id,
-                "name": self.name, "if_version": self.if_version}
+        return {**self.node_params, "name": self.name, "if_version": self.if_version}
 
     def refused(self, exc: IntegrityError) -> CoordinatorError:
         """The typed error for a unique violation of this rename."""
@@ -320,15 +330,11 @@ _MOVE_SQL = driver_sql(f"SELECT * FROM {MOVE_CALL}", binary=("parts", "dst"))
 
 
 @dataclass(frozen=True)
-class MoveCall:
+class MoveCall(NodeCall):
     """A move's arguments as ``pathkeeper_move`` takes them (the destination path checked
     here first: its rules are Python's), and what its answer means; for ``TreeTx.move``
     and for a move that is a whole transaction (``coordinator.single_statement``)."""
 
-    ns: str
-    ref: str
-    parts: list[str] | None  # the path's names, or None for a node id
-    node_id: uuid.UUID | None
     dst: list[str]  # the destination directory's names
     name: str
     if_version: int | None
@@ -338,7 +344,7 @@ class MoveCall:
     def of(cls, ns: str, ref: object, dst_path: object, if_version: int | None,
            max_depth: int) -> MoveCall:
         dst, name = paths.parent_and_name(dst_path, max_depth)
-        return cls(ns, str(ref), *_target_of(ref), dst, name, if_version, max_depth)
+        return cls(*cls.target(ns, ref), dst, name, if_version, max_depth)
 
     @property
     def path(self) -> str:
@@ -346,9 +352,8 @@ class MoveCall:
 
     @property
     def params(self) -> dict[str, Any]:
-        return {"ns": self.ns, "ref": self.ref, "parts": self.parts, "id": self.node_id,
-                "dst": self.dst, "name": self.name, "if_version": self.if_version,
-                "max_depth": self.max_depth}
+        return {**self.node_params, "dst": self.dst, "name": self.name,
+                "if_version": self.if_version, "max_depth": self.max_depth}
 
     def refused(self, exc: IntegrityError) -> CoordinatorError:
         """The typed error for a constraint's refusal: a name taken after the function's
@@ -380,17 +385,13 @@ _SET_METADATA_SQL = driver_sql(f"SELECT * FROM {SET_METADATA_CALL}", binary=("pa
 
 
 @dataclass(frozen=True)
-class WriteCall:
+class WriteCall(NodeCall):
     """A file's content write (``content`` set; ``metadata`` too if given) or a metadata
     write (``content`` None) as ``pathkeeper_write`` / ``pathkeeper_set_metadata`` take
     them (the content's and the metadata's rules checked here first: they are Python's),
     and what the answer means; for ``TreeTx`` and for a write that is a whole transaction
     (``coordinator.single_statement``)."""
 
-    ns: str
-    ref: str
-    parts: list[str] | None  # the path's names, or None for a node id
-    node_id: uuid.UUID | None
     content: str | None
     metadata: str | None  # JSON; None: unchanged (a content write only)
     if_version: int | None
@@ -400,12 +401,12 @@ class WriteCall:
                    metadata: dict[str, Any] | None, if_version: int | None) -> WriteCall:
         body = check_content(content)
         md = metadata_json(metadata) if metadata is not None else None
-        return cls(ns, str(ref), *_target_of(ref), body, md, if_version)
+        return cls(*cls.target(ns, ref), body, md, if_version)
 
     @classmethod
     def of_metadata(cls, ns: str, ref: object, metadata: dict[str, Any],
                     if_version: int | None) -> WriteCall:
-        return cls(ns, str(ref), *_target_of(ref), None, metadata_json(metadata), if_version)
+        return cls(*cls.target(ns, ref), None, metadata_json(metadata), if_version)
 
     @property
     def sql(self) -> str:
@@ -413,8 +414,7 @@ class WriteCall:
 
     @property
     def params(self) -> dict[str, Any]:
-        params = {"ns": self.ns, "ref": self.ref, "parts": self.parts, "id": self.node_id,
-                  "md": self.metadata, "if_version": self.if_version}
+        params = {**self.node_params, "md": self.metadata, "if_version": self.if_version}
         if self.content is not None:
             params["content"] = self.content
         return params
@@ -445,26 +445,22 @@ _DELETE_SQL = driver_sql(f"SELECT * FROM {DELETE_CALL}", binary=("parts",))
 
 
 @dataclass(frozen=True)
-class DeleteCall:
+class DeleteCall(NodeCall):
     """A delete's arguments as ``pathkeeper_delete`` takes them, and what its answer
     means; for ``TreeTx.delete`` and for a delete that is a whole transaction
     (``coordinator.single_statement``)."""
 
-    ns: str
-    ref: str
-    parts: list[str] | None  # the path's names, or None for a node id
-    node_id: uuid.UUID | None
     recursive: bool
     if_version: int | None
 
     @classmethod
     def of(cls, ns: str, ref: object, recursive: bool, if_version: int | None) -> DeleteCall:
-        return cls(ns, str(ref), *_target_of(ref), bool(recursive), if_version)
+        return cls(*cls.target(ns, ref), bool(recursive), if_version)
 
     @property
     def params(self) -> dict[str, Any]:
-        return {"ns": self.ns, "ref": self.ref, "parts": self.parts, "id": self.node_id,
-                "recursive": self.recursive, "if_version": self.if_version}
+        return {**self.node_params, "recursive": self.recursive,
+                "if_version": self.if_version}
 
     @staticmethod
     def refused(exc: IntegrityError) -> Exception:
@@ -560,19 +556,15 @@ def _created_event(node: Node, row: DbRow) -> Created:
 
 
 @dataclass(frozen=True)
-class StatCall:
+class StatCall(NodeCall):
     """A stat as one statement (``sql`` with ``params``, at most one row) and what its
     answer means; for ``TreeTx.stat`` and for a stat that is a whole transaction
     (``coordinator.single_statement``)."""
 
-    ns: str
-    ref: str
-    parts: list[str] | None  # the path's names, or None for a node id
-    node_id: uuid.UUID | None
 
     @classmethod
     def of(cls, ns: str, ref: object) -> StatCall:
-        return cls(ns, str(ref), *_target_of(ref))
+        return cls(*cls.target(ns, ref))
 
     @property
     def sql(self) -> str:

@@ -59,6 +59,8 @@ def test_renames_in_place_sweep_nothing_and_refresh_nothing(
     coord.rename("s", "/a/d2/e2/g", "g2")
     coord.move("s", "/a/f", "/a/d2/f")  # a file moved to another directory
     events, _ = coord.read_events(after=before)
+    # No scheduled refreshes of its own meanwhile: every one counted is asked for.
+    es.indices.put_settings(index=alias, settings={"index": {"refresh_interval": "-1"}})
     refreshes = external_refreshes(es, alias)
     result = apply_read(applier(coord, es, alias), events)
     assert not result.swept
