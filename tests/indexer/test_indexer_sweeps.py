@@ -53,14 +53,17 @@ def test_renames_in_place_sweep_nothing_and_refresh_nothing(
     coord.create_file("s", "/a/d/e/g", "g")
     coord.create_file("s", "/a/f", "f")
     run_once(database_url, es_url, alias, partitions=1)
+    # No scheduled refreshes from here on, so every one counted is asked for. One may
+    # already be running: turn them off well before the count, and let an explicit
+    # refresh (which waits for a running one) settle it.
+    es.indices.put_settings(index=alias, settings={"index": {"refresh_interval": "-1"}})
     before = last_position(coord)
     coord.rename("s", "/a/d", "d2")
     coord.rename("s", "/a/d2/e", "e2")
     coord.rename("s", "/a/d2/e2/g", "g2")
     coord.move("s", "/a/f", "/a/d2/f")  # a file moved to another directory
     events, _ = coord.read_events(after=before)
-    # No scheduled refreshes of its own meanwhile: every one counted is asked for.
-    es.indices.put_settings(index=alias, settings={"index": {"refresh_interval": "-1"}})
+    es.indices.refresh(index=alias)
     refreshes = external_refreshes(es, alias)
     result = apply_read(applier(coord, es, alias), events)
     assert not result.swept
