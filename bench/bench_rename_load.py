@@ -28,9 +28,11 @@ Measured, in one run, against the same server:
 * **busy**: from the start of the load until every partition's checkpoint passed
   the last event (``wait_indexed``); the index is then compared with PostgreSQL
   document by document (missing / extra / wrong), outside the timing.
-* **file rename lag**: for every file rename during the load, from the moment
-  ``rename`` returned to the moment a realtime multi-get (every ``--poll-ms``) shows the
-  document at a ``seq`` at least the rename's: p50, p99, max. The poller runs in a
+* **file rename lag**: for every ``--poll-sample``-th file rename during the load, from
+  the moment ``rename`` returned to the moment a realtime multi-get (every ``--poll-ms``)
+  shows the document at a ``seq`` at least the rename's: p50, p99, max. The poller
+  watches the document from before the rename is sent, so its observations do not wait
+  for the clients' process to tell it the rename returned. The poller runs in a
   process and a session of its own (``--poller``), and so does the worker
   (``--worker-session``): with the kernel's autogroup scheduling, CPU is shared fairly
   between sessions, and either one left in the clients' session competes with the 4
@@ -162,6 +164,7 @@ class Load:
         self.sample = sample
         self.dir_renames: list[str] = []
         self.file_renames = 0
+        self.file_attempts = 0
         self.errors: dict[str, int] = {}
         self.lock = threading.Lock()
 
@@ -176,12 +179,24 @@ class Load:
                 time.sleep(max(0.0, next_at - time.perf_counter()))
             is_dir = rng.random() < self.dir_share
             node_id = rng.choice(self.dirs if is_dir else self.files)
+            watch = None
+            if not is_dir:
+                with self.lock:
+                    self.file_attempts += 1
+                    if self.file_attempts % self.sample == 0:
+                        # Watched from before the rename: the poller's observations of
+                        # the document do not wait for this (starved) process to tell
+                        # it the rename returned.
+                        watch = self.file_attempts
+                        self.inbox.put(("watch", watch, node_id))
             try:
                 r = self.coord.rename(NS, node_id, f"n{k}-{i}-{rng.randrange(10**6)}")
             except CoordinatorError as exc:  # a lock wait that timed out, say
                 with self.lock:
                     name = type(exc).__name__
                     self.errors[name] = self.errors.get(name, 0) + 1
+                    if watch is not None:
+                        self.inbox.put(("cancel", watch))
                 continue
             done = time.time()  # wall clock: compared with the worker's and the poller's
             assert r.seq is not None
@@ -190,8 +205,8 @@ class Load:
                     self.dir_renames.append(node_id)
                 else:
                     self.file_renames += 1
-                    if self.file_renames % self.sample == 0:
-                        self.inbox.put((node_id, r.seq, done))
+                    if watch is not None:
+                        self.inbox.put(("returned", watch, node_id, r.seq, done))
 
 
 class PipeInbox:
@@ -219,23 +234,40 @@ def get_from(inbox: Any) -> Any:
 
 
 def poll_loop(es_url: str, inbox: Any, outbox: Any, poll: float, ready: Any) -> None:
-    """The lag poller: one realtime multi-get for every file rename not yet seen, every
-    ``poll`` seconds (a realtime get of a document not yet refreshed costs the server an
-    internal refresh). ``inbox`` brings ``(node_id, seq, returned_at)``, then "done"
-    (finish once everything was seen) or "stop"; ``outbox`` gets one
-    ``(seen, round_trips, never_seen)``, each seen rename as ``(node_id, seq,
-    returned_at, multi-get sent, answered, arrived here)``, wall-clock seconds. ``ready``
-    is set once it answers (a spawned process takes seconds to import on a loaded box:
-    renames told to it before would be told late)."""
+    """The lag poller: one realtime multi-get of every watched file, every ``poll``
+    seconds. ``inbox`` brings ``("watch", token, node_id)`` before a sampled rename,
+    then ``("returned", token, node_id, seq, returned_at)`` or ``("cancel", token)``,
+    and at the end "done" (finish once every returned rename was seen) or "stop".
+    A watched document's observations are kept from the watch on, so the time it first
+    showed a ``seq`` at least the rename's does not depend on when the clients' process
+    got round to telling this one that the rename returned (on a saturated box that
+    was up to ~100-450 ms late at p99). ``outbox`` gets one ``(seen, round_trips,
+    never_seen)``, each seen rename as ``(node_id, seq, returned_at, sent, answered,
+    told)``: the multi-get that first showed it sent and answered, and when this
+    process learned the rename returned; wall-clock seconds. ``ready`` is set once it
+    answers (a spawned process takes seconds to import on a loaded box)."""
     if multiprocessing.parent_process() is not None:
         os.setsid()  # a session of its own: see ``WorkerProcess(own_session=True)``
     es = Elasticsearch(es_url, request_timeout=600)
     es.cluster.health()
     ready.set()
-    pending: dict[tuple[str, int], tuple[float, float]] = {}
+    watched: dict[int, str] = {}  # token -> node id
+    # token -> each new seq the document showed: (seq, multi-get sent, answered)
+    shown: dict[int, list[tuple[int, float, float]]] = {}
+    returned: dict[int, tuple[str, int, float, float]] = {}  # token -> rename, told at
     seen: list[tuple[str, int, float, float, float, float]] = []
     trips: list[float] = []
     finishing = False
+
+    def settle(token: int) -> None:
+        node_id, seq, done, told = returned[token]
+        for got_seq, sent, answered in shown.get(token, []):
+            if got_seq >= seq:
+                seen.append((node_id, seq, done, sent, answered, told))
+                del returned[token], watched[token]
+                shown.pop(token, None)
+                return
+
     while True:
         while True:
             try:
@@ -243,26 +275,38 @@ def poll_loop(es_url: str, inbox: Any, outbox: Any, poll: float, ready: Any) -> 
             except queue.Empty:
                 break
             if item == "stop":
-                outbox.put((seen, trips, len(pending)))
+                outbox.put((seen, trips, len(returned)))
                 return
             if item == "done":
                 finishing = True
+            elif item[0] == "watch":
+                watched[item[1]] = item[2]
+            elif item[0] == "cancel":
+                watched.pop(item[1], None)
+                shown.pop(item[1], None)
             else:
-                pending[(item[0], item[1])] = (item[2], time.time())
-        if finishing and not pending:
+                _, token, node_id, seq, done = item
+                returned[token] = (node_id, seq, done, time.time())
+                settle(token)
+        if finishing and not returned:
             outbox.put((seen, trips, 0))
             return
-        if pending:
-            wanted = list(pending.items())
+        if watched:
+            wanted = list(watched.items())
             sent = time.time()
             got = es.mget(index=ALIAS, realtime=True, source_includes=["seq"],
-                          docs=[{"_id": i, "routing": NS} for (i, _), _ in wanted])
+                          docs=[{"_id": i, "routing": NS} for _, i in wanted])
             now = time.time()
             trips.append(now - sent)
-            for ((node_id, seq), (done, arrived)), doc in zip(wanted, got["docs"], strict=True):
-                if doc.get("found") and int(doc["_source"]["seq"]) >= seq:
-                    del pending[(node_id, seq)]
-                    seen.append((node_id, seq, done, sent, now, arrived))
+            for (token, _), doc in zip(wanted, got["docs"], strict=True):
+                if not doc.get("found"):
+                    continue
+                seq = int(doc["_source"]["seq"])
+                history = shown.setdefault(token, [])
+                if not history or seq > history[-1][0]:
+                    history.append((seq, sent, now))
+                if token in returned:
+                    settle(token)
         time.sleep(poll)
 
 
@@ -538,9 +582,9 @@ def main() -> None:
                         item = inbox.get_nowait()
                     except queue.Empty:
                         break
-                    if isinstance(item, tuple):  # not seen: placed by the worker's stamps
-                        nan = float("nan")
-                        seen.append((item[0], item[1], item[2], nan, nan, nan))
+                    if isinstance(item, tuple) and item[0] == "returned":
+                        nan = float("nan")  # not seen: placed by the worker's stamps
+                        seen.append((item[2], item[3], item[4], nan, nan, nan))
             else:
                 try:
                     seen, round_trips, never_seen = outbox.get(timeout=60)
