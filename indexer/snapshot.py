@@ -28,7 +28,10 @@ from coordinator.subtree import subtree_cte
 from coordinator.tree import node_of
 
 # Each start node walks up to the root; the path is its names joined root first.
-# The root's name is '' so the join yields '/a/b' (and '' for the root itself).
+# The root's name is '' so the join yields '/a/b' (and '' for the root itself). The
+# final join names the ids again: with only the CTE to go by, a namespace whose
+# statistics predate its growth (a tree just built or imported) got a hash join over
+# every node of the namespace, 2-5 ms for a handful of ids instead of 0.3 ms.
 _NODES_WITH_PATHS = text(
     """
     WITH RECURSIVE up(start, id, parent_id, name, depth) AS (
@@ -43,6 +46,7 @@ _NODES_WITH_PATHS = text(
     )
     SELECT n.id, n.parent_id, n.name, n.kind, n.version, n.content, n.metadata, paths.path
       FROM paths JOIN nodes n ON n.namespace = :ns AND n.id = paths.start
+                             AND n.id = ANY(CAST(:ids AS uuid[]))
     """
 )
 
