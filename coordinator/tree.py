@@ -263,8 +263,10 @@ def node_of(ns: str, row: DbRow, path: str, with_content: bool = True) -> Node:
         path=path,
         content=row.content if with_content else None,
         metadata=dict(row.metadata or {}),
-        created_at=getattr(row, "created_at", None),
-        updated_at=getattr(row, "updated_at", None),
+        # Asked of the row's keys, not with getattr's default: a missing attribute costs
+        # the row an exception built and caught, twice per node of a subtree walk.
+        created_at=row.created_at if "created_at" in row._fields else None,
+        updated_at=row.updated_at if "updated_at" in row._fields else None,
     )
 
 
