@@ -139,7 +139,7 @@ class NodeLanePriority:
     """Lets the node lane's small batches go before the subtree lane's bulk requests.
 
     Both lanes share the process (the GIL), the PostgreSQL pool and the search server's
-    write threads; a 1,000-document bulk request in flight makes a 20-document one
+    write threads; a subtree lane's bulk request in flight makes a 20-document one
     wait. So the node lane counts its requests in flight, and the subtree lane,
     between two of its bulk requests, waits while any is (at most ``cap`` seconds,
     so a steady stream of small batches cannot starve it: the node lane's reads,
