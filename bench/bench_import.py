@@ -128,7 +128,7 @@ def floor_rows(rows: list[tuple[object, ...]]
             node = parents[node]
         return "/" + "/".join(reversed(names))
 
-    events = []
+    events: list[tuple[object, ...]] = []
     for i, (_, node_id, parent, name, kind, content, _meta) in enumerate(rows):
         payload = {"id": str(node_id), "parent_id": str(parent), "name": name, "kind": kind,
                    "path": path_of(node_id), "content": content, "metadata": {},

@@ -531,6 +531,10 @@ def main() -> None:
                 "the worker did not index the tree"
             before = worker_totals(log_path)
             poll_args = (args.poll_ms / 1000,)
+            # A pipe and multiprocessing's queue and event, or their threading kinds.
+            inbox: Any
+            outbox: Any
+            ready: Any
             if args.poller == "process":
                 ctx = multiprocessing.get_context("spawn")
                 inbox, outbox, ready = PipeInbox(ctx), ctx.Queue(), ctx.Event()

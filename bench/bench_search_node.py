@@ -52,7 +52,7 @@ def group_rss_mb(pgid: int) -> float:
 def heap_mb(url: str) -> float:
     with urllib.request.urlopen(url + "/_nodes/stats/jvm", timeout=10) as resp:
         nodes = json.load(resp)["nodes"]
-    return sum(n["jvm"]["mem"]["heap_used_in_bytes"] for n in nodes.values()) / 2**20
+    return float(sum(n["jvm"]["mem"]["heap_used_in_bytes"] for n in nodes.values())) / 2**20
 
 
 def measure(server: LocalServer) -> tuple[float, float, float | None]:
