@@ -71,7 +71,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -342,9 +343,10 @@ class Applier:
         with self.engine.connect() as raw:
             conn = raw.execution_options(isolation_level="REPEATABLE READ")
             with conn.begin():
-                stats = self._send(
-                    self._subtree_actions(conn, work, check, size, pause), chunk_size=size
-                )
+                # Closed here, whatever ends the sending, while the connection is open:
+                # it closes the subtree's server-side cursor.
+                with closing(self._subtree_actions(conn, work, check, size, pause)) as actions:
+                    stats = self._send(actions, chunk_size=size)
                 t1 = t2 = time.monotonic()
                 sweeps = self._sweeps(conn, work)
                 if sweeps:
@@ -414,24 +416,24 @@ class Applier:
     def _subtree_actions(
         self, conn: Connection, work: SubtreeWork, check: Callable[[], None], chunk: int,
         pause: Callable[[], None],
-    ) -> Iterator[dict[str, Any]]:
+    ) -> Generator[dict[str, Any], None, None]:
         sent = 0
         for ns, w in work.namespaces.items():
             if not w.moves:
                 continue
             tops = fetch_nodes(conn, ns, sorted(w.moves))  # gone ones: covered by sweeps
             for top in _outermost(tops.values()):
-                stream = stream_subtree_versions(
+                with closing(stream_subtree_versions(
                     conn, top, w.moves[top.id], w.moves, self.stream_chunk
-                )
-                for i, (node, version) in enumerate(stream):
-                    if i % self.stream_chunk == 0:
-                        check()
-                    if w.written.get(node.id, 0) < version and is_indexed(node):
-                        if sent % chunk == 0:
-                            pause()  # between two bulk requests of this pass
-                        sent += 1
-                        yield index_action(self.alias, node, version)
+                )) as stream:
+                    for i, (node, version) in enumerate(stream):
+                        if i % self.stream_chunk == 0:
+                            check()
+                        if w.written.get(node.id, 0) < version and is_indexed(node):
+                            if sent % chunk == 0:
+                                pause()  # between two bulk requests of this pass
+                            sent += 1
+                            yield index_action(self.alias, node, version)
 
     def _sweep_actions(
         self, conn: Connection, sweeps: dict[str, dict[str, int]], version: int,

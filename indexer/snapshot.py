@@ -8,7 +8,7 @@ document of a batch comes from one consistent state of the tree.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Row, text
@@ -53,13 +53,11 @@ _NODES_WITH_PATHS = text(
 _COLUMNS = ("id", "parent_id", "name", "kind", "version", "content", "metadata")
 _FROM_TOP = "namespace = :ns AND id = :id"
 
-_SUBTREE = text(subtree_cte(_COLUMNS, _FROM_TOP) + "SELECT * FROM sub")
-
-
-# The same walk, carrying each node's write version: the highest position among the
-# moves (of the batch being applied) of the directories on its way down from the top,
-# i.e. the position of the last move that changed its path. Order-independent: the
-# version travels with the row, whatever order the server emits rows in.
+# The subtree of the node :id, each row carrying its write version: the highest
+# position among the moves (of the batch being applied) of the directories on its way
+# down from the top, i.e. the position of the last move that changed its path.
+# Order-independent: the version travels with the row, whatever order the server
+# emits rows in.
 _SUBTREE_VERSIONS = text(
     subtree_cte(
         _COLUMNS,
@@ -125,26 +123,15 @@ def fetch_nodes(conn: Connection, ns: str, ids: Sequence[str]) -> dict[str, Node
     return {str(r.id): _node(ns, r) for r in rows}
 
 
-def stream_subtree(conn: Connection, top: Node, chunk: int = 1000) -> Iterator[Node]:
-    """Every node under ``top`` (``top`` included), in no particular order, streamed
-    from a server-side cursor ``chunk`` rows at a time: memory stays bounded whatever
-    the size of the subtree."""
-    rows = conn.execution_options(stream_results=True, yield_per=chunk).execute(
-        _SUBTREE, {"ns": top.namespace, "id": uuid.UUID(top.id), "path": top.path}
-    )
-    try:
-        for r in rows:
-            yield _node(top.namespace, r)
-    finally:
-        rows.close()
-
-
 def stream_subtree_versions(
     conn: Connection, top: Node, top_version: int, moves: dict[str, int], chunk: int = 1000
-) -> Iterator[tuple[Node, int]]:
-    """Like ``stream_subtree``, with each node's write version: the largest of
-    ``top_version`` and ``moves[d]`` over the directories ``d`` from the top down to
-    the node (itself included)."""
+) -> Generator[tuple[Node, int], None, None]:
+    """Every node under ``top`` (``top`` included), in no particular order, with its
+    write version: the largest of ``top_version`` and ``moves[d]`` over the directories
+    ``d`` from the top down to the node (itself included). Streamed from a server-side
+    cursor ``chunk`` rows at a time, so memory stays bounded whatever the subtree's
+    size. A caller that may stop early closes it (``closing``) while ``conn`` is open:
+    left to the garbage collector, the cursor may be collected first, still open."""
     ids = [uuid.UUID(i) for i in moves]
     rows = conn.execution_options(stream_results=True, yield_per=chunk).execute(
         _SUBTREE_VERSIONS,
