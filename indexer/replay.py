@@ -181,12 +181,15 @@ def scan_events(
         # Per statement: Connection.execution_options() would change the connection.
         execution_options={"stream_results": True, "yield_per": batch},
     )
-    for r in rows:
-        yield Event(
-            position=int(r.position), namespace=r.namespace, type=r.type,
-            node_id=None if r.node_id is None else str(r.node_id), payload=r.payload,
-            committed_at=r.committed_at,
-        )
+    try:
+        for r in rows:
+            yield Event(
+                position=int(r.position), namespace=r.namespace, type=r.type,
+                node_id=None if r.node_id is None else str(r.node_id), payload=r.payload,
+                committed_at=r.committed_at,
+            )
+    finally:  # a caller that stops early (closes this) closes the server-side cursor
+        rows.close()
 
 
 def current_bound(engine: Engine, wait: float | None = None) -> int:
@@ -272,13 +275,16 @@ def walk_nodes(conn: Connection, namespace: str, order_by_id: bool = False) -> I
     rows = conn.execute(
         text(sql), {"ns": namespace}, execution_options={"stream_results": True, "yield_per": 2000}
     )
-    for r in rows:
-        yield Node(
-            id=str(r.id), namespace=namespace,
-            parent_id=None if r.parent_id is None else str(r.parent_id), name=r.name,
-            kind=r.kind, version=int(r.version), path=r.path, content=r.content,
-            metadata=dict(r.metadata or {}),
-        )
+    try:
+        for r in rows:
+            yield Node(
+                id=str(r.id), namespace=namespace,
+                parent_id=None if r.parent_id is None else str(r.parent_id), name=r.name,
+                kind=r.kind, version=int(r.version), path=r.path, content=r.content,
+                metadata=dict(r.metadata or {}),
+            )
+    finally:  # a caller that stops early (closes this) closes the server-side cursor
+        rows.close()
 
 
 def snapshot_nodes(engine: Engine, namespaces: Sequence[str] | None) -> Iterator[Node]:
