@@ -9,13 +9,13 @@ as a unique violation that means "run again", compares ``sqlstate`` with these n
 from __future__ import annotations
 
 import select
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 from psycopg.rows import namedtuple_row
-from sqlalchemy import Connection, Engine, TextClause, create_engine, event, text
+from sqlalchemy import Connection, Engine, Row, TextClause, create_engine, event, text
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
@@ -140,6 +140,24 @@ def set_statement_timeout(engine: Engine, seconds: float) -> None:
         with dbapi_conn.cursor() as cur:
             cur.execute(f"SET statement_timeout = {ms}")
         dbapi_conn.commit()
+
+
+def streamed(
+    conn: Connection, statement: TextClause, params: Mapping[str, Any], chunk: int
+) -> Generator[Row[Any], None, None]:
+    """The rows of ``statement`` from a server-side cursor, ``chunk`` at a time, so
+    memory stays bounded whatever their number. Finishing or closing the generator
+    closes the cursor: a caller that may stop early closes it (``contextlib.closing``)
+    while ``conn`` is open, since left to the garbage collector the cursor may be
+    collected first, still open."""
+    # Per statement: Connection.execution_options() would change the connection.
+    rows = conn.execute(
+        statement, dict(params), execution_options={"stream_results": True, "yield_per": chunk}
+    )
+    try:
+        yield from rows
+    finally:
+        rows.close()
 
 
 _DIALECT = PGDialect_psycopg()  # type: ignore[no-untyped-call]

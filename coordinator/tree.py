@@ -44,7 +44,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.exc import IntegrityError
 
 from . import paths
-from .db import FOREIGN_KEY_VIOLATION, Driver, driver_sql, sqlstate, translate
+from .db import FOREIGN_KEY_VIOLATION, Driver, driver_sql, sqlstate, streamed, translate
 from .errors import (
     AlreadyExists,
     Conflict,
@@ -671,18 +671,9 @@ class TreeTx:
     def walk(self, ref: object = "/", batch: int = 1000) -> Iterator[Node]:
         """Every node of the subtree with its path, depth first, streamed from one snapshot."""
         top = self.stat(ref)
-        rows = self.conn.execute(
-            text(WALK_SQL),
-            {"ns": self.ns, "id": uuid.UUID(top.id), "path": top.path},
-            # Per statement: Connection.execution_options() would change the connection.
-            execution_options={"stream_results": True, "yield_per": batch},
-        )
-        try:
-            for r in rows:
-                yield self._node(r, r.path)
-        finally:
-            # A caller that stops early must not leave the server-side cursor open.
-            rows.close()
+        params = {"ns": self.ns, "id": uuid.UUID(top.id), "path": top.path}
+        for r in streamed(self.conn, text(WALK_SQL), params, batch):
+            yield self._node(r, r.path)
 
     # ------------------------------------------------------------- locking
 

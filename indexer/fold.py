@@ -27,6 +27,7 @@ from typing import Any, Protocol, assert_never
 from sqlalchemy import Connection, Engine, text
 
 from coordinator import Event, Node
+from coordinator.db import streamed
 from coordinator.errors import InvalidEvent
 from coordinator.events import (
     Created,
@@ -38,6 +39,7 @@ from coordinator.events import (
     NodeEvent,
     Written,
 )
+from coordinator.tree import node_of
 
 #: Above this many nodes a namespace is folded in PostgreSQL instead of a dict
 #: (a node in memory costs roughly 300 bytes plus its content).
@@ -388,22 +390,12 @@ class SpilledTree:
         self.flush()
         # The caller may idle between fetches (loading Elasticsearch): not a hung client.
         self.conn.execute(text("SET LOCAL idle_in_transaction_session_timeout = 0"))
-        rows = self.conn.execute(
-            text(sql), {"ns": self.namespace, "root": self.root_id},
-            execution_options={"stream_results": True, "yield_per": 2000},
-        )
+        params = {"ns": self.namespace, "root": self.root_id}
         try:
-            for r in rows:
-                yield Node(
-                    id=str(r.id), namespace=self.namespace,
-                    parent_id=None if r.parent_id is None else str(r.parent_id), name=r.name,
-                    kind=r.kind, version=int(r.version), path=r.path, content=r.content,
-                    metadata=dict(r.metadata or {}),
-                )
+            for r in streamed(self.conn, text(sql), params, 2000):
+                yield node_of(self.namespace, r, r.path)
         finally:
-            # A read-only transaction: nothing to keep.
-            rows.close()
-            self.conn.rollback()
+            self.conn.rollback()  # a read-only transaction: nothing to keep
 
     def nodes(self) -> Iterator[Node]:
         return self._stream(WALK_SQL)

@@ -62,9 +62,11 @@ from elasticsearch import Elasticsearch, helpers
 from sqlalchemy import Connection, Engine, text
 
 from coordinator import Coordinator, Event, Node
+from coordinator.db import streamed
 from coordinator.eventlog import BoundTimeout, Writer, wait_for_bound
 from coordinator.indexing import consumer_for
 from coordinator.subtree import subtree_cte
+from coordinator.tree import node_of
 
 from . import checkpoints, contract, elasticsearch_index, setfold
 from .applier import Applier
@@ -172,24 +174,16 @@ def scan_events(
     if namespaces is not None:
         where += " AND namespace = ANY(:nss)"
         params["nss"] = list(namespaces)
-    rows = conn.execute(
-        text(
-            "SELECT position, namespace, type, node_id, payload, committed_at FROM events "
-            f"WHERE {where} ORDER BY position"
-        ),
-        params,
-        # Per statement: Connection.execution_options() would change the connection.
-        execution_options={"stream_results": True, "yield_per": batch},
+    sql = text(
+        "SELECT position, namespace, type, node_id, payload, committed_at FROM events "
+        f"WHERE {where} ORDER BY position"
     )
-    try:
-        for r in rows:
-            yield Event(
-                position=int(r.position), namespace=r.namespace, type=r.type,
-                node_id=None if r.node_id is None else str(r.node_id), payload=r.payload,
-                committed_at=r.committed_at,
-            )
-    finally:  # a caller that stops early (closes this) closes the server-side cursor
-        rows.close()
+    for r in streamed(conn, sql, params, batch):
+        yield Event(
+            position=int(r.position), namespace=r.namespace, type=r.type,
+            node_id=None if r.node_id is None else str(r.node_id), payload=r.payload,
+            committed_at=r.committed_at,
+        )
 
 
 def current_bound(engine: Engine, wait: float | None = None) -> int:
@@ -272,19 +266,8 @@ def walk_nodes(conn: Connection, namespace: str, order_by_id: bool = False) -> I
     """Every node of ``namespace`` (root included) with its path, streamed from the
     connection's current transaction; sorted by id when asked."""
     sql = SNAPSHOT_WALK + "SELECT * FROM sub" + (" ORDER BY id" if order_by_id else "")
-    rows = conn.execute(
-        text(sql), {"ns": namespace}, execution_options={"stream_results": True, "yield_per": 2000}
-    )
-    try:
-        for r in rows:
-            yield Node(
-                id=str(r.id), namespace=namespace,
-                parent_id=None if r.parent_id is None else str(r.parent_id), name=r.name,
-                kind=r.kind, version=int(r.version), path=r.path, content=r.content,
-                metadata=dict(r.metadata or {}),
-            )
-    finally:  # a caller that stops early (closes this) closes the server-side cursor
-        rows.close()
+    for r in streamed(conn, text(sql), {"ns": namespace}, 2000):
+        yield node_of(namespace, r, r.path)
 
 
 def snapshot_nodes(engine: Engine, namespaces: Sequence[str] | None) -> Iterator[Node]:

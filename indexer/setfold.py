@@ -63,6 +63,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, text
 
 from coordinator import Node
+from coordinator.db import streamed
 from coordinator.events import (
     EVENT_TYPES,
     UNVERSIONED,
@@ -75,6 +76,7 @@ from coordinator.events import (
     NamespaceDropped,
     Written,
 )
+from coordinator.tree import node_of
 
 from .fold import Anomalies
 
@@ -457,20 +459,10 @@ class SetFold:
         )
         # The caller may idle between fetches (loading Elasticsearch): not a hung client.
         conn.execute(text("SET LOCAL idle_in_transaction_session_timeout = 0"))
-        rows = conn.execute(
-            text(sql), {"ns": namespace},
-            execution_options={"stream_results": True, "yield_per": STREAM_CHUNK},
-        )
         try:
-            for r in rows:
-                yield Node(
-                    id=str(r.id), namespace=namespace,
-                    parent_id=None if r.parent_id is None else str(r.parent_id),
-                    name=r.name, kind=r.kind, version=int(r.version), path=r.path,
-                    content=r.content, metadata=dict(r.metadata or {}),
-                )
+            for r in streamed(conn, text(sql), {"ns": namespace}, STREAM_CHUNK):
+                yield node_of(namespace, r, r.path)
         finally:
-            rows.close()
             conn.rollback()  # read only: nothing to keep, and no snapshot held after
 
     # ------------------------------------------------------------------ life

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, text
 
 from coordinator import Node
+from coordinator.db import streamed
 from coordinator.events import (
     UNVERSIONED,
     VERSION_KEY,
@@ -128,18 +129,10 @@ def stream_subtree_versions(
 ) -> Generator[tuple[Node, int], None, None]:
     """Every node under ``top`` (``top`` included), in no particular order, with its
     write version: the largest of ``top_version`` and ``moves[d]`` over the directories
-    ``d`` from the top down to the node (itself included). Streamed from a server-side
-    cursor ``chunk`` rows at a time, so memory stays bounded whatever the subtree's
-    size. A caller that may stop early closes it (``closing``) while ``conn`` is open:
-    left to the garbage collector, the cursor may be collected first, still open."""
+    ``d`` from the top down to the node (itself included). Streamed ``chunk`` rows at a
+    time (``coordinator.db.streamed``: a caller that may stop early closes it)."""
     ids = [uuid.UUID(i) for i in moves]
-    rows = conn.execution_options(stream_results=True, yield_per=chunk).execute(
-        _SUBTREE_VERSIONS,
-        {"ns": top.namespace, "id": uuid.UUID(top.id), "path": top.path,
-         "top_version": top_version, "move_ids": ids, "move_pos": list(moves.values())},
-    )
-    try:
-        for r in rows:
-            yield _node(top.namespace, r), int(r.write_version)
-    finally:
-        rows.close()
+    params = {"ns": top.namespace, "id": uuid.UUID(top.id), "path": top.path,
+              "top_version": top_version, "move_ids": ids, "move_pos": list(moves.values())}
+    for r in streamed(conn, _SUBTREE_VERSIONS, params, chunk):
+        yield _node(top.namespace, r), int(r.write_version)
