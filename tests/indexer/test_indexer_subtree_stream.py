@@ -2,7 +2,7 @@
 a real search server. When the sending fails half-way (the search server went away,
 say), the stream must be closed before the pass gives up, while its connection is
 still open: left to the garbage collector, the cursor could be collected first, still
-open (a ResourceWarning that CI once reported against an unrelated test)."""
+open (a ResourceWarning, raised in whichever test the collector happens to run)."""
 
 from __future__ import annotations
 
