@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import Depends, Header, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
 
 from coordinator import paths
 from coordinator.api import Coordinator
@@ -164,17 +165,34 @@ async def current_principal(
     settings: SettingsDep,
     authenticator: Annotated[Authenticator, Depends(get_authenticator)],
 ) -> Principal:
-    """The caller, from its API key (401 without a valid one). A key seen in the last
-    few seconds is answered on the event loop; only a lookup goes to a thread."""
+    """The caller, from its API key (401 without a valid one)."""
+    header = None if creds is None else f"{creds.scheme} {creds.credentials}"
+    return await principal_of(header, settings, authenticator)
+
+
+def bearer_of(authorization: str | None) -> str | None:
+    """``Authorization`` as ``BEARER`` reads it ("<scheme> <credentials>"), or None when
+    ``BEARER`` finds no bearer credentials in it: its rule, without building its model."""
+    scheme, credentials = get_authorization_scheme_param(authorization)
+    if not (authorization and scheme and credentials) or scheme.lower() != "bearer":
+        return None
+    return f"{scheme} {credentials}"
+
+
+async def principal_of(
+    bearer: str | None, settings: ServiceSettings, authenticator: Authenticator
+) -> Principal:
+    """The caller of a request with bearer credentials ``bearer`` (see ``bearer_of``). A
+    key seen in the last few seconds is answered on the event loop; only a lookup goes
+    to a thread."""
     if not settings.auth:
         return NO_AUTH
-    if creds is None:
+    if bearer is None:
         raise service_errors.unauthorized()
-    header = f"{creds.scheme} {creds.credentials}"
-    cached = authenticator.cached(header)
+    cached = authenticator.cached(bearer)
     if cached is not None:
         return cached
-    return await in_thread(authenticator.authenticate, header)
+    return await in_thread(authenticator.authenticate, bearer)
 
 
 Who = Annotated[Principal, Depends(current_principal)]

@@ -88,6 +88,15 @@ def coordinator_response(
     return JSONResponse(body(exc.code, str(exc), **extra), status, headers=headers)
 
 
+def pool_timeout_response(exc: PoolTimeout, retry_after: int) -> JSONResponse:
+    """No database connection came free in time: the service is overloaded, retry."""
+    return JSONResponse(
+        body("unavailable", f"no database connection available in time: {exc}"),
+        503,
+        headers={"Retry-After": str(retry_after)},
+    )
+
+
 def install(app: Any, retry_after: int) -> None:
     """Register the exception handlers that give every error the one JSON shape."""
 
@@ -103,11 +112,8 @@ def install(app: Any, retry_after: int) -> None:
         return JSONResponse(body(exc.code, exc.message), exc.status, headers=headers or None)
 
     async def on_pool_timeout(_: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse(
-            body("unavailable", f"no database connection available in time: {exc}"),
-            503,
-            headers={"Retry-After": str(retry_after)},
-        )
+        assert isinstance(exc, PoolTimeout)
+        return pool_timeout_response(exc, retry_after)
 
     async def on_validation(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)

@@ -14,6 +14,7 @@ Imports neither FastAPI nor pydantic: the client needs only the table.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 from coordinator.commands import (
@@ -51,17 +52,17 @@ class CommandRoute:
     #: 201 Created when the change made something (``seq`` not null), else 200.
     creates: bool = False
 
-    @property
+    @functools.cached_property
     def by_node(self) -> bool:
         """Whether the URL names the node (the command has a ``ref``)."""
         return REF in self.fields
 
-    @property
+    @functools.cached_property
     def fields(self) -> tuple[str, ...]:
         """The command's fields as the caller gives them (``op`` left out)."""
         return tuple(f.name for f in dataclasses.fields(self.command) if f.name != "op")
 
-    @property
+    @functools.cached_property
     def body(self) -> tuple[str, ...]:
         """The fields of the JSON body: neither in the URL nor in the query."""
         return tuple(f for f in self.fields if f != REF and f not in self.query)

@@ -13,13 +13,12 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 from pydantic import BaseModel
 
-from coordinator import commands
 from coordinator.api import Coordinator
-from coordinator.tree import MutationResult
 from pathkeeper.http.auth import Principal
+from pathkeeper.http.command_calls import CALLS
 from pathkeeper.http.deps import (
     CoordDep,
     IdempotencyHeader,
@@ -29,65 +28,43 @@ from pathkeeper.http.deps import (
     Ref,
     SettingsDep,
     Writer,
-    checked_path,
-    parse_if_match,
 )
 from pathkeeper.http.idempotency import replayable_response, request_hash, run_idempotent
-from pathkeeper.http.operations import COMMAND_ROUTES, NAMESPACE_URL, REF, CommandRoute
+from pathkeeper.http.operations import COMMAND_ROUTES, NAMESPACE_URL, CommandRoute
 from pathkeeper.http.routes.nodes import add_node_route
-from pathkeeper.http.schemas import BODY_OF, MutationOut, command_fields
+from pathkeeper.http.schemas import MutationOut, command_fields
 from pathkeeper.http.settings import ServiceSettings
 from pathkeeper.http.threads import blocking
 
 router = APIRouter()
 
 
-def command_endpoint(route: CommandRoute) -> Callable[..., Awaitable[JSONResponse]]:
+def command_endpoint(route: CommandRoute) -> Callable[..., Awaitable[Response]]:
     """The handler of ``route``'s command; its signature (what FastAPI reads, validates
     and documents) is built from the route (``_signature``)."""
-    body_model = BODY_OF[route.command]
-    # Full paths in the body are held to the service's own path limit, as the URL's are.
-    path_fields = [
-        name for name, (hint, _) in command_fields(route.command, route.body).items()
-        if hint == commands.Path
-    ]
+    call = CALLS[route]
 
     def endpoint(
         *, request: Request, ns: str, who: Principal, coord: Coordinator,
         settings: ServiceSettings, ref: NodeRef | None = None, body: BaseModel | None = None,
         idempotency_key: str | None = None, if_match: str | None = None, **query: Any,
-    ) -> JSONResponse:
-        values = dict(query)
-        if body is not None:
-            values.update((name, getattr(body, name)) for name in route.body)
-        for name in path_fields:
-            values[name] = checked_path(values[name], settings)
-        if ref is not None:
-            values[REF] = ref.checked(settings)
-        if "if_version" in values:
-            values["if_version"] = parse_if_match(if_match, values["if_version"])
-        command = route.command(**values)
-
-        def answer(result: MutationResult) -> tuple[int, dict[str, Any]]:
-            status = 201 if route.creates and result.seq is not None else 200
-            return status, MutationOut.of(result).model_dump(mode="json")
-
+    ) -> Response:
+        command = call.command(settings, ref=ref, body=body, if_match=if_match, query=query)
         if idempotency_key is None:
             # Nothing to record with the change: the command alone, as the Python API runs
             # it (a lone rename is one statement).
-            status, out = answer(coord.execute(ns, command))
-            return JSONResponse(out, status)
+            return call.response(coord.execute(ns, command))
         payload = None if body is None else body.model_dump(mode="json")
         digest = request_hash(
             request.method, request.url.path, dict(request.query_params), if_match, payload
         )
         outcome = run_idempotent(
             coord, ns, idempotency_key, who.key_id, digest, settings.idempotency_ttl_seconds,
-            lambda uow: command.apply(uow.tree), answer,
+            lambda uow: command.apply(uow.tree), call.answer,
         )
         return replayable_response(outcome)
 
-    endpoint.__signature__ = _signature(route, body_model)  # type: ignore[attr-defined]
+    endpoint.__signature__ = _signature(route, call.body_model)  # type: ignore[attr-defined]
     return blocking(endpoint)
 
 
@@ -108,7 +85,7 @@ def _signature(route: CommandRoute, body_model: type[BaseModel] | None) -> inspe
     params.append(param("idempotency_key", IdempotencyHeader, None))
     if route.by_node:  # a compare-and-swap on the node the URL names
         params.append(param("if_match", IfMatchHeader, None))
-    return inspect.Signature(params, return_annotation=JSONResponse)
+    return inspect.Signature(params, return_annotation=Response)
 
 
 for _route in COMMAND_ROUTES:

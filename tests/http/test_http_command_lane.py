@@ -1,0 +1,217 @@
+"""The command lane (``pathkeeper.http.command_lane``) against FastAPI's own command
+routes, on the real app and PostgreSQL.
+
+The lane answers a command request only when FastAPI would accept every part of it;
+everything else must reach FastAPI untouched. Two proofs: with FastAPI's command routes
+removed, the common case is still served (so the lane, not FastAPI, served it) while
+what the lane must pass on is not; and the same requests, good and bad, answered by the
+app with the lane and by the app without it, get the same status and body.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from http_support import Keys, ok
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message=".*httpx2", category=UserWarning)
+    from fastapi.testclient import TestClient
+
+from coordinator import Coordinator
+from coordinator.api_keys import create_key
+from pathkeeper.http.app import create_app
+from pathkeeper.http.command_lane import CommandLane
+from pathkeeper.http.routes import commands
+from pathkeeper.http.settings import ServiceSettings
+
+
+def _without_lane(app: FastAPI) -> FastAPI:
+    app.user_middleware = [m for m in app.user_middleware if m.cls is not CommandLane]
+    return app
+
+
+def _without_command_routes(app: FastAPI) -> FastAPI:
+    """``app`` without FastAPI's command routes (the router of ``routes.commands``)."""
+    kept = [r for r in app.router.routes if getattr(r, "original_router", r) is not commands.router]
+    assert len(kept) == len(app.router.routes) - 1
+    app.router.routes = kept
+    return app
+
+
+def _no_route(resp: Any) -> bool:
+    """Whether FastAPI's router answered: no route for this URL (or not this method)."""
+    return (resp.status_code, resp.json()["error"]["message"]) in (
+        (404, "Not Found"), (405, "Method Not Allowed"))
+
+
+@pytest.fixture
+def open_app(settings: ServiceSettings) -> Iterator[Callable[[FastAPI], TestClient]]:
+    opened: list[TestClient] = []
+
+    def start(app: FastAPI) -> TestClient:
+        client = TestClient(app, raise_server_exceptions=False)
+        client.__enter__()
+        opened.append(client)
+        return client
+
+    yield start
+    for client in opened:
+        client.__exit__(None, None, None)
+
+
+def test_the_lane_serves_commands_and_passes_the_rest_on(
+    settings: ServiceSettings, open_app: Callable[[FastAPI], TestClient], keys: Keys,
+    coord: Coordinator,
+) -> None:
+    client = open_app(_without_command_routes(create_app(settings)))
+    h = Keys.h(keys.a_write)
+    a = "/v1/namespaces/a"
+    ok(client.post(f"{a}/dirs", json={"path": "/d"}, headers=h), 201)
+    f = ok(client.post(f"{a}/files", json={"path": "/d/f", "content": "x"}, headers=h), 201)
+    fid = f["node"]["id"]
+    ok(client.put(f"{a}/node/content", params={"path": "/d/f"}, json={"content": "y"},
+                  headers={**h, "If-Match": '"1"'}))
+    ok(client.put(f"{a}/nodes/{fid}/metadata", json={"metadata": {"k": 1}}, headers=h))
+    ok(client.post(f"{a}/node/rename", params={"path": "/d"}, json={"name": "e"}, headers=h))
+    ok(client.post(f"{a}/nodes/{fid}/move", json={"dst": "/g"}, headers=h))
+    node = coord.get("a", fid)
+    assert (node.path, node.content, node.metadata, node.version) == ("/g", "y", {"k": 1}, 4)
+    assert coord.stat("a", "/e").kind == "dir"
+
+    # Passed on, to FastAPI, which here has no such route: nothing happens.
+    passed_on = [
+        client.post(f"{a}/node/rename", params={"path": "/e"}, json={"name": "z"},
+                    headers={**h, "Idempotency-Key": "k1"}),
+        client.post(f"{a}/node/rename", params={"path": "/e"}, content=b'{"name": "z"',
+                    headers={**h, "Content-Type": "application/json"}),
+        client.post(f"{a}/node/rename", params={"path": "/e"}, json={"name": "z"},
+                    headers=Keys.h(keys.a_read)),
+        client.post(f"{a}/node/rename", params={"path": "/e"}, json={"name": "z"}),
+        client.delete(f"{a}/node", params={"path": "/e"}, headers=h),
+    ]
+    assert all(_no_route(r) for r in passed_on), [r.text for r in passed_on]
+    assert [n.name for n in coord.listdir("a", "/")] == ["e", "g"]
+
+
+# (method, URL after the namespace, body or raw bytes, extra headers, which key).
+Case = tuple[str, str, Any, dict[str, str], str]
+CASES: list[Case] = [
+    ("POST", "/dirs", {"path": "/d"}, {}, "write"),
+    ("POST", "/dirs", {"path": "/d"}, {}, "write"),  # exists
+    ("POST", "/dirs", {"path": "/p/q", "parents": True}, {}, "write"),
+    ("POST", "/dirs", {"path": "/x/y"}, {}, "write"),  # no parent
+    ("POST", "/dirs", {"path": "relative"}, {}, "write"),
+    ("POST", "/dirs", {"path": "/" + "n" * 5000}, {}, "write"),
+    ("POST", "/dirs", {"path": "/d2", "extra": 1}, {}, "write"),
+    ("POST", "/dirs", {"path": 5}, {}, "write"),
+    ("POST", "/dirs", b"[1, 2]", {"Content-Type": "application/json"}, "write"),
+    ("POST", "/dirs", b'{"path": "/d3"}', {"Content-Type": "text/plain"}, "write"),
+    ("POST", "/dirs", b'{"path": "/d3"}', {}, "write"),
+    ("POST", "/dirs", b'{"path": "/d4"}', {"Content-Type": "application/json; charset=utf-8"},
+     "write"),
+    ("POST", "/files", {"path": "/d/f", "content": "hi", "metadata": {"k": [1]}}, {}, "write"),
+    ("POST", "/files", {"path": "/d/f/g"}, {}, "write"),  # under a file
+    ("POST", "/files", {"path": "/d/f"}, {}, "write"),  # exists
+    ("PUT", "/node/content?path=/d/f", {"content": "v2"}, {"If-Match": '"1"'}, "write"),
+    ("PUT", "/node/content?path=/d/f", {"content": "v3"}, {"If-Match": '"1"'}, "write"),
+    ("PUT", "/node/content?path=/d/f", {"content": "v3"}, {"If-Match": "soon"}, "write"),
+    ("PUT", "/node/content?path=/d/f", {"content": "v3", "if_version": 2},
+     {"If-Match": '"3"'}, "write"),
+    ("PUT", "/node/content?path=/d", {"content": "v3"}, {}, "write"),  # a directory
+    ("PUT", "/node/content", {"content": "v3"}, {}, "write"),  # no path
+    ("PUT", "/node/content?path=", {"content": "v3"}, {}, "write"),
+    ("PUT", "/node/metadata?path=/d", {"metadata": {"a": 1}}, {}, "write"),
+    ("PUT", "/node/metadata?path=/d", {"metadata": None}, {}, "write"),
+    ("POST", "/node/rename?path=/d", {"name": "e"}, {}, "write"),
+    ("POST", "/node/rename?path=/e", {"name": "a/b"}, {}, "write"),
+    ("POST", "/node/rename?path=/e", {"name": "p"}, {}, "write"),  # taken
+    ("POST", "/node/rename?path=/nowhere", {"name": "q"}, {}, "write"),
+    ("POST", "/node/rename?path=/e", {"name": "q"}, {}, "read"),
+    ("POST", "/node/rename?path=/e", {"name": "q"}, {}, "other"),
+    ("POST", "/node/rename?path=/e", {"name": "q"}, {}, "none"),
+    ("POST", "/node/rename?path=/e", {"name": "q"}, {"Authorization": "Bearer pk_nope"}, ""),
+    ("POST", "/node/rename?path=/e", {"name": "q"}, {"Authorization": "Bearer"}, ""),
+    ("POST", "/node/rename?path=/e", {"name": "q"}, {}, "basic"),
+    ("POST", "/node/rename?path=/e", {"name": "q"}, {}, "spaced"),
+    ("POST", "/node/rename?path=/q", {"name": "e"}, {}, "lower"),
+    ("POST", "/node/rename/?path=/e", {"name": "q"}, {}, "write"),
+    ("POST", "/node/move?path=/q", {"dst": "/q/inside"}, {}, "write"),
+    ("POST", "/node/move?path=/q/f", {"dst": "/p/f"}, {}, "write"),
+    ("POST", "/nodes/no-such-id/rename", {"name": "q"}, {}, "write"),
+    ("POST", "/nodes/" + "i" * 65 + "/rename", {"name": "q"}, {}, "write"),
+    ("POST", "/node/rename?path=/p", {"name": "pp"}, {"Idempotency-Key": "once"}, "write"),
+    ("POST", "/node/rename?path=/p", {"name": "pp"}, {"Idempotency-Key": "once"}, "write"),
+    ("POST", "/node/rename?path=/pp", {"name": "ppp"}, {"Idempotency-Key": "once"}, "write"),
+    ("POST", "/node/rename?path=/e&path=/pp", {"name": "r"}, {}, "write"),
+    ("DELETE", "/node?path=/r&recursive=true", None, {}, "write"),
+]
+
+
+#: Other ways of sending the write key.
+AUTHORIZATION = {"basic": "Basic {}", "spaced": "Bearer    {}  ", "lower": "bearer {}"}
+
+
+def _normalised(resp: Any, ns: str) -> tuple[int, Any]:
+    body = resp.json()
+    if "node" in body:  # ids, seqs and times differ between the namespaces
+        node = body["node"]
+        return resp.status_code, (node["path"], node["kind"], node.get("content"),
+                                  node.get("metadata"), body["version"], body["seq"] is None)
+    if "error" in body:
+        body["error"]["message"] = body["error"]["message"].replace(repr(ns), "NS")
+    return resp.status_code, body
+
+
+def test_with_and_without_the_lane_the_same_answers(
+    settings: ServiceSettings, open_app: Callable[[FastAPI], TestClient], keys: Keys,
+    coord: Coordinator,
+) -> None:
+    with_lane = open_app(create_app(settings))
+    without = open_app(_without_lane(create_app(settings)))
+    keys_of = {
+        "a": {"write": keys.a_write, "read": keys.a_read, "other": keys.b_write},
+        "b": {"write": keys.b_write, "read": create_key(coord.engine, ["b"], "read")[1],
+              "other": keys.a_write},
+    }
+    statuses = []
+    for method, url, body, headers, key in CASES:
+        answers = []
+        for client, ns in ((with_lane, "a"), (without, "b")):
+            all_headers = dict(headers)
+            if key in keys_of[ns]:
+                all_headers["Authorization"] = f"Bearer {keys_of[ns][key]}"
+            elif key in AUTHORIZATION:
+                all_headers["Authorization"] = AUTHORIZATION[key].format(keys_of[ns]["write"])
+            raw = isinstance(body, bytes)
+            resp = client.request(
+                method, f"/v1/namespaces/{ns}{url}", headers=all_headers,
+                content=body if raw else None, json=None if raw else body,
+            )
+            answers.append(_normalised(resp, ns))
+        assert answers[0] == answers[1], (method, url, body, headers, key)
+        statuses.append(answers[0][0])
+    # The cases reach every kind of answer, so neither app answered them all alike.
+    assert {200, 201, 400, 401, 403, 404, 409, 422} <= set(statuses)
+    # Both trees went through the same changes.
+    assert ([(n.path, n.version) for n in coord.walk("a", "/")]
+            == [(n.path, n.version) for n in coord.walk("b", "/")])
+
+
+def test_lane_under_auth_off_and_overrides(
+    settings: ServiceSettings, open_app: Callable[[FastAPI], TestClient], coord: Coordinator,
+) -> None:
+    coord.create_namespace("a")
+    no_auth = open_app(_without_command_routes(create_app(replace(settings, auth=False))))
+    ok(no_auth.post("/v1/namespaces/a/dirs", json={"path": "/d"}), 201)
+    # With a dependency overridden (tests swap the app's parts), FastAPI serves.
+    app = _without_command_routes(create_app(replace(settings, auth=False)))
+    app.dependency_overrides[object] = object
+    overridden = open_app(app)
+    assert _no_route(overridden.post("/v1/namespaces/a/dirs", json={"path": "/e"}))
+    assert [n.name for n in coord.listdir("a", "/")] == ["d"]
