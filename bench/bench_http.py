@@ -2,13 +2,14 @@
 ``pathkeeper serve`` process, side by side with the same operations through the
 in-process ``Coordinator``, in the same run and on the same database.
 
-    python bench/bench_http.py [--database-url URL] [--clients 16] [--seconds 5]
+    python bench/bench_http.py [--database-url URL] [--clients 16] [--seconds 5] [--bare]
 
 Without ``--database-url`` a throwaway PostgreSQL cluster is started. In-process
 clients are threads of this process sharing one ``Coordinator``; HTTP clients are
 keep-alive connections of one lean asyncio process (``http_load.py``). On a small
 machine both compete with the server and PostgreSQL for the same cores: read the
-ratio, not the absolute numbers.
+ratio, not the absolute numbers. ``--bare`` adds the ceiling for renames: the same
+rename behind a bare ASGI app (``bare_rename_app.py``), with as many workers.
 """
 
 from __future__ import annotations
@@ -98,13 +99,20 @@ def free_port() -> int:
         return port
 
 
-def start_server(database_url: str, port: int, workers: int = 1) -> subprocess.Popen[bytes]:
+def start_server(database_url: str, port: int, workers: int = 1,
+                 bare: bool = False) -> subprocess.Popen[bytes]:
+    """``pathkeeper serve`` (or, ``bare``, ``bare_rename_app``) on ``port``, started."""
     env = {**os.environ, "PATHKEEPER_DATABASE_URL": database_url}
+    if bare:
+        command = [sys.executable, "-m", "uvicorn", "bare_rename_app:app",
+                   "--app-dir", os.path.dirname(os.path.abspath(__file__)),
+                   "--no-access-log", "--log-level", "warning"]
+    else:
+        command = [os.path.join(os.path.dirname(sys.executable), "pathkeeper"), "serve",
+                   "--log-level", "warning",
+                   "--max-inflight", "256", "--max-inflight-per-key", "256"]
     proc = subprocess.Popen(
-        [os.path.join(os.path.dirname(sys.executable), "pathkeeper"), "serve",
-         "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
-         "--max-inflight", "256", "--max-inflight-per-key", "256",
-         "--workers", str(workers)],
+        [*command, "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 30
@@ -126,6 +134,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--workers", default="1,2",
                         help="server processes to measure, comma-separated (serve --workers)")
+    parser.add_argument("--bare", action="store_true",
+                        help="also serve the renames from bare_rename_app.py (the ceiling)")
     args = parser.parse_args()
     worker_counts = [int(w) for w in args.workers.split(",") if w]
     with ExitStack() as stack:
@@ -191,13 +201,17 @@ def main() -> int:
             c = run_clients(f"{name} in-process", args.clients, args.seconds, in_process)
             put_back()
             row = [c]
-            for workers in worker_counts:
+            servers = [(w, False) for w in worker_counts]
+            if args.bare and name == "rename":
+                servers += [(w, True) for w in worker_counts]
+            for workers, bare in servers:
                 port = free_port()
-                server = start_server(url, port, workers)
+                server = start_server(url, port, workers, bare)
                 try:
-                    over_http("warmup", port, 1.0, http_stat)
-                    row.append(over_http(f"{name} http, {workers} worker(s)", port,
-                                         args.seconds, via_http))
+                    over_http("warmup", port, 1.0, http_stat if not bare else via_http)
+                    put_back()
+                    label = f"{name} {'bare ASGI' if bare else 'http'}, {workers} worker(s)"
+                    row.append(over_http(label, port, args.seconds, via_http))
                     put_back()
                 finally:
                     server.send_signal(signal.SIGTERM)
