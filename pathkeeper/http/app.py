@@ -25,7 +25,7 @@ from coordinator.idempotency import purge
 from coordinator.listener import NotifyHub
 from pathkeeper.http import errors as service_errors
 from pathkeeper.http.auth import Authenticator
-from pathkeeper.http.command_lane import CommandLane
+from pathkeeper.http.lane import Lane
 from pathkeeper.http.limits import LimitsMiddleware
 from pathkeeper.http.routes import ROUTERS
 from pathkeeper.http.schemas import ErrorOut
@@ -58,7 +58,7 @@ def create_app(
     )
     service_errors.install(app, settings.retry_after_seconds)
     # Added first, so it runs inside the limits: a command is admitted like any request.
-    app.add_middleware(CommandLane)
+    app.add_middleware(Lane)
     app.add_middleware(
         LimitsMiddleware,
         max_body_bytes=settings.max_body_bytes,

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from coordinator.api import Coordinator
 from pathkeeper.http.auth import Principal
-from pathkeeper.http.command_calls import CALLS
+from pathkeeper.http.calls import CALLS
 from pathkeeper.http.deps import (
     CoordDep,
     IdempotencyHeader,

@@ -12,8 +12,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fastapi import APIRouter, Depends
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 
+from pathkeeper.http.calls import STAT
 from pathkeeper.http.cursors import InvalidCursor, decode_name_cursor, encode_name_cursor
 from pathkeeper.http.deps import (
     READ,
@@ -58,12 +59,8 @@ def add_node_route(
 
 
 @blocking
-def stat(ns: NsParam, ref: Ref, coord: CoordDep, settings: SettingsDep) -> JSONResponse:
-    target = ref.checked(settings)
-    node = coord.stat(ns, target) if ref.is_path else coord.get(ns, target)
-    return JSONResponse(
-        NodeOut.of(node).model_dump(mode="json"), headers={"ETag": f'"{node.version}"'}
-    )
+def stat(ns: NsParam, ref: Ref, coord: CoordDep, settings: SettingsDep) -> Response:
+    return STAT.response(coord, ns, ref, ref.checked(settings))
 
 
 @blocking

@@ -1,21 +1,22 @@
-"""The command routes' common case, served without FastAPI's request machinery.
+"""The hot routes' common case (a command, a node's read), served without FastAPI's
+request machinery.
 
 A rename over HTTP spent about 0.9 ms of server CPU per request on this project's
 2-vCPU machines (``bench/bench_http.py``, 2 workers), of which the coordinator's own
 part is about 0.2 ms: the rest was routing, dependency solving and parameter
-validation, paid for every change. This ASGI middleware, inside the app's limits,
-recognises a command request by its URL, parses its few parts itself and runs the
-route's ``CommandCall`` (the same one the FastAPI handler runs).
+validation, paid for every request. This ASGI middleware, inside the app's limits,
+recognises a hot request by its URL, parses its few parts itself and runs the route's
+call (``calls``: the same one the FastAPI handler runs).
 
 It answers only a request whose every part FastAPI would accept as it is: a command
-route without query fields, by path or by id; namespace, path, node id and ``If-Match``
-within the schema's limits; an API key allowed to write on the namespace; an
-``application/json`` body that the route's model accepts; no ``Idempotency-Key``; no
-dependency overrides. Everything else, including every refusal before the command
-runs, goes on to FastAPI untouched (the body replayed), so FastAPI stays the
-definition of what a request means and of each error it gets. What the lane answers
-itself is the command's outcome: its result, or its coordinator error in the one JSON
-shape (``errors``).
+route without query fields, or a node's read, by path or by id; namespace, path, node id
+and ``If-Match`` within the schema's limits; an API key with the route's scope on the
+namespace; an ``application/json`` body that the route's model accepts; no
+``Idempotency-Key``; no dependency overrides. Everything else, including every refusal
+before the work runs, goes on to FastAPI untouched (the body replayed), so FastAPI stays
+the definition of what a request means and of each error it gets. What the lane answers
+itself is the work's outcome: its result, or its coordinator error in the one JSON shape
+(``errors``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from coordinator import errors as ce
 from coordinator.api import Coordinator
 from pathkeeper.http.auth import Authenticator
-from pathkeeper.http.command_calls import CALLS, CommandCall
+from pathkeeper.http.calls import CALLS, STAT, CommandCall, StatCall
 from pathkeeper.http.deps import (
     IfMatchHeader,
     NodeIdParam,
@@ -71,22 +72,28 @@ class Decline(Exception):
     """The lane does not answer this request: FastAPI will."""
 
 
-class CommandLane:
+Call = CommandCall | StatCall
+
+
+class Lane:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
         # The URL after ``/v1/namespaces/{ns}/``: "node/rename", "dirs", ...; by id, the
         # part after the id. Routes with query fields are FastAPI's alone.
-        self._by_path: dict[tuple[str, str], CommandCall] = {}
-        self._by_id: dict[tuple[str, str], CommandCall] = {}
-        self._plain: dict[tuple[str, str], CommandCall] = {}
+        self._by_path: dict[tuple[str, str], Call] = {}
+        self._by_id: dict[tuple[str, str], Call] = {}
+        self._plain: dict[tuple[str, str], Call] = {}
         for route, call in CALLS.items():
-            if route.query:
-                continue
-            if route.by_node:
-                self._by_path[route.method, f"{NODE_BY_PATH}{route.suffix}"[1:]] = call
-                self._by_id[route.method, route.suffix[1:]] = call
-            else:
-                self._plain[route.method, route.suffix[1:]] = call
+            if not route.query:
+                self._add(route.method, route.suffix, call)
+        self._add("GET", "", STAT)
+
+    def _add(self, method: str, suffix: str, call: Call) -> None:
+        if call.by_node:
+            self._by_path[method, f"{NODE_BY_PATH}{suffix}"[1:]] = call
+            self._by_id[method, suffix[1:]] = call
+        else:
+            self._plain[method, suffix[1:]] = call
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith(PREFIX):
@@ -106,7 +113,7 @@ class CommandLane:
             return
         await response(scope, receive, send)
 
-    def _match(self, scope: Scope) -> tuple[str, CommandCall, str | None] | None:
+    def _match(self, scope: Scope) -> tuple[str, Call, str | None] | None:
         """(namespace, call, node id) of a command URL; None for any other URL."""
         ns, _, tail = scope["path"][len(PREFIX):].partition("/")
         method = scope["method"]
@@ -118,7 +125,7 @@ class CommandLane:
         call = self._by_id.get((method, suffix)) if head == NODES else None
         return None if call is None else (ns, call, node_id)
 
-    async def _serve(self, scope: Scope, body: bytes, ns: str, call: CommandCall,
+    async def _serve(self, scope: Scope, body: bytes, ns: str, call: Call,
                      node_id: str | None) -> Response:
         _within(ns, NS_LENGTH)
         app = scope["app"]
@@ -127,29 +134,29 @@ class CommandLane:
         if b"idempotency-key" in headers:
             raise Decline  # recorded with the change: FastAPI's handler does that
         ref = self._ref(call, scope, node_id)
-        if_match = headers.get(b"if-match") if call.route.by_node else None
+        if_match = headers.get(b"if-match") if call.takes_if_match else None
         if if_match is not None:
             _within(if_match, IF_MATCH_LENGTH)
         authenticator: Authenticator = app.state.authenticator
         bearer = bearer_of(headers.get(b"authorization"))
-        try:
-            who = await principal_of(bearer, settings, authenticator)
-            who.require(ns, "write")
-            model = _body(call.body_model, headers.get(b"content-type"), body)
-            command = call.command(settings, ref=ref, body=model, if_match=if_match, query={})
-        except Exception as exc:  # every refusal is FastAPI's to give
-            raise Decline from exc
         coord: Coordinator = app.state.coordinator
         try:
-            return await in_thread(lambda: call.response(coord.execute(ns, command)))
+            who = await principal_of(bearer, settings, authenticator)
+            who.require(ns, call.scope)
+            model = _body(call.body_model, headers.get(b"content-type"), body)
+            work = call.prepare(coord, settings, ns, ref=ref, body=model, if_match=if_match)
+        except Exception as exc:  # every refusal is FastAPI's to give
+            raise Decline from exc
+        try:
+            return await in_thread(work)
         except ce.CoordinatorError as exc:
             return coordinator_response(exc, settings.retry_after_seconds)
         except PoolTimeout as exc:
             return pool_timeout_response(exc, settings.retry_after_seconds)
 
     @staticmethod
-    def _ref(call: CommandCall, scope: Scope, node_id: str | None) -> NodeRef | None:
-        if not call.route.by_node:
+    def _ref(call: Call, scope: Scope, node_id: str | None) -> NodeRef | None:
+        if not call.by_node:
             return None
         if node_id is not None:
             return NodeRef(_within(node_id, NODE_ID_LENGTH), False)

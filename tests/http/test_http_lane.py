@@ -1,11 +1,11 @@
-"""The command lane (``pathkeeper.http.command_lane``) against FastAPI's own command
-routes, on the real app and PostgreSQL.
+"""The lane (``pathkeeper.http.lane``) against FastAPI's own routes for commands and
+node reads, on the real app and PostgreSQL.
 
-The lane answers a command request only when FastAPI would accept every part of it;
-everything else must reach FastAPI untouched. Two proofs: with FastAPI's command routes
+The lane answers a request only when FastAPI would accept every part of it; everything
+else must reach FastAPI untouched. Two proofs: with FastAPI's command and node routes
 removed, the common case is still served (so the lane, not FastAPI, served it) while
 what the lane must pass on is not; and the same requests, good and bad, answered by the
-app with the lane and by the app without it, get the same status and body.
+app with the lane and by the app without it, get the same status, body and ETag.
 """
 
 from __future__ import annotations
@@ -26,20 +26,22 @@ with warnings.catch_warnings():
 from coordinator import Coordinator
 from coordinator.api_keys import create_key
 from pathkeeper.http.app import create_app
-from pathkeeper.http.command_lane import CommandLane
-from pathkeeper.http.routes import commands
+from pathkeeper.http.lane import Lane
+from pathkeeper.http.routes import commands, nodes
 from pathkeeper.http.settings import ServiceSettings
 
 
 def _without_lane(app: FastAPI) -> FastAPI:
-    app.user_middleware = [m for m in app.user_middleware if m.cls is not CommandLane]
+    app.user_middleware = [m for m in app.user_middleware if m.cls is not Lane]
     return app
 
 
-def _without_command_routes(app: FastAPI) -> FastAPI:
-    """``app`` without FastAPI's command routes (the router of ``routes.commands``)."""
-    kept = [r for r in app.router.routes if getattr(r, "original_router", r) is not commands.router]
-    assert len(kept) == len(app.router.routes) - 1
+def _without_lane_routes(app: FastAPI) -> FastAPI:
+    """``app`` without FastAPI's routes for what the lane serves: the routers of
+    ``routes.commands`` and ``routes.nodes`` (a node's read, and its children)."""
+    gone = (commands.router, nodes.router)
+    kept = [r for r in app.router.routes if getattr(r, "original_router", r) not in gone]
+    assert len(kept) == len(app.router.routes) - 2
     app.router.routes = kept
     return app
 
@@ -65,11 +67,11 @@ def open_app(settings: ServiceSettings) -> Iterator[Callable[[FastAPI], TestClie
         client.__exit__(None, None, None)
 
 
-def test_the_lane_serves_commands_and_passes_the_rest_on(
+def test_the_lane_serves_commands_and_reads_and_passes_the_rest_on(
     settings: ServiceSettings, open_app: Callable[[FastAPI], TestClient], keys: Keys,
     coord: Coordinator,
 ) -> None:
-    client = open_app(_without_command_routes(create_app(settings)))
+    client = open_app(_without_lane_routes(create_app(settings)))
     h = Keys.h(keys.a_write)
     a = "/v1/namespaces/a"
     ok(client.post(f"{a}/dirs", json={"path": "/d"}, headers=h), 201)
@@ -83,6 +85,10 @@ def test_the_lane_serves_commands_and_passes_the_rest_on(
     node = coord.get("a", fid)
     assert (node.path, node.content, node.metadata, node.version) == ("/g", "y", {"k": 1}, 4)
     assert coord.stat("a", "/e").kind == "dir"
+    by_path = client.get(f"{a}/node", params={"path": "/g"}, headers=Keys.h(keys.a_read))
+    by_id = client.get(f"{a}/nodes/{fid}", headers=Keys.h(keys.a_read))
+    for read in (by_path, by_id):
+        assert ok(read)["content"] == "y" and read.headers["ETag"] == '"4"'
 
     # Passed on, to FastAPI, which here has no such route: nothing happens.
     passed_on = [
@@ -94,6 +100,8 @@ def test_the_lane_serves_commands_and_passes_the_rest_on(
                     headers=Keys.h(keys.a_read)),
         client.post(f"{a}/node/rename", params={"path": "/e"}, json={"name": "z"}),
         client.delete(f"{a}/node", params={"path": "/e"}, headers=h),
+        client.get(f"{a}/node", params={"path": "/e"}),
+        client.get(f"{a}/nodes/{fid}/children", headers=h),
     ]
     assert all(_no_route(r) for r in passed_on), [r.text for r in passed_on]
     assert [n.name for n in coord.listdir("a", "/")] == ["e", "g"]
@@ -150,6 +158,17 @@ CASES: list[Case] = [
     ("POST", "/node/rename?path=/pp", {"name": "ppp"}, {"Idempotency-Key": "once"}, "write"),
     ("POST", "/node/rename?path=/e&path=/pp", {"name": "r"}, {}, "write"),
     ("DELETE", "/node?path=/r&recursive=true", None, {}, "write"),
+    ("GET", "/node?path=/q", None, {}, "read"),
+    ("GET", "/node?path=/q", None, {"If-Match": "x" * 100}, "write"),
+    ("GET", "/node?path=/q/f&path=/q", None, {}, "read"),
+    ("GET", "/node?path=/q/nowhere", None, {}, "read"),
+    ("GET", "/node?path=q", None, {}, "read"),
+    ("GET", "/node?path=/" + "n" * 5000, None, {}, "read"),
+    ("GET", "/node", None, {}, "read"),
+    ("GET", "/node?path=/q", None, {}, "other"),
+    ("GET", "/node?path=/q", None, {}, "none"),
+    ("GET", "/nodes/no-such-id", None, {}, "read"),
+    ("GET", "/nodes/" + "i" * 65, None, {}, "read"),
 ]
 
 
@@ -163,6 +182,9 @@ def _normalised(resp: Any, ns: str) -> tuple[int, Any]:
         node = body["node"]
         return resp.status_code, (node["path"], node["kind"], node.get("content"),
                                   node.get("metadata"), body["version"], body["seq"] is None)
+    if "path" in body:  # a node read
+        return resp.status_code, (body["path"], body["kind"], body.get("content"),
+                                  body.get("metadata"), body["version"], resp.headers["ETag"])
     if "error" in body:
         body["error"]["message"] = body["error"]["message"].replace(repr(ns), "NS")
     return resp.status_code, body
@@ -207,10 +229,10 @@ def test_lane_under_auth_off_and_overrides(
     settings: ServiceSettings, open_app: Callable[[FastAPI], TestClient], coord: Coordinator,
 ) -> None:
     coord.create_namespace("a")
-    no_auth = open_app(_without_command_routes(create_app(replace(settings, auth=False))))
+    no_auth = open_app(_without_lane_routes(create_app(replace(settings, auth=False))))
     ok(no_auth.post("/v1/namespaces/a/dirs", json={"path": "/d"}), 201)
     # With a dependency overridden (tests swap the app's parts), FastAPI serves.
-    app = _without_command_routes(create_app(replace(settings, auth=False)))
+    app = _without_lane_routes(create_app(replace(settings, auth=False)))
     app.dependency_overrides[object] = object
     overridden = open_app(app)
     assert _no_route(overridden.post("/v1/namespaces/a/dirs", json={"path": "/e"}))
