@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from fastapi import FastAPI
 from http_support import Keys, LiveServer
 
 with warnings.catch_warnings():
@@ -30,22 +31,31 @@ def settings(database_url: str) -> ServiceSettings:
 
 
 @pytest.fixture
-def make_client(
-    settings: ServiceSettings,
-) -> Iterator[Callable[..., TestClient]]:
-    """Build an app with setting overrides and return a TestClient (lifespan running)."""
+def open_app() -> Iterator[Callable[[FastAPI], TestClient]]:
+    """Return a TestClient (lifespan running) on an app, closed at the end of the test."""
     opened: list[TestClient] = []
 
-    def make(**overrides: Any) -> TestClient:
-        client = TestClient(create_app(replace(settings, **overrides)),
-                            raise_server_exceptions=False)
+    def start(app: FastAPI) -> TestClient:
+        client = TestClient(app, raise_server_exceptions=False)
         client.__enter__()
         opened.append(client)
         return client
 
-    yield make
+    yield start
     for client in opened:
         client.__exit__(None, None, None)
+
+
+@pytest.fixture
+def make_client(
+    settings: ServiceSettings, open_app: Callable[[FastAPI], TestClient]
+) -> Callable[..., TestClient]:
+    """Build an app with setting overrides and return a TestClient (lifespan running)."""
+
+    def make(**overrides: Any) -> TestClient:
+        return open_app(create_app(replace(settings, **overrides)))
+
+    return make
 
 
 @pytest.fixture

@@ -11,11 +11,10 @@ app with the lane and by the app without it, get the same status, body and ETag.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-import pytest
 from fastapi import FastAPI
 from http_support import Keys, ok
 
@@ -50,21 +49,6 @@ def _no_route(resp: Any) -> bool:
     """Whether FastAPI's router answered: no route for this URL (or not this method)."""
     return (resp.status_code, resp.json()["error"]["message"]) in (
         (404, "Not Found"), (405, "Method Not Allowed"))
-
-
-@pytest.fixture
-def open_app(settings: ServiceSettings) -> Iterator[Callable[[FastAPI], TestClient]]:
-    opened: list[TestClient] = []
-
-    def start(app: FastAPI) -> TestClient:
-        client = TestClient(app, raise_server_exceptions=False)
-        client.__enter__()
-        opened.append(client)
-        return client
-
-    yield start
-    for client in opened:
-        client.__exit__(None, None, None)
 
 
 def test_the_lane_serves_commands_and_reads_and_passes_the_rest_on(
