@@ -11,7 +11,7 @@ lane declines), the blocking part returned as a function for a thread.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -23,7 +23,7 @@ from coordinator.api import Coordinator
 from coordinator.tree import MutationResult, Node
 from pathkeeper.http.deps import NodeRef, checked_path, parse_if_match
 from pathkeeper.http.operations import COMMAND_ROUTES, REF, CommandRoute
-from pathkeeper.http.schemas import BODY_OF, MutationOut, NodeOut, command_fields
+from pathkeeper.http.schemas import BODY_OF, QUERY_OF, MutationOut, NodeOut, command_fields
 from pathkeeper.http.settings import ServiceSettings
 
 #: The JSON media type of every answer here.
@@ -39,6 +39,8 @@ class CommandCall:
     route: CommandRoute
     #: The JSON body's model (None: everything is in the URL).
     body_model: type[BaseModel] | None
+    #: The query fields' model (None: the route has none).
+    query_model: type[BaseModel] | None
     #: Full paths in the body, held to the service's own path limit as the URL's are.
     path_fields: tuple[str, ...]
     scope: Literal["write"] = "write"
@@ -46,7 +48,7 @@ class CommandCall:
     @classmethod
     def of(cls, route: CommandRoute) -> CommandCall:
         fields = command_fields(route.command, route.body)
-        return cls(route, BODY_OF[route.command],
+        return cls(route, BODY_OF[route.command], QUERY_OF[route.command],
                    tuple(name for name, (hint, _) in fields.items() if hint == commands.Path))
 
     @property
@@ -89,9 +91,16 @@ class CommandCall:
         return 201 if self.route.creates and result.seq is not None else 200
 
     def prepare(self, coord: Coordinator, settings: ServiceSettings, ns: str, *,
-                ref: NodeRef | None, body: BaseModel | None, if_match: str | None) -> Work:
-        """The command run alone (no ``Idempotency-Key``), as its FastAPI handler runs it."""
-        command = self.command(settings, ref=ref, body=body, if_match=if_match, query={})
+                ref: NodeRef | None, body: BaseModel | None, if_match: str | None,
+                query: Mapping[str, str]) -> Work:
+        """The command run alone (no ``Idempotency-Key``), as its FastAPI handler runs it;
+        ``query``: the query string's parameters, the last value of each."""
+        values: dict[str, Any] = {}
+        if self.query_model is not None:
+            given = {name: query[name] for name in self.route.query if name in query}
+            model = self.query_model.model_validate(given)
+            values = {name: getattr(model, name) for name in self.route.query}
+        command = self.command(settings, ref=ref, body=body, if_match=if_match, query=values)
         return lambda: self.response(coord.execute(ns, command))
 
 
@@ -112,7 +121,8 @@ class StatCall:
                         headers={"ETag": f'"{node.version}"'})
 
     def prepare(self, coord: Coordinator, settings: ServiceSettings, ns: str, *,
-                ref: NodeRef | None, body: BaseModel | None, if_match: str | None) -> Work:
+                ref: NodeRef | None, body: BaseModel | None, if_match: str | None,
+                query: Mapping[str, str]) -> Work:
         assert ref is not None  # by_node
         target = ref.checked(settings)
         return lambda: self.response(coord, ns, ref, target)

@@ -8,11 +8,11 @@ validation, paid for every request. This ASGI middleware, inside the app's limit
 recognises a hot request by its URL, parses its few parts itself and runs the route's
 call (``calls``: the same one the FastAPI handler runs).
 
-It answers only a request whose every part FastAPI would accept as it is: a command
-route without query fields, or a node's read, by path or by id; namespace, path, node id
-and ``If-Match`` within the schema's limits; an API key with the route's scope on the
-namespace; an ``application/json`` body that the route's model accepts; no
-``Idempotency-Key``; no dependency overrides. Everything else, including every refusal
+It answers only a request whose every part FastAPI would accept as it is: a command or
+a node's read, by path or by id; namespace, path, node id and ``If-Match`` within the
+schema's limits; query fields and an ``application/json`` body that the route's models
+accept; an API key with the route's scope on the namespace; no ``Idempotency-Key``; no
+dependency overrides. Everything else, including every refusal
 before the work runs, goes on to FastAPI untouched (the body replayed), so FastAPI stays
 the definition of what a request means and of each error it gets. What the lane answers
 itself is the work's outcome: its result, or its coordinator error in the one JSON shape
@@ -79,13 +79,12 @@ class Lane:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
         # The URL after ``/v1/namespaces/{ns}/``: "node/rename", "dirs", ...; by id, the
-        # part after the id. Routes with query fields are FastAPI's alone.
+        # part after the id.
         self._by_path: dict[tuple[str, str], Call] = {}
         self._by_id: dict[tuple[str, str], Call] = {}
         self._plain: dict[tuple[str, str], Call] = {}
         for route, call in CALLS.items():
-            if not route.query:
-                self._add(route.method, route.suffix, call)
+            self._add(route.method, route.suffix, call)
         self._add("GET", "", STAT)
 
     def _add(self, method: str, suffix: str, call: Call) -> None:
@@ -133,7 +132,9 @@ class Lane:
         headers = _headers(scope)
         if b"idempotency-key" in headers:
             raise Decline  # recorded with the change: FastAPI's handler does that
-        ref = self._ref(call, scope, node_id)
+        # The last value of each parameter, as Starlette's QueryParams.get gives it.
+        query = dict(parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True))
+        ref = self._ref(call, query, node_id)
         if_match = headers.get(b"if-match") if call.takes_if_match else None
         if if_match is not None:
             _within(if_match, IF_MATCH_LENGTH)
@@ -144,7 +145,8 @@ class Lane:
             who = await principal_of(bearer, settings, authenticator)
             who.require(ns, call.scope)
             model = _body(call.body_model, headers.get(b"content-type"), body)
-            work = call.prepare(coord, settings, ns, ref=ref, body=model, if_match=if_match)
+            work = call.prepare(coord, settings, ns, ref=ref, body=model, if_match=if_match,
+                                query=query)
         except Exception as exc:  # every refusal is FastAPI's to give
             raise Decline from exc
         try:
@@ -155,16 +157,12 @@ class Lane:
             return pool_timeout_response(exc, settings.retry_after_seconds)
 
     @staticmethod
-    def _ref(call: Call, scope: Scope, node_id: str | None) -> NodeRef | None:
+    def _ref(call: Call, query: dict[str, str], node_id: str | None) -> NodeRef | None:
         if not call.by_node:
             return None
         if node_id is not None:
             return NodeRef(_within(node_id, NODE_ID_LENGTH), False)
-        path = None  # the last one, as Starlette's QueryParams.get gives it
-        for name, value in parse_qsl(scope["query_string"].decode("latin-1"),
-                                     keep_blank_values=True):
-            if name == "path":
-                path = value
+        path = query.get("path")
         if path is None:
             raise Decline
         return NodeRef(_within(path, PATH_LENGTH), True)

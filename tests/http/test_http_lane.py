@@ -83,12 +83,15 @@ def test_the_lane_serves_commands_and_reads_and_passes_the_rest_on(
         client.post(f"{a}/node/rename", params={"path": "/e"}, json={"name": "z"},
                     headers=Keys.h(keys.a_read)),
         client.post(f"{a}/node/rename", params={"path": "/e"}, json={"name": "z"}),
-        client.delete(f"{a}/node", params={"path": "/e"}, headers=h),
+        client.delete(f"{a}/node", params={"path": "/e", "recursive": "maybe"}, headers=h),
         client.get(f"{a}/node", params={"path": "/e"}),
         client.get(f"{a}/nodes/{fid}/children", headers=h),
     ]
     assert all(_no_route(r) for r in passed_on), [r.text for r in passed_on]
     assert [n.name for n in coord.listdir("a", "/")] == ["e", "g"]
+    ok(client.delete(f"{a}/node", params={"path": "/e", "recursive": "true"}, headers=h))
+    ok(client.delete(f"{a}/nodes/{fid}", params={"if_version": "4"}, headers=h))
+    assert coord.listdir("a", "/") == []
 
 
 # (method, URL after the namespace, body or raw bytes, extra headers, which key).
@@ -141,6 +144,17 @@ CASES: list[Case] = [
     ("POST", "/node/rename?path=/p", {"name": "pp"}, {"Idempotency-Key": "once"}, "write"),
     ("POST", "/node/rename?path=/pp", {"name": "ppp"}, {"Idempotency-Key": "once"}, "write"),
     ("POST", "/node/rename?path=/e&path=/pp", {"name": "r"}, {}, "write"),
+    ("POST", "/dirs", {"path": "/t/u/v", "parents": True}, {}, "write"),
+    ("DELETE", "/node?path=/t", None, {}, "write"),  # not empty
+    ("DELETE", "/node?path=/t&recursive=maybe", None, {}, "write"),
+    ("DELETE", "/node?path=/t&recursive=", None, {}, "write"),
+    ("DELETE", "/node?path=/t/u/v&if_version=0", None, {}, "write"),
+    ("DELETE", "/node?path=/t/u/v&if_version=x", None, {}, "write"),
+    ("DELETE", "/node?path=/t/u/v&if_version=7", None, {}, "write"),  # stale
+    ("DELETE", "/node?path=/t/u/v&if_version=1", None, {"If-Match": '"2"'}, "write"),
+    ("DELETE", "/node?path=/t/u/v&if_version=1&extra=1", None, {}, "write"),
+    ("DELETE", "/node?path=/t/u&recursive=false&recursive=1", None, {}, "write"),
+    ("DELETE", "/node?path=/t&recursive=yes", None, {"If-Match": '"1"'}, "write"),
     ("DELETE", "/node?path=/r&recursive=true", None, {}, "write"),
     ("GET", "/node?path=/q", None, {}, "read"),
     ("GET", "/node?path=/q", None, {"If-Match": "x" * 100}, "write"),
