@@ -76,6 +76,8 @@ Call = CommandCall | StatCall
 
 
 class Lane:
+    """The middleware: in front of ``app`` (FastAPI's routing), inside the limits."""
+
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
         # The URL after ``/v1/namespaces/{ns}/``: "node/rename", "dirs", ...; by id, the
@@ -113,7 +115,7 @@ class Lane:
         await response(scope, receive, send)
 
     def _match(self, scope: Scope) -> tuple[str, Call, str | None] | None:
-        """(namespace, call, node id) of a command URL; None for any other URL."""
+        """(namespace, call, node id) of a URL the lane serves; None for any other URL."""
         ns, _, tail = scope["path"][len(PREFIX):].partition("/")
         method = scope["method"]
         call = self._plain.get((method, tail)) or self._by_path.get((method, tail))
