@@ -44,8 +44,9 @@ def is_loopback(host: str) -> bool:
               help="Seconds an Idempotency-Key is remembered.")
 @click.option("--log-level", default="info", show_default=True)
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64),
-              help="Server processes (uvicorn workers) sharing the port: HTTP throughput "
-                   "grows with cores. Each has its own pool and its own in-flight caps.")
+              help="Server processes on the port, each listening on a socket of its own "
+                   "(the kernel spreads connections over them): HTTP throughput grows with "
+                   "cores. Each has its own pool and its own in-flight caps.")
 def serve(
     database_url: str, es_url: str | None, host: str, port: int, no_auth: bool,
     index_alias: str, max_inflight: int, max_inflight_per_key: int, max_long_polls: int,
@@ -55,6 +56,7 @@ def serve(
     """Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs)."""
     import uvicorn
 
+    from pathkeeper.cli.workers import serve_workers
     from pathkeeper.http.app import create_app
     from pathkeeper.http.settings import SETTINGS_ENV, ServiceSettings, settings_to_json
 
@@ -84,8 +86,12 @@ def serve(
     # Worker processes build their own app (a pool and threads cannot cross a fork):
     # they find the settings in the environment they inherit.
     os.environ[SETTINGS_ENV] = settings_to_json(settings)
-    uvicorn.run("pathkeeper.http.app:app_from_environment", factory=True, host=host,
-                port=port, log_level=log_level, access_log=False, workers=workers)
+    try:
+        status = serve_workers(host, port, workers, log_level)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+    if status:
+        raise SystemExit(status)
 
 
 @click.group()

@@ -3,6 +3,15 @@ on a non-loopback address."""
 
 from __future__ import annotations
 
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
 from click.testing import CliRunner
 
 from coordinator import Coordinator
@@ -44,19 +53,71 @@ def test_serve_refuses_no_auth_off_loopback(database_url: str) -> None:
     assert "--no-auth is refused" in result.output
 
 
+def _children(pid: int) -> set[int]:
+    kids = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            if ppid == pid:
+                kids.add(int(entry))
+    return kids
+
+
+ESTABLISHED, LISTEN = "01", "0A"
+
+
+def _sockets_by_process(port: int, pids: set[int], state: str) -> dict[int, int]:
+    """TCP sockets on local ``port`` in ``state``, counted by the process holding them."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == state:
+                    inodes.add(fields[9])
+    counts: dict[int, int] = {}
+    for pid in pids:
+        try:
+            links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+        except OSError:
+            continue
+        held = sum(1 for link in links if link.startswith("socket:[")
+                   and link[8:-1] in inodes)
+        if held:
+            counts[pid] = held
+    return counts
+
+
+def _wait_listening(port: int, supervisor: int) -> None:
+    """Until two processes under ``supervisor`` listen on ``port``."""
+    deadline = time.monotonic() + 60
+    while len(_sockets_by_process(port, _children(supervisor), LISTEN)) != 2:
+        assert time.monotonic() < deadline, "two workers are not listening"
+        time.sleep(0.2)
+
+
+def _wait_healthy(url: str) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, "serve --workers 2 did not come up"
+        time.sleep(0.2)
+
+
 def test_serve_with_two_workers_answers_from_both(database_url: str,
                                                   coord: Coordinator) -> None:
     """``serve --workers 2``: two real server processes behind one port, each with the
-    settings of the command line (here --no-auth), both serving the same database."""
-    import os
-    import signal
-    import socket
-    import subprocess
-    import sys
-    import time
-
-    import httpx
-
+    settings of the command line (here --no-auth), both serving the same database; 16
+    keep-alive connections opened at once are spread over both (each has a socket of its
+    own), and a worker killed with ``kill -9`` is replaced."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -67,20 +128,60 @@ def test_serve_with_two_workers_answers_from_both(database_url: str,
     )
     try:
         url = f"http://127.0.0.1:{port}"
+        _wait_healthy(url)
+        _wait_listening(port, proc.pid)
+        # Connecting at once, as a client's pool does: with one shared listening socket the
+        # first worker to wake accepts every pending connection.
+        clients = [socket.socket() for _ in range(16)]
+        for c in clients:
+            c.setblocking(False)
+            c.connect_ex(("127.0.0.1", port))
+        connecting = list(clients)
+        while connecting:
+            _, connected, _ = select.select([], connecting, [], 10)
+            assert connected, "connections not established"
+            connecting = [c for c in connecting if c not in connected]
+        try:
+            for c in clients:
+                c.setblocking(True)
+            for c in clients:  # answered: accepted and served by a worker
+                c.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+            for c in clients:
+                assert c.recv(4096).startswith(b"HTTP/1.1 200")
+            spread = _sockets_by_process(port, _children(proc.pid), ESTABLISHED)
+        finally:
+            for c in clients:
+                c.close()
+        assert sum(spread.values()) == 16 and len(spread) == 2, spread
+
+        victim = min(spread)
+        os.kill(victim, signal.SIGKILL)
         deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "serve --workers 2 did not come up"
+        while victim in _children(proc.pid):
+            assert time.monotonic() < deadline, "the killed worker is still there"
             time.sleep(0.2)
+        _wait_listening(port, proc.pid)  # and the new one with it
+        _wait_healthy(url)
         assert httpx.post(f"{url}/v1/namespaces", json={"name": "w"}).status_code == 201
-        for i in range(20):  # fresh connections: the kernel spreads them over both
+        for i in range(20):
             r = httpx.post(f"{url}/v1/namespaces/w/dirs", json={"path": f"/d{i}"})
             assert r.status_code == 201, r.text
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
+        assert proc.wait(timeout=60) == 0
     assert len(coord.listdir("w", "/")) == 20
+
+
+def test_serve_with_workers_on_a_port_in_use_is_one_line(database_url: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "pathkeeper", "serve", "--database-url", database_url,
+             "--no-auth", "--port", str(port), "--workers", "2"],
+            capture_output=True, text=True, timeout=60,
+        )
+    assert done.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr
