@@ -11,7 +11,8 @@ hashes each connection to one of them.
 This process (the supervisor) binds the port first, without listening on it: a port in
 use is refused here, once, and an ephemeral port (0) becomes one number for all. It starts
 the workers, starts another when one dies (``kill -9``, an out-of-memory kill), and on
-SIGINT or SIGTERM stops them (uvicorn's graceful shutdown) and waits. A worker that fails
+SIGINT or SIGTERM stops them (uvicorn's graceful shutdown) and waits; if it dies itself,
+the kernel stops them (Linux). A worker that fails
 its startup, or stops cleanly (a signal sent to the whole process group reaches the
 workers too), ends the whole command, as a single server would.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import signal
 import socket
 import sys
@@ -43,10 +45,25 @@ def reuse_port_socket(family: socket.AddressFamily, host: str, port: int) -> soc
     return sock
 
 
-def worker(family: socket.AddressFamily, host: str, port: int, log_level: str) -> None:
+def _end_with_parent(parent: int) -> None:
+    """Have the kernel send SIGTERM to this process when its parent dies (Linux), so a
+    supervisor killed with ``kill -9`` leaves no server behind holding the port."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    if os.getppid() != parent:  # it died before the request took effect
+        sys.exit(0)
+
+
+def worker(family: socket.AddressFamily, host: str, port: int, log_level: str,
+           parent: int) -> None:
     """One server process: its own listening socket, the app from the environment."""
     import uvicorn
 
+    _end_with_parent(parent)
     sock = reuse_port_socket(family, host, port)
     config = uvicorn.Config("pathkeeper.http.app:app_from_environment", factory=True,
                             log_level=log_level, access_log=False)
@@ -67,7 +84,7 @@ def serve_workers(host: str, port: int, workers: int, log_level: str) -> int:
     stop = threading.Event()
 
     def start() -> BaseProcess:
-        proc = ctx.Process(target=worker, args=(family, host, port, log_level),
+        proc = ctx.Process(target=worker, args=(family, host, port, log_level, os.getpid()),
                            name="pathkeeper-serve")
         proc.start()
         return proc

@@ -3,6 +3,7 @@ on a non-loopback address."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -51,6 +52,15 @@ def test_serve_refuses_no_auth_off_loopback(database_url: str) -> None:
                                        "0.0.0.0", "--no-auth"])
     assert result.exit_code == 2
     assert "--no-auth is refused" in result.output
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not ended (a zombie has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def _children(pid: int) -> set[int]:
@@ -185,3 +195,29 @@ def test_serve_with_workers_on_a_port_in_use_is_one_line(database_url: str) -> N
     assert done.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_serve_workers_end_with_a_killed_supervisor(database_url: str) -> None:
+    """``kill -9`` of ``serve --workers 2`` itself: its workers stop too (none is left
+    holding the port)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pathkeeper", "serve", "--database-url", database_url,
+         "--no-auth", "--port", str(port), "--workers", "2", "--log-level", "warning"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    try:
+        _wait_healthy(f"http://127.0.0.1:{port}")
+        _wait_listening(port, proc.pid)
+        workers = set(_sockets_by_process(port, _children(proc.pid), LISTEN))
+        proc.kill()
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while alive := {pid for pid in workers if _running(pid)}:
+            assert time.monotonic() < deadline, f"workers {alive} outlived their supervisor"
+            time.sleep(0.2)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
