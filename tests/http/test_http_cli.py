@@ -122,12 +122,9 @@ def _wait_healthy(url: str) -> None:
         time.sleep(0.2)
 
 
-def test_serve_with_two_workers_answers_from_both(database_url: str,
-                                                  coord: Coordinator) -> None:
-    """``serve --workers 2``: two real server processes behind one port, each with the
-    settings of the command line (here --no-auth), both serving the same database; 16
-    keep-alive connections opened at once are spread over both (each has a socket of its
-    own), and a worker killed with ``kill -9`` is replaced."""
+def _serve_two_workers(database_url: str) -> tuple[subprocess.Popen[bytes], int]:
+    """``serve --workers 2 --no-auth`` in a session of its own, answering, both workers
+    listening; and its port."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -137,9 +134,23 @@ def test_serve_with_two_workers_answers_from_both(database_url: str,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
     try:
-        url = f"http://127.0.0.1:{port}"
-        _wait_healthy(url)
+        _wait_healthy(f"http://127.0.0.1:{port}")
         _wait_listening(port, proc.pid)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    return proc, port
+
+
+def test_serve_with_two_workers_answers_from_both(database_url: str,
+                                                  coord: Coordinator) -> None:
+    """``serve --workers 2``: two real server processes behind one port, each with the
+    settings of the command line (here --no-auth), both serving the same database; 16
+    keep-alive connections opened at once are spread over both (each has a socket of its
+    own), and a worker killed with ``kill -9`` is replaced."""
+    proc, port = _serve_two_workers(database_url)
+    try:
+        url = f"http://127.0.0.1:{port}"
         # Connecting at once, as a client's pool does: with one shared listening socket the
         # first worker to wake accepts every pending connection.
         clients = [socket.socket() for _ in range(16)]
@@ -200,17 +211,8 @@ def test_serve_with_workers_on_a_port_in_use_is_one_line(database_url: str) -> N
 def test_serve_workers_end_with_a_killed_supervisor(database_url: str) -> None:
     """``kill -9`` of ``serve --workers 2`` itself: its workers stop too (none is left
     holding the port)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pathkeeper", "serve", "--database-url", database_url,
-         "--no-auth", "--port", str(port), "--workers", "2", "--log-level", "warning"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )
+    proc, port = _serve_two_workers(database_url)
     try:
-        _wait_healthy(f"http://127.0.0.1:{port}")
-        _wait_listening(port, proc.pid)
         workers = set(_sockets_by_process(port, _children(proc.pid), LISTEN))
         proc.kill()
         proc.wait(timeout=30)
