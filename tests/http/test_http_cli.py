@@ -80,8 +80,8 @@ def _children(pid: int) -> set[int]:
 ESTABLISHED, LISTEN = "01", "0A"
 
 
-def _sockets_by_process(port: int, pids: set[int], state: str) -> dict[int, int]:
-    """TCP sockets on local ``port`` in ``state``, counted by the process holding them."""
+def _sockets_by_process(port: int, pids: set[int], state: str) -> dict[int, set[str]]:
+    """TCP sockets (inodes) on local ``port`` in ``state``, by the process holding them."""
     inodes = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with open(table) as f:
@@ -89,17 +89,16 @@ def _sockets_by_process(port: int, pids: set[int], state: str) -> dict[int, int]
                 fields = line.split()
                 if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == state:
                     inodes.add(fields[9])
-    counts: dict[int, int] = {}
+    held: dict[int, set[str]] = {}
     for pid in pids:
         try:
             links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
         except OSError:
             continue
-        held = sum(1 for link in links if link.startswith("socket:[")
-                   and link[8:-1] in inodes)
-        if held:
-            counts[pid] = held
-    return counts
+        mine = {link[8:-1] for link in links if link.startswith("socket:[")} & inodes
+        if mine:
+            held[pid] = mine
+    return held
 
 
 def _wait_listening(port: int, supervisor: int) -> None:
@@ -173,7 +172,10 @@ def test_serve_with_two_workers_answers_from_both(database_url: str,
         finally:
             for c in clients:
                 c.close()
-        assert sum(spread.values()) == 16 and len(spread) == 2, spread
+        assert sum(map(len, spread.values())) == 16 and len(spread) == 2, spread
+        # Each worker listens on a socket of its own (a shared one is one inode in both).
+        listening = list(_sockets_by_process(port, _children(proc.pid), LISTEN).values())
+        assert len(listening) == 2 and not listening[0] & listening[1], listening
 
         victim = min(spread)
         os.kill(victim, signal.SIGKILL)
