@@ -7,29 +7,20 @@ whole on deadlocks, serialization failures and the races ``TreeTx`` reports as
 
 from __future__ import annotations
 
-import random
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from functools import partial
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
 from . import paths, single_statement
 from .commands import (
     Command,
-    CreateFile,
-    Delete,
     GroupCommands,
-    Mkdir,
-    Move,
     NamespaceCommands,
-    Rename,
-    SetMetadata,
-    WriteFile,
 )
 from .db import Driver, connect_engine, is_retryable, translate
 from .errors import AlreadyExists, Conflict, CoordinatorError, DirectoryNotEmpty, TooLarge
@@ -38,31 +29,19 @@ from .events import NamespaceCreated, NamespaceDropped
 from .importer import Importer, ImportResult, ProgressFn
 from .indexing import DEFAULT_CONSUMER, wait_indexed
 from .notifier import Notifier
+from .retries import Disconnected, backoff_seconds, check_retry
 from .settings import Settings
 from .tree import (
-    CreateCall,
-    DeleteCall,
-    MoveCall,
     MutationResult,
     Node,
-    RenameCall,
     Retry,
     StatCall,
     TreeTx,
-    WriteCall,
     check_namespace_exists,
 )
 from .unit_of_work import UnitOfWork
 
 T = TypeVar("T")
-
-
-class Disconnected(Exception):
-    """The connection died before COMMIT: nothing applied, the transaction may run again."""
-
-    def __init__(self, error: DBAPIError) -> None:
-        super().__init__(str(error))
-        self.error = error
 
 
 class Coordinator(NamespaceCommands):
@@ -93,9 +72,6 @@ class Coordinator(NamespaceCommands):
 
     # -------------------------------------------------------- transactions
 
-    def _sleep_backoff(self, attempt: int) -> None:
-        time.sleep(min(0.2, 0.002 * 2**attempt) * (0.5 + random.random()))
-
     def run(self, namespace: str, fn: Callable[[UnitOfWork], T]) -> T:
         """Run ``fn`` in one unit of work on ``namespace``, re-running it on transient races.
 
@@ -110,21 +86,16 @@ class Coordinator(NamespaceCommands):
         return self._retried(once)
 
     def _retried(self, once: Callable[[], T]) -> T:
-        """``once()``, run again with backoff after a transient race (``Retry``, a
-        deadlock, a connection found dead before COMMIT), up to ``max_retries`` times."""
-        for attempt in range(self.settings.max_retries + 1):
+        """``once()``, run again with backoff after a transient race (``retries``), up
+        to ``max_retries`` times."""
+        attempt = 0
+        while True:
             try:
                 return once()
-            except Retry:
-                pass
-            except Disconnected as exc:
-                if attempt == self.settings.max_retries:
-                    raise translate(exc.error) from exc.error
-            except DBAPIError as exc:
-                if not is_retryable(exc) or attempt == self.settings.max_retries:
-                    raise translate(exc) from exc
-            self._sleep_backoff(attempt)
-        raise Conflict("gave up after repeated conflicting changes")
+            except (Retry, Disconnected, DBAPIError) as exc:
+                check_retry(exc, attempt, self.settings.max_retries)
+            time.sleep(backoff_seconds(attempt))
+            attempt += 1
 
     @contextmanager
     def _unit_of_work(self, ns: str) -> Iterator[UnitOfWork]:
@@ -148,9 +119,9 @@ class Coordinator(NamespaceCommands):
                 raise
             raise translate(exc) from exc
         if uow.wrote_events:
-            self._wake_indexer(ns)
+            self.wake_indexer(ns)
 
-    def _wake_indexer(self, ns: str) -> None:
+    def wake_indexer(self, ns: str) -> None:
         """After a commit that wrote events in ``ns``."""
         if self.settings.notify:
             self.notifier.poke(ns)
@@ -160,42 +131,15 @@ class Coordinator(NamespaceCommands):
         rename, a move, a delete, a write, a file's create and a plain mkdir are one
         statement in autocommit (``coordinator.single_statement``): the same rule, event and errors
         as ``command.apply`` in a unit of work."""
-        if isinstance(command, Rename | Move | Delete | WriteFile | SetMetadata | CreateFile) or (
-            isinstance(command, Mkdir) and not command.parents
-        ):
-            return self._alone(paths.validate_namespace(namespace), command)
-        return self.run(namespace, lambda uow: command.apply(uow.tree))
+        ns = paths.validate_namespace(namespace)
+        statement = single_statement.lone(ns, command, self.settings.max_depth)
+        if statement is not None:
+            return self._alone(statement)
+        return self.run(ns, lambda uow: command.apply(uow.tree))
 
-    def _alone(
-        self, ns: str,
-        command: Rename | Move | Delete | WriteFile | SetMetadata | CreateFile | Mkdir,
-    ) -> MutationResult:
-        """``command`` as its one statement (``coordinator.single_statement``), retried on
-        transient races until sent, then the indexer woken."""
-        depth = self.settings.max_depth
-        send: Callable[[Connection], MutationResult]
-        if isinstance(command, Rename):
-            rename = RenameCall.of(ns, command.ref, command.name, command.if_version)
-            send = partial(single_statement.rename, call=rename)
-        elif isinstance(command, Move):
-            move = MoveCall.of(ns, command.ref, command.dst, command.if_version, depth)
-            send = partial(single_statement.move, call=move)
-        elif isinstance(command, WriteFile):
-            write = WriteCall.of_content(ns, command.ref, command.content, command.metadata,
-                                         command.if_version)
-            send = partial(single_statement.write, call=write)
-        elif isinstance(command, SetMetadata):
-            write = WriteCall.of_metadata(ns, command.ref, command.metadata, command.if_version)
-            send = partial(single_statement.write, call=write)
-        elif isinstance(command, Delete):
-            delete = DeleteCall.of(ns, command.ref, command.recursive, command.if_version)
-            send = partial(single_statement.delete, call=delete)
-        else:
-            create = (
-                CreateCall.file(ns, command.path, command.content, command.metadata, depth)
-                if isinstance(command, CreateFile) else CreateCall.dir(ns, command.path, depth)
-            )
-            send = partial(single_statement.create, call=create)
+    def _alone(self, statement: single_statement.Lone) -> MutationResult:
+        """``statement`` (a command that is one), retried on transient races until
+        sent, then the indexer woken."""
 
         def once() -> MutationResult:
             # Not re-run after a lost connection once sent: it commits as it ends.
@@ -203,11 +147,11 @@ class Coordinator(NamespaceCommands):
                 if Driver(conn).closed_by_server():  # e.g. the server restarted
                     conn.invalidate()
                     raise Retry()  # on a new connection
-                return send(conn)
+                return single_statement.send(conn, statement)
 
         result = self._retried(once)
         if result.event is not None:
-            self._wake_indexer(ns)
+            self.wake_indexer(statement.ns)
         return result
 
     @contextmanager
@@ -327,7 +271,7 @@ class Coordinator(NamespaceCommands):
         except DBAPIError as exc:
             raise translate(exc) from exc
         if result.created:
-            self._wake_indexer(ns)
+            self.wake_indexer(ns)
         return result
 
     # ---------------------------------------------------------------- reads

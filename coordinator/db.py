@@ -100,14 +100,31 @@ def parse_database_url(database_url: object) -> URL:
     return url
 
 
-def connect_engine(database_url: str, s: Settings) -> Engine:
-    """The coordinator's pooled engine, with the session limits of ``s``."""
+def session_args(s: Settings, statement_timeout: float | None = None) -> dict[str, Any]:
+    """psycopg's connection arguments for a session of the coordinator: the limits of
+    ``s`` (and ``statement_timeout`` seconds per statement, for an answering service)
+    and TCP keepalives."""
     options = (
         f"-c lock_timeout={int(s.lock_timeout * 1000)} "
         f"-c idle_in_transaction_session_timeout={int(s.idle_in_transaction_timeout * 1000)} "
         # Notice a vanished client while its query runs, not only when it next writes.
         "-c client_connection_check_interval=2000"
     )
+    if statement_timeout is not None:
+        options += f" -c statement_timeout={max(1, int(statement_timeout * 1000))}"
+    return {
+        "options": options,
+        "connect_timeout": max(1, int(s.connect_timeout)),
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 5,
+        "keepalives_count": 3,
+        "application_name": "pathkeeper",
+    }
+
+
+def connect_engine(database_url: str, s: Settings) -> Engine:
+    """The coordinator's pooled engine, with the session limits of ``s``."""
     return create_engine(
         parse_database_url(database_url),
         pool_size=s.pool_size,
@@ -117,15 +134,7 @@ def connect_engine(database_url: str, s: Settings) -> Engine:
         # rename). ``Coordinator.run`` re-runs a transaction whose connection turns out
         # dead before COMMIT instead, which is as transparent after a server restart.
         pool_pre_ping=False,
-        connect_args={
-            "options": options,
-            "connect_timeout": max(1, int(s.connect_timeout)),
-            "keepalives": 1,
-            "keepalives_idle": 10,
-            "keepalives_interval": 5,
-            "keepalives_count": 3,
-            "application_name": "pathkeeper",
-        },
+        connect_args=session_args(s),
     )
 
 
@@ -271,6 +280,17 @@ class Driver:
             # SQLAlchemy's own handling: wraps it, detects a disconnect, invalidates the
             # connection and the pool's record of it.
             self.conn._handle_dbapi_exception(exc, sql, dict(params or {}), None, None)
+
+
+def wrapped(exc: psycopg.Error, sql: str, params: Mapping[str, Any], *, invalidated: bool
+            ) -> DBAPIError:
+    """A driver error raised outside SQLAlchemy (an asyncio connection's) as SQLAlchemy
+    raises it (``IntegrityError``, ``OperationalError``... with ``connection_invalidated``),
+    so ``translate`` and the callers' checks read both alike."""
+    error = DBAPIError.instance(sql, dict(params), exc, psycopg.Error,
+                                connection_invalidated=invalidated)
+    assert isinstance(error, DBAPIError)
+    return error
 
 
 def sqlstate(exc: BaseException) -> str:

@@ -24,11 +24,23 @@ the same way (it was BEGIN, the walk, the row and COMMIT: four round trips).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
+from .commands import (
+    Command,
+    CreateFile,
+    Delete,
+    Mkdir,
+    Move,
+    Rename,
+    SetMetadata,
+    WriteFile,
+)
 from .db import Driver, driver_sql
 from .eventlog import CLAIM_SQL, Committed
 from .events import Created, Deleted, MetadataSet, Moved, Written, payload_sql
@@ -136,54 +148,76 @@ class _Logged(Protocol):
     def result(self, row: Any) -> tuple[Node, object]: ...
 
 
-def _send(conn: Connection, sql: str, call: _Logged) -> MutationResult:
-    """``sql`` (a ``_logged`` statement around ``call``'s function) as a transaction of
-    its own on ``conn`` (in autocommit, outside any transaction). A driver error is
-    raised as ``DBAPIError`` (a refusal of the rule as the typed error, a race the rule
-    detects as ``Retry`` or a retryable error): once sent, the statement may have
-    committed, so the caller must not run it again after a lost connection. Waking the
-    indexer is the caller's."""
+@dataclass(frozen=True)
+class Lone:
+    """A command that is a whole transaction: its one statement, the statement's
+    parameters, and what its answer (one row) or its refusal means. Sent by the
+    ``Coordinator`` (``send``, on a pooled connection) and by ``AsyncStatements`` (on
+    an asyncio connection) alike."""
+
+    ns: str
+    sql: str
+    params: Mapping[str, Any]
+    call: _Logged | CreateCall
+
+    def refused(self, exc: IntegrityError) -> Exception:
+        """The typed error for an integrity violation the statement ran into."""
+        return self.call.refused(exc)
+
+    def outcome(self, row: Any) -> MutationResult:
+        """The result of the statement's row: the node, and the event's position when
+        it wrote one (a rename to the name it has already writes none)."""
+        assert row is not None
+        if isinstance(self.call, CreateCall):  # a create always changes
+            return MutationResult(self.call.result(row), Committed(int(row.base)))
+        node, event = self.call.result(row)
+        return MutationResult(node, None if event is None else Committed(int(row.base)))
+
+
+def lone(ns: str, command: Command, max_depth: int) -> Lone | None:
+    """``command`` on namespace ``ns`` (validated) as its one statement; None for a
+    command that is not one (a ``mkdir`` with ``parents``: several creates, Python's
+    rules)."""
+    if isinstance(command, Rename):
+        rename = RenameCall.of(ns, command.ref, command.name, command.if_version)
+        return Lone(ns, RENAME_LOGGED_SQL, rename.params, rename)
+    if isinstance(command, Move):
+        move = MoveCall.of(ns, command.ref, command.dst, command.if_version, max_depth)
+        return Lone(ns, MOVE_LOGGED_SQL, move.params, move)
+    if isinstance(command, WriteFile):
+        write = WriteCall.of_content(ns, command.ref, command.content, command.metadata,
+                                     command.if_version)
+        return Lone(ns, WRITE_LOGGED_SQL, write.params, write)
+    if isinstance(command, SetMetadata):
+        write = WriteCall.of_metadata(ns, command.ref, command.metadata, command.if_version)
+        return Lone(ns, SET_METADATA_LOGGED_SQL, write.params, write)
+    if isinstance(command, Delete):
+        delete = DeleteCall.of(ns, command.ref, command.recursive, command.if_version)
+        return Lone(ns, DELETE_LOGGED_SQL, delete.params, delete)
+    if isinstance(command, CreateFile):
+        create = CreateCall.file(ns, command.path, command.content, command.metadata,
+                                 max_depth)
+    elif isinstance(command, Mkdir) and not command.parents:
+        create = CreateCall.dir(ns, command.path, max_depth)
+    else:
+        return None
+    return Lone(ns, CREATE_LOGGED_SQL, {**create.params, "path": create.path}, create)
+
+
+def send(conn: Connection, statement: Lone) -> MutationResult:
+    """``statement`` as a transaction of its own on ``conn`` (in autocommit, outside
+    any transaction). A driver error is raised as ``DBAPIError`` (a refusal of the
+    rule as the typed error, a race the rule detects as ``Retry`` or a retryable
+    error): once sent, the statement may have committed, so the caller must not run it
+    again after a lost connection. Waking the indexer is the caller's."""
     try:
-        row = Driver(conn).send_alone(sql, call.params)
+        row = Driver(conn).send_alone(statement.sql, statement.params)
     except IntegrityError as exc:
-        raise call.refused(exc) from exc
-    assert row is not None
-    node, event = call.result(row)
-    return MutationResult(node, None if event is None else Committed(int(row.base)))
-
-
-def rename(conn: Connection, call: RenameCall) -> MutationResult:
-    """A lone rename (see ``_send``)."""
-    return _send(conn, RENAME_LOGGED_SQL, call)
-
-
-def move(conn: Connection, call: MoveCall) -> MutationResult:
-    """A lone move (see ``_send``)."""
-    return _send(conn, MOVE_LOGGED_SQL, call)
-
-
-def delete(conn: Connection, call: DeleteCall) -> MutationResult:
-    """A lone delete (see ``_send``)."""
-    return _send(conn, DELETE_LOGGED_SQL, call)
-
-
-def write(conn: Connection, call: WriteCall) -> MutationResult:
-    """A lone content or metadata write (see ``_send``)."""
-    sql = SET_METADATA_LOGGED_SQL if call.content is None else WRITE_LOGGED_SQL
-    return _send(conn, sql, call)
+        raise statement.refused(exc) from exc
+    return statement.outcome(row)
 
 
 def stat(conn: Connection, call: StatCall) -> Node:
     """Run ``call`` on ``conn`` (in autocommit, outside any transaction): one snapshot.
     A read: the caller may run it again after a lost connection."""
     return call.result(Driver(conn).send_alone(call.sql, call.params))
-
-
-def create(conn: Connection, call: CreateCall) -> MutationResult:
-    """Run ``call`` as ``_send`` does (its answer is the new row: it always changes)."""
-    try:
-        row = Driver(conn).send_alone(CREATE_LOGGED_SQL, {**call.params, "path": call.path})
-    except IntegrityError as exc:
-        raise call.refused(exc) from exc
-    assert row is not None
-    return MutationResult(call.result(row), Committed(int(row.base)))
