@@ -20,6 +20,7 @@ from fastapi import FastAPI
 from sqlalchemy.exc import SQLAlchemyError
 
 from coordinator.api import Coordinator
+from coordinator.async_statements import AsyncStatements
 from coordinator.db import set_statement_timeout
 from coordinator.idempotency import purge
 from coordinator.listener import NotifyHub
@@ -73,6 +74,8 @@ def create_app(
     app.state.coordinator = coord
     app.state.settings = settings
     app.state.authenticator = Authenticator(coord.engine, settings.auth_cache_seconds)
+    # The lane's statements on the event loop: opened by the lifespan, in its loop.
+    app.state.statements = None
     app.state.hub = NotifyHub(settings.database_url)
     app.state.searcher = _searcher(settings)
     if not settings.auth:
@@ -108,6 +111,13 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: ServiceSettings = state.settings
     # Every admitted request may hold a thread (the handlers' work is blocking).
     use_executor(settings.max_inflight + settings.max_long_polls + 8)
+    coord: Coordinator = state.coordinator
+    statements = AsyncStatements(
+        settings.database_url, coord.settings, wake=coord.wake_indexer,
+        statement_timeout=settings.statement_timeout_seconds,
+    )
+    await statements.open()
+    state.statements = statements
     state.hub.start()
     stop_purge = threading.Event()
     purger = threading.Thread(
@@ -119,6 +129,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
     finally:
         stop_purge.set()
+        state.statements = None
+        await statements.close()
         state.hub.stop()
         if state.searcher is not None:
             state.searcher.es.close()

@@ -11,7 +11,7 @@ lane declines), the blocking part returned as a function for a thread.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -20,18 +20,30 @@ from starlette.responses import Response
 
 from coordinator import commands
 from coordinator.api import Coordinator
+from coordinator.async_statements import AsyncStatements
 from coordinator.tree import MutationResult, Node
 from pathkeeper.http.deps import NodeRef, checked_path, parse_if_match
 from pathkeeper.http.operations import COMMAND_ROUTES, REF, CommandRoute
 from pathkeeper.http.schemas import BODY_OF, QUERY_OF, MutationOut, NodeOut, command_fields
 from pathkeeper.http.settings import ServiceSettings
+from pathkeeper.http.threads import in_thread
 
 #: The JSON media type of every answer here.
 JSON = "application/json"
 
 
-#: Work for a thread: the response of a request, built with the blocking coordinator.
-Work = Callable[[], Response]
+#: The rest of a request, for the lane to await: its response.
+Work = Callable[[], Awaitable[Response]]
+
+
+@dataclass(frozen=True)
+class Backend:
+    """What the lane's work runs on: ``statements`` on the event loop for what is one
+    statement, when the app has them (its lifespan opens them); otherwise, and for the
+    rest, the blocking ``coord`` in a thread, as FastAPI's handlers run it."""
+
+    coord: Coordinator
+    statements: AsyncStatements | None
 
 
 @dataclass(frozen=True)
@@ -90,7 +102,7 @@ class CommandCall:
     def _status(self, result: MutationResult) -> int:
         return 201 if self.route.creates and result.seq is not None else 200
 
-    def prepare(self, coord: Coordinator, settings: ServiceSettings, ns: str, *,
+    def prepare(self, backend: Backend, settings: ServiceSettings, ns: str, *,
                 ref: NodeRef | None, body: BaseModel | None, if_match: str | None,
                 query: Mapping[str, str]) -> Work:
         """The command run alone (no ``Idempotency-Key``), as its FastAPI handler runs it;
@@ -101,7 +113,16 @@ class CommandCall:
             model = self.query_model.model_validate(given)
             values = {name: getattr(model, name) for name in self.route.query}
         command = self.command(settings, ref=ref, body=body, if_match=if_match, query=values)
-        return lambda: self.response(coord.execute(ns, command))
+        statements = backend.statements
+        statement = None if statements is None else statements.statement(ns, command)
+        if statements is None or statement is None:
+            coord = backend.coord
+            return lambda: in_thread(lambda: self.response(coord.execute(ns, command)))
+
+        async def send() -> Response:
+            return self.response(await statements.execute(statement))
+
+        return send
 
 
 @dataclass(frozen=True)
@@ -117,15 +138,28 @@ class StatCall:
     def response(coord: Coordinator, ns: str, ref: NodeRef, target: str) -> Response:
         """``target``: ``ref`` checked against the settings."""
         node: Node = coord.stat(ns, target) if ref.is_path else coord.get(ns, target)
+        return StatCall.node_response(node)
+
+    @staticmethod
+    def node_response(node: Node) -> Response:
         return Response(NodeOut.of(node).model_dump_json(), media_type=JSON,
                         headers={"ETag": f'"{node.version}"'})
 
-    def prepare(self, coord: Coordinator, settings: ServiceSettings, ns: str, *,
+    def prepare(self, backend: Backend, settings: ServiceSettings, ns: str, *,
                 ref: NodeRef | None, body: BaseModel | None, if_match: str | None,
                 query: Mapping[str, str]) -> Work:
         assert ref is not None  # by_node
         target = ref.checked(settings)
-        return lambda: self.response(coord, ns, ref, target)
+        statements = backend.statements
+        if statements is None:
+            coord = backend.coord
+            return lambda: in_thread(self.response, coord, ns, ref, target)
+
+        async def send() -> Response:
+            # A path starts with '/', an id never does: the statement tells them apart.
+            return self.node_response(await statements.stat(ns, target))
+
+        return send
 
 
 CALLS: dict[CommandRoute, CommandCall] = {route: CommandCall.of(route) for route in COMMAND_ROUTES}

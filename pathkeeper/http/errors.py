@@ -12,6 +12,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from psycopg_pool import PoolTimeout as AsyncPoolTimeout
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -88,7 +89,11 @@ def coordinator_response(
     return JSONResponse(body(exc.code, str(exc), **extra), status, headers=headers)
 
 
-def pool_timeout_response(exc: PoolTimeout, retry_after: int) -> JSONResponse:
+#: No pooled connection in time: the coordinator's pool, or the lane's asyncio one.
+POOL_TIMEOUTS = (PoolTimeout, AsyncPoolTimeout)
+
+
+def pool_timeout_response(exc: Exception, retry_after: int) -> JSONResponse:
     """No database connection came free in time: the service is overloaded, retry."""
     return JSONResponse(
         body("unavailable", f"no database connection available in time: {exc}"),
@@ -112,7 +117,6 @@ def install(app: Any, retry_after: int) -> None:
         return JSONResponse(body(exc.code, exc.message), exc.status, headers=headers or None)
 
     async def on_pool_timeout(_: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, PoolTimeout)
         return pool_timeout_response(exc, retry_after)
 
     async def on_validation(_: Request, exc: Exception) -> JSONResponse:
@@ -137,6 +141,7 @@ def install(app: Any, retry_after: int) -> None:
     app.add_exception_handler(ce.CoordinatorError, on_coordinator)
     app.add_exception_handler(Exception, on_unexpected)
     app.add_exception_handler(ServiceError, on_service)
-    app.add_exception_handler(PoolTimeout, on_pool_timeout)
+    for timeout in POOL_TIMEOUTS:
+        app.add_exception_handler(timeout, on_pool_timeout)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)

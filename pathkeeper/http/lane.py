@@ -26,14 +26,12 @@ from typing import Any, get_args
 from urllib.parse import parse_qsl
 
 from pydantic import BaseModel, ValidationError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from coordinator import errors as ce
-from coordinator.api import Coordinator
 from pathkeeper.http.auth import Authenticator
-from pathkeeper.http.calls import CALLS, STAT, CommandCall, StatCall
+from pathkeeper.http.calls import CALLS, STAT, Backend, CommandCall, StatCall
 from pathkeeper.http.deps import (
     IfMatchHeader,
     NodeIdParam,
@@ -43,10 +41,9 @@ from pathkeeper.http.deps import (
     bearer_of,
     principal_of,
 )
-from pathkeeper.http.errors import coordinator_response, pool_timeout_response
+from pathkeeper.http.errors import POOL_TIMEOUTS, coordinator_response, pool_timeout_response
 from pathkeeper.http.operations import NAMESPACE_URL, NODE_BY_ID, NODE_BY_PATH
 from pathkeeper.http.settings import ServiceSettings
-from pathkeeper.http.threads import in_thread
 
 
 def _length_bounds(param: Any) -> tuple[int, int]:
@@ -142,20 +139,20 @@ class Lane:
             _within(if_match, IF_MATCH_LENGTH)
         authenticator: Authenticator = app.state.authenticator
         bearer = bearer_of(headers.get(b"authorization"))
-        coord: Coordinator = app.state.coordinator
+        backend = Backend(app.state.coordinator, app.state.statements)
         try:
             who = await principal_of(bearer, settings, authenticator)
             who.require(ns, call.scope)
             model = _body(call.body_model, headers.get(b"content-type"), body)
-            work = call.prepare(coord, settings, ns, ref=ref, body=model, if_match=if_match,
+            work = call.prepare(backend, settings, ns, ref=ref, body=model, if_match=if_match,
                                 query=query)
         except Exception as exc:  # every refusal is FastAPI's to give
             raise Decline from exc
         try:
-            return await in_thread(work)
+            return await work()
         except ce.CoordinatorError as exc:
             return coordinator_response(exc, settings.retry_after_seconds)
-        except PoolTimeout as exc:
+        except POOL_TIMEOUTS as exc:
             return pool_timeout_response(exc, settings.retry_after_seconds)
 
     @staticmethod

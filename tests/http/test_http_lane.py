@@ -218,6 +218,11 @@ def test_with_and_without_the_lane_the_same_answers(
         statuses.append(answers[0][0])
     # The cases reach every kind of answer, so neither app answered them all alike.
     assert {200, 201, 400, 401, 403, 404, 409, 422} <= set(statuses)
+    # The lane sent what it served on its asyncio pool; FastAPI's handlers never do.
+    lane_pool = with_lane.app.state.statements.pool  # type: ignore[attr-defined]
+    fastapi_pool = without.app.state.statements.pool  # type: ignore[attr-defined]
+    assert lane_pool.get_stats().get("requests_num", 0) >= 20
+    assert fastapi_pool.get_stats().get("requests_num", 0) == 0
     # Both trees went through the same changes.
     assert ([(n.path, n.version) for n in coord.walk("a", "/")]
             == [(n.path, n.version) for n in coord.walk("b", "/")])

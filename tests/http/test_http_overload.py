@@ -89,3 +89,39 @@ def test_the_service_keeps_the_connections_a_burst_opened(
     first = burst()
     assert len(first) == 16
     assert burst() == first
+
+
+def test_the_lanes_pool_exhausted_gives_503(make_client: Callable[..., TestClient],
+                                           keys: Keys, coord: Coordinator, database_url: str,
+                                           settings: ServiceSettings) -> None:
+    """A command the lane sends holds the lane's only connection (waiting on a row lock):
+    a read behind it gets 503 once the pool's timeout passes, and the command completes."""
+    f = coord.create_file("a", "/f", "x")
+    client = make_client(coordinator=replace(settings.coordinator, pool_size=1, max_overflow=0,
+                                             pool_timeout=0.3, lock_timeout=20.0))
+    blocker = create_engine(sqlalchemy_url(database_url))
+    answers: dict[str, object] = {}
+    try:
+        with blocker.connect() as conn, conn.begin():
+            conn.execute(text("SELECT 1 FROM nodes WHERE id = :id FOR UPDATE"),
+                         {"id": f.node.id})
+            writer = threading.Thread(target=lambda: answers.update(write=client.put(
+                "/v1/namespaces/a/node/content", params={"path": "/f"},
+                json={"content": "y"}, headers=Keys.h(keys.a_write))))
+            writer.start()
+            deadline = time.monotonic() + 10
+            stats = client.app.state.statements.pool.get_stats  # type: ignore[attr-defined]
+            while stats().get("pool_available", 0) > 0 or stats().get("pool_size", 0) < 1:
+                assert time.monotonic() < deadline, stats()
+                time.sleep(0.02)  # the write has taken the connection
+            started = time.monotonic()
+            r = client.get("/v1/namespaces/a/node", params={"path": "/f"},
+                           headers=Keys.h(keys.a_read))
+            elapsed = time.monotonic() - started
+        writer.join(30)
+    finally:
+        blocker.dispose()
+    err(r, 503, "unavailable")
+    assert r.headers["Retry-After"] == "1" and elapsed < 5
+    assert answers["write"].status_code == 200  # type: ignore[attr-defined]
+    assert coord.stat("a", "/f").content == "y"
