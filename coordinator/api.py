@@ -56,9 +56,13 @@ class Coordinator(NamespaceCommands):
         self.notifier = Notifier(engine, min_interval=self.settings.notify_interval)
 
     @classmethod
-    def connect(cls, database_url: str, **settings: Any) -> Coordinator:
+    def connect(cls, database_url: str, *, statement_timeout: float | None = None,
+                **settings: Any) -> Coordinator:
+        """A coordinator with a pool of its own; ``settings``: ``Settings``' fields.
+        ``statement_timeout`` (seconds) cancels any statement that runs longer: for an
+        answering service, which bounds its requests (the worker and CLI do not)."""
         s = Settings(**settings)
-        return cls(connect_engine(database_url, s), s)
+        return cls(connect_engine(database_url, s, statement_timeout), s)
 
     def close(self) -> None:
         self.notifier.close()

@@ -23,7 +23,6 @@ them as they are needed, up to ``Settings.pool_size``, and a request waits at mo
 from __future__ import annotations
 
 import asyncio
-import select
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -34,7 +33,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from . import paths
 from .commands import Command
-from .db import libpq_url, parse_database_url, session_args, wrapped
+from .db import closed_by_server, libpq_url, parse_database_url, session_args, wrapped
 from .retries import Disconnected, backoff_seconds, check_retry
 from .settings import Settings
 from .single_statement import Lone, lone
@@ -108,7 +107,7 @@ class AsyncStatements:
         while True:
             try:
                 async with self.pool.connection() as conn:
-                    if _closed_by_server(conn):  # e.g. the server restarted
+                    if closed_by_server(conn.pgconn.socket):  # e.g. the server restarted
                         await conn.close()  # the pool drops it
                         raise Retry()
                     try:
@@ -132,9 +131,3 @@ async def _fetch_one(conn: Connection, sql: str, params: Any) -> Any:
     except psycopg.Error as exc:
         raise wrapped(exc, sql, params, invalidated=conn.broken) from exc
 
-
-def _closed_by_server(conn: Connection) -> bool:
-    """As ``db.Driver.closed_by_server``: the idle connection has something to read (the
-    server's goodbye, or the end of the stream). One ``select`` with no wait."""
-    readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
-    return bool(readable)

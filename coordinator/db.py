@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import namedtuple_row
-from sqlalchemy import Connection, Engine, Row, TextClause, create_engine, event, text
+from sqlalchemy import Connection, Engine, Row, TextClause, create_engine, text
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
@@ -123,8 +123,10 @@ def session_args(s: Settings, statement_timeout: float | None = None) -> dict[st
     }
 
 
-def connect_engine(database_url: str, s: Settings) -> Engine:
-    """The coordinator's pooled engine, with the session limits of ``s``."""
+def connect_engine(database_url: str, s: Settings, statement_timeout: float | None = None
+                   ) -> Engine:
+    """The coordinator's pooled engine, with the session limits of ``s`` (and
+    ``statement_timeout``: see ``session_args``)."""
     return create_engine(
         parse_database_url(database_url),
         pool_size=s.pool_size,
@@ -134,21 +136,19 @@ def connect_engine(database_url: str, s: Settings) -> Engine:
         # rename). ``Coordinator.run`` re-runs a transaction whose connection turns out
         # dead before COMMIT instead, which is as transparent after a server restart.
         pool_pre_ping=False,
-        connect_args=session_args(s),
+        connect_args=session_args(s, statement_timeout),
     )
 
 
-def set_statement_timeout(engine: Engine, seconds: float) -> None:
-    """Every new connection of ``engine`` cancels a statement after ``seconds`` (an
-    answering service bounds its requests; the worker and CLI commands do not)."""
-    ms = max(1, int(seconds * 1000))
-
-    @event.listens_for(engine, "connect")
-    def _set_timeout(dbapi_conn: Any, _record: Any) -> None:
-        # SET is transactional: commit it, or the pool's reset would undo it.
-        with dbapi_conn.cursor() as cur:
-            cur.execute(f"SET statement_timeout = {ms}")
-        dbapi_conn.commit()
+def closed_by_server(fd: int) -> bool:
+    """Whether the idle connection on socket ``fd`` has something to read: the server's
+    goodbye (a FATAL on shutdown or termination) or the end of the stream. One ``poll``
+    with no wait, instead of a pre-ping's round trip; for a caller whose first statement
+    commits, so cannot re-run it once a send failed. (``poll``, not ``select``: a
+    process with many connections has sockets past ``select``'s limit of 1,024.)"""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLPRI)
+    return bool(poller.poll(0))
 
 
 def streamed(
@@ -205,12 +205,8 @@ class Driver:
         self.raw: psycopg.Connection[Any] = raw
 
     def closed_by_server(self) -> bool:
-        """Whether this idle connection has something to read: the server's goodbye (a
-        FATAL on shutdown or termination) or the end of the stream. One ``select`` with no
-        wait, instead of a pre-ping's round trip; for a caller whose first statement
-        commits, so cannot re-run it once a send failed."""
-        readable, _, _ = select.select([self.raw.fileno()], [], [], 0)
-        return bool(readable)
+        """``closed_by_server`` of this connection (idle, outside any transaction)."""
+        return closed_by_server(self.raw.fileno())
 
     def send(self, sql: str, params: Mapping[str, Any]) -> psycopg.Cursor[Any]:
         """Execute ``sql`` (compiled by ``driver_sql``); its rows are on the cursor. In a

@@ -21,7 +21,6 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from coordinator.api import Coordinator
 from coordinator.async_statements import AsyncStatements
-from coordinator.db import set_statement_timeout
 from coordinator.idempotency import purge
 from coordinator.listener import NotifyHub
 from pathkeeper.http import errors as service_errors
@@ -89,9 +88,9 @@ def create_app(
 
 
 def _connect(settings: ServiceSettings) -> Coordinator:
-    coord = Coordinator.connect(settings.database_url, **asdict(settings.coordinator))
-    set_statement_timeout(coord.engine, settings.statement_timeout_seconds)
-    return coord
+    return Coordinator.connect(settings.database_url,
+                               statement_timeout=settings.statement_timeout_seconds,
+                               **asdict(settings.coordinator))
 
 
 def _searcher(settings: ServiceSettings) -> Searcher | None:
