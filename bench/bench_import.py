@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import psycopg
@@ -138,17 +139,23 @@ def floor_rows(rows: list[tuple[object, ...]]
 
 
 def run_schema_floor(url: str, rows: list[tuple[object, ...]],
-                     events: list[tuple[object, ...]], root: object, ns: str
-                     ) -> tuple[float, float]:
+                     events: list[tuple[object, ...]], root: object, ns: str,
+                     without: Sequence[str] | None = None) -> tuple[float, float]:
     """The same rows COPYed into ``nodes`` itself (every index, check and foreign key)
     and their events into ``events``, in one transaction: what the database alone needs
     for an import into this schema, with no parsing and no checks of our own. Returns
-    the whole time and the part that went into ``nodes``."""
+    the whole time and the part that went into ``nodes``. With ``without`` (constraints
+    of ``nodes`` dropped first, in the same transaction), the transaction rolls back:
+    what each part of the schema costs, each measured on the same table."""
+    rolled_back = without is not None
     with psycopg.connect(libpq_url(url)) as conn:
+        for name in without or ():
+            conn.execute(f"ALTER TABLE nodes DROP CONSTRAINT {name} CASCADE")
         conn.execute("INSERT INTO namespaces (name, root_id) VALUES (%s, %s)", (ns, root))
         conn.execute("INSERT INTO nodes (namespace, id, name, kind) VALUES (%s, %s, '', 'dir')",
                      (ns, root))
-        conn.commit()
+        if not rolled_back:
+            conn.commit()
         t = time.perf_counter()
         with conn.cursor() as cur:
             with cur.copy("COPY nodes (namespace, id, parent_id, name, kind, content, metadata) "
@@ -160,8 +167,40 @@ def run_schema_floor(url: str, rows: list[tuple[object, ...]],
                           "FROM STDIN") as copy:
                 for event in events:
                     copy.write_row((ns, *event))
-        conn.commit()
+        if rolled_back:
+            conn.rollback()
+        else:
+            conn.commit()
         return time.perf_counter() - t, nodes_done - t
+
+
+#: ``--breakdown``: the schema floor with parts of ``nodes``' schema dropped, cumulatively.
+FOREIGN_KEYS = ("fk_nodes_namespace", "fk_nodes_parent_is_dir")
+UNIQUE_KEYS = ("uq_nodes_namespace_id_kind", "uq_nodes_namespace_parent_name")
+BREAKDOWN: list[tuple[str, tuple[str, ...]]] = [
+    ("nodes as they are", ()),
+    ("without the namespace's foreign key", FOREIGN_KEYS[:1]),
+    ("without both foreign keys", FOREIGN_KEYS),
+    ("... and the two unique keys", FOREIGN_KEYS + UNIQUE_KEYS),
+    ("... and the primary key (a heap, checks only)", FOREIGN_KEYS + UNIQUE_KEYS + ("pk_nodes",)),
+]
+
+
+def breakdown(url: str, rows: list[tuple[object, ...]], events: list[tuple[object, ...]],
+              root: object, rounds: int) -> None:
+    """Print what COPY into ``nodes`` costs with each part of its schema, and the events."""
+    took: dict[str, list[float]] = {label: [] for label, _ in BREAKDOWN}
+    event_times: list[float] = []
+    for rnd in range(rounds):
+        for i, (label, without) in enumerate(BREAKDOWN):
+            whole, nodes_part = run_schema_floor(url, rows, events, root, f"bd{rnd}_{i}",
+                                                 without)
+            took[label].append(nodes_part)
+            event_times.append(whole - nodes_part)
+    print("\nschema floor by part (COPY of the same rows, median seconds over rounds):")
+    print(table(["COPY into nodes", "seconds"],
+                [[label, f"{median(took[label]):.2f}"] for label, _ in BREAKDOWN]
+                + [["COPY of the events (after the nodes)", f"{median(event_times):.2f}"]]))
 
 
 def run_import(coord: Coordinator, path: Path, rnd: int) -> tuple[float, int]:
@@ -177,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     ap.add_argument("--nodes", type=int, default=200_000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also: what each part of nodes' schema costs the schema floor")
     args = ap.parse_args(argv)
     print(f"bench_import {now_utc()}, {os.cpu_count()} CPUs, load {load_average()}, "
           f"python {sys.version.split()[0]}", flush=True)
@@ -226,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nimport / raw COPY (median of per-round ratios): {median(ratios['raw']):.2f}")
         print(f"import / schema floor (median of per-round ratios): "
               f"{median(ratios['floor']):.2f}")
+        if args.breakdown:
+            breakdown(url, floor_nodes, events, root, args.rounds)
     print(f"done {now_utc()}, load {load_average()}")
     return 0
 
