@@ -10,6 +10,7 @@ from dataclasses import replace
 from fastapi.testclient import TestClient
 from http_support import Keys, err
 from sqlalchemy import create_engine, text
+from tree_checks import wait_for_lock_waiter
 
 from coordinator import Coordinator
 from coordinator.db import sqlalchemy_url
@@ -109,11 +110,7 @@ def test_the_lanes_pool_exhausted_gives_503(make_client: Callable[..., TestClien
                 "/v1/namespaces/a/node/content", params={"path": "/f"},
                 json={"content": "y"}, headers=Keys.h(keys.a_write))))
             writer.start()
-            deadline = time.monotonic() + 10
-            stats = client.app.state.statements.pool.get_stats  # type: ignore[attr-defined]
-            while stats().get("pool_available", 0) > 0 or stats().get("pool_size", 0) < 1:
-                assert time.monotonic() < deadline, stats()
-                time.sleep(0.02)  # the write has taken the connection
+            wait_for_lock_waiter(coord)  # the write is in the database, on the connection
             started = time.monotonic()
             r = client.get("/v1/namespaces/a/node", params={"path": "/f"},
                            headers=Keys.h(keys.a_read))
