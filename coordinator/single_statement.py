@@ -20,6 +20,10 @@ function, so before the claim; a lone move, delete, content write or metadata wr
 around ``pathkeeper_move``, ``pathkeeper_delete``, ``pathkeeper_write`` and
 ``pathkeeper_set_metadata``, likewise. A lone stat is ``StatCall``'s one statement, sent
 the same way (it was BEGIN, the walk, the row and COMMIT: four round trips).
+
+``lone`` says which commands are one statement and gives it (``Lone``: the statement, its
+parameters, what its row or refusal means); ``send`` runs it on a blocking connection,
+``async_statements.AsyncStatements`` on an asyncio one.
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@ read.
 
 For the lane, each call also says what the request must carry (``scope``, ``body_model``,
 ``by_node``) and ``prepare``s the work: checks on the event loop (any exception means the
-lane declines), the blocking part returned as a function for a thread.
+lane declines), the rest returned as a coroutine function (``Work``) that sends a command
+that is one statement, or a read, on the app's ``AsyncStatements``, and runs anything else
+with the blocking coordinator in a thread (``Backend``).
 """
 
 from __future__ import annotations
