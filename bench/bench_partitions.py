@@ -53,11 +53,16 @@ PARENT_KEY = ("FOREIGN KEY (namespace, parent_id, parent_kind) "
 COPY_COLUMNS = "(namespace, id, parent_id, name, kind, content, metadata)"
 
 
-def copy_rows(cur: psycopg.Cursor[object], table_name: str, ns: str,
-              rows: Sequence[tuple[object, ...]]) -> None:
+def load(cur: psycopg.Cursor[object], table_name: str, root: object,
+         rows: Sequence[tuple[object, ...]]) -> float:
+    """Seconds to store the namespace's root and ``rows`` in ``table_name`` (COPY)."""
+    t = time.perf_counter()
+    cur.execute(f"INSERT INTO {table_name} (namespace, id, name, kind) "
+                "VALUES ('imp', %s, '', 'dir')", (root,))
     with cur.copy(f"COPY {table_name} {COPY_COLUMNS} FROM STDIN") as copy:
         for row in rows:
-            copy.write_row((ns, *row[1:]))
+            copy.write_row(("imp", *row[1:]))
+    return time.perf_counter() - t
 
 
 def import_ways(url: str, rows: list[tuple[object, ...]], root: object) -> dict[str, float]:
@@ -66,19 +71,13 @@ def import_ways(url: str, rows: list[tuple[object, ...]], root: object) -> dict[
     with psycopg.connect(libpq_url(url)) as conn, conn.cursor() as cur:
         # The ceiling: a plain table.
         cur.execute(f"CREATE TEMP TABLE raw_x ({COLUMNS})")
-        t = time.perf_counter()
-        copy_rows(cur, "raw_x", "imp", rows)
-        took["COPY into a plain table (the ceiling)"] = time.perf_counter() - t
+        took["COPY into a plain table (the ceiling)"] = load(cur, "raw_x", root, rows)
         conn.rollback()
 
         # Today's shape: one table, keys maintained row by row.
         cur.execute(f"CREATE TABLE flat ({COLUMNS}, {', '.join(KEYS)}, "
                     f"{PARENT_KEY.format(table='flat')})")
-        cur.execute("INSERT INTO flat (namespace, id, name, kind) VALUES ('imp', %s, '', 'dir')",
-                    (root,))
-        t = time.perf_counter()
-        copy_rows(cur, "flat", "imp", rows)
-        took["COPY into one table with its keys (today)"] = time.perf_counter() - t
+        took["COPY into one table with its keys (today)"] = load(cur, "flat", root, rows)
         conn.rollback()
 
         # A fresh partition: load, build the keys, attach.
@@ -86,10 +85,7 @@ def import_ways(url: str, rows: list[tuple[object, ...]], root: object) -> dict[
                     f"{PARENT_KEY.format(table='part')}) PARTITION BY LIST (namespace)")
         cur.execute("CREATE TABLE part_other PARTITION OF part FOR VALUES IN ('other')")
         cur.execute(f"CREATE TABLE part_imp ({COLUMNS})")
-        t = time.perf_counter()
-        cur.execute("INSERT INTO part_imp (namespace, id, name, kind) "
-                    "VALUES ('imp', %s, '', 'dir')", (root,))
-        copy_rows(cur, "part_imp", "imp", rows)
+        loading = load(cur, "part_imp", root, rows)
         loaded = time.perf_counter()
         for key in KEYS:
             cur.execute(f"ALTER TABLE part_imp ADD {key}")
@@ -98,10 +94,10 @@ def import_ways(url: str, rows: list[tuple[object, ...]], root: object) -> dict[
         keyed = time.perf_counter()
         cur.execute("ALTER TABLE part ATTACH PARTITION part_imp FOR VALUES IN ('imp')")
         end = time.perf_counter()
-        took["fresh table: COPY"] = loaded - t
+        took["fresh table: COPY"] = loading
         took["fresh table: build the keys"] = keyed - loaded
         took["fresh table: attach (foreign key checked set-wise)"] = end - keyed
-        took["fresh table, whole"] = end - t
+        took["fresh table, whole"] = loading + end - loaded
         conn.rollback()
     return took
 

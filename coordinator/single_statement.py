@@ -145,6 +145,9 @@ class _Logged(Protocol):
     """A call whose function answers the node's row and whether it changed it."""
 
     @property
+    def ns(self) -> str: ...
+
+    @property
     def params(self) -> dict[str, Any]: ...
 
     def refused(self, exc: IntegrityError) -> Exception: ...
@@ -159,10 +162,13 @@ class Lone:
     ``Coordinator`` (``send``, on a pooled connection) and by ``AsyncStatements`` (on
     an asyncio connection) alike."""
 
-    ns: str
     sql: str
     params: Mapping[str, Any]
     call: _Logged | CreateCall
+
+    @property
+    def ns(self) -> str:
+        return self.call.ns
 
     def refused(self, exc: IntegrityError) -> Exception:
         """The typed error for an integrity violation the statement ran into."""
@@ -184,20 +190,20 @@ def lone(ns: str, command: Command, max_depth: int) -> Lone | None:
     rules)."""
     if isinstance(command, Rename):
         rename = RenameCall.of(ns, command.ref, command.name, command.if_version)
-        return Lone(ns, RENAME_LOGGED_SQL, rename.params, rename)
+        return Lone(RENAME_LOGGED_SQL, rename.params, rename)
     if isinstance(command, Move):
         move = MoveCall.of(ns, command.ref, command.dst, command.if_version, max_depth)
-        return Lone(ns, MOVE_LOGGED_SQL, move.params, move)
+        return Lone(MOVE_LOGGED_SQL, move.params, move)
     if isinstance(command, WriteFile):
         write = WriteCall.of_content(ns, command.ref, command.content, command.metadata,
                                      command.if_version)
-        return Lone(ns, WRITE_LOGGED_SQL, write.params, write)
+        return Lone(WRITE_LOGGED_SQL, write.params, write)
     if isinstance(command, SetMetadata):
         write = WriteCall.of_metadata(ns, command.ref, command.metadata, command.if_version)
-        return Lone(ns, SET_METADATA_LOGGED_SQL, write.params, write)
+        return Lone(SET_METADATA_LOGGED_SQL, write.params, write)
     if isinstance(command, Delete):
         delete = DeleteCall.of(ns, command.ref, command.recursive, command.if_version)
-        return Lone(ns, DELETE_LOGGED_SQL, delete.params, delete)
+        return Lone(DELETE_LOGGED_SQL, delete.params, delete)
     if isinstance(command, CreateFile):
         create = CreateCall.file(ns, command.path, command.content, command.metadata,
                                  max_depth)
@@ -205,7 +211,7 @@ def lone(ns: str, command: Command, max_depth: int) -> Lone | None:
         create = CreateCall.dir(ns, command.path, max_depth)
     else:
         return None
-    return Lone(ns, CREATE_LOGGED_SQL, {**create.params, "path": create.path}, create)
+    return Lone(CREATE_LOGGED_SQL, {**create.params, "path": create.path}, create)
 
 
 def send(conn: Connection, statement: Lone) -> MutationResult:

@@ -47,6 +47,23 @@ class Backend:
     coord: Coordinator
     statements: AsyncStatements | None
 
+    def execution(self, ns: str, command: commands.Command
+                  ) -> Callable[[], Awaitable[MutationResult]]:
+        """The running of ``command``, for later; what the statement's own checks refuse
+        is raised now."""
+        statements = self.statements
+        statement = None if statements is None else statements.statement(ns, command)
+        if statements is None or statement is None:
+            coord = self.coord
+            return lambda: in_thread(coord.execute, ns, command)
+        return lambda: statements.execute(statement)
+
+    async def stat(self, ns: str, target: str) -> Node:
+        """The node at ``target``, a path or an id (the statement tells them apart)."""
+        if self.statements is None:
+            return await in_thread(self.coord.stat, ns, target)
+        return await self.statements.stat(ns, target)
+
 
 @dataclass(frozen=True)
 class CommandCall:
@@ -115,16 +132,12 @@ class CommandCall:
             model = self.query_model.model_validate(given)
             values = {name: getattr(model, name) for name in self.route.query}
         command = self.command(settings, ref=ref, body=body, if_match=if_match, query=values)
-        statements = backend.statements
-        statement = None if statements is None else statements.statement(ns, command)
-        if statements is None or statement is None:
-            coord = backend.coord
-            return lambda: in_thread(lambda: self.response(coord.execute(ns, command)))
+        execution = backend.execution(ns, command)
 
-        async def send() -> Response:
-            return self.response(await statements.execute(statement))
+        async def run() -> Response:
+            return self.response(await execution())
 
-        return send
+        return run
 
 
 @dataclass(frozen=True)
@@ -152,16 +165,11 @@ class StatCall:
                 query: Mapping[str, str]) -> Work:
         assert ref is not None  # by_node
         target = ref.checked(settings)
-        statements = backend.statements
-        if statements is None:
-            coord = backend.coord
-            return lambda: in_thread(self.response, coord, ns, ref, target)
 
-        async def send() -> Response:
-            # A path starts with '/', an id never does: the statement tells them apart.
-            return self.node_response(await statements.stat(ns, target))
+        async def run() -> Response:
+            return self.node_response(await backend.stat(ns, target))
 
-        return send
+        return run
 
 
 CALLS: dict[CommandRoute, CommandCall] = {route: CommandCall.of(route) for route in COMMAND_ROUTES}

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from fastapi import FastAPI
 from http_support import Keys, ok
 
@@ -51,11 +52,16 @@ def _no_route(resp: Any) -> bool:
         (404, "Not Found"), (405, "Method Not Allowed"))
 
 
+@pytest.mark.parametrize("lifespan", [True, False], ids=["asyncio-pool", "no-lifespan"])
 def test_the_lane_serves_commands_and_reads_and_passes_the_rest_on(
     settings: ServiceSettings, open_app: Callable[[FastAPI], TestClient], keys: Keys,
-    coord: Coordinator,
+    coord: Coordinator, lifespan: bool,
 ) -> None:
-    client = open_app(_without_lane_routes(create_app(settings)))
+    """With the lifespan, the lane sends on its asyncio pool; an app served without one
+    (``--lifespan off``) has no pool, and the lane runs the coordinator in a thread."""
+    app = _without_lane_routes(create_app(settings))
+    client = open_app(app) if lifespan else TestClient(app, raise_server_exceptions=False)
+    assert (app.state.statements is not None) == lifespan
     h = Keys.h(keys.a_write)
     a = "/v1/namespaces/a"
     ok(client.post(f"{a}/dirs", json={"path": "/d"}, headers=h), 201)
