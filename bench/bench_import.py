@@ -186,21 +186,57 @@ BREAKDOWN: list[tuple[str, tuple[str, ...]]] = [
 ]
 
 
+#: ``--breakdown``: nodes per event row when the same payloads are batched.
+BATCH = 1000
+
+
+def batched(events: list[tuple[object, ...]]) -> list[tuple[object, ...]]:
+    """The same ``created`` payloads, ``BATCH`` to an event row (``{"nodes": [...]}``): a
+    format measured here and used nowhere, to see whether fewer, larger event rows would
+    make the log cheaper to write."""
+    out: list[tuple[object, ...]] = []
+    for i in range(0, len(events), BATCH):
+        chunk = events[i:i + BATCH]
+        payload = '{"nodes": [' + ", ".join(str(e[3]) for e in chunk) + "]}"
+        out.append((chunk[0][0], None, "batch", payload))
+    return out
+
+
+def copy_events_alone(url: str, events: list[tuple[object, ...]], ns: str) -> float:
+    """COPY ``events`` into the log in a transaction rolled back; the seconds it took."""
+    with psycopg.connect(libpq_url(url)) as conn:
+        t = time.perf_counter()
+        with conn.cursor() as cur, cur.copy(
+            "COPY events (namespace, position, node_id, type, payload) FROM STDIN"
+        ) as copy:
+            for event in events:
+                copy.write_row((ns, *event))
+        took = time.perf_counter() - t
+        conn.rollback()
+        return took
+
+
 def breakdown(url: str, rows: list[tuple[object, ...]], events: list[tuple[object, ...]],
               root: object, rounds: int) -> None:
-    """Print what COPY into ``nodes`` costs with each part of its schema, and the events."""
+    """Print what COPY into ``nodes`` costs with each part of its schema, and the events
+    (one row per node, as written, and the same payloads batched)."""
     took: dict[str, list[float]] = {label: [] for label, _ in BREAKDOWN}
     event_times: list[float] = []
+    batched_times: list[float] = []
+    batches = batched(events)
     for rnd in range(rounds):
         for i, (label, without) in enumerate(BREAKDOWN):
             whole, nodes_part = run_schema_floor(url, rows, events, root, f"bd{rnd}_{i}",
                                                  without)
             took[label].append(nodes_part)
             event_times.append(whole - nodes_part)
+        batched_times.append(copy_events_alone(url, batches, f"bd{rnd}_batched"))
     print("\nschema floor by part (COPY of the same rows, median seconds over rounds):")
     print(table(["COPY into nodes", "seconds"],
                 [[label, f"{median(took[label]):.2f}"] for label, _ in BREAKDOWN]
-                + [["COPY of the events (after the nodes)", f"{median(event_times):.2f}"]]))
+                + [["COPY of the events (after the nodes)", f"{median(event_times):.2f}"],
+                   [f"the same payloads batched, {BATCH:,} nodes per event row",
+                    f"{median(batched_times):.2f}"]]))
 
 
 def run_import(coord: Coordinator, path: Path, rnd: int) -> tuple[float, int]:
