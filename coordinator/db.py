@@ -112,6 +112,8 @@ def session_args(s: Settings, statement_timeout: float | None = None) -> dict[st
     )
     if statement_timeout is not None:
         options += f" -c statement_timeout={max(1, int(statement_timeout * 1000))}"
+    if s.custom_plans:
+        options += " -c plan_cache_mode=force_custom_plan"
     return {
         "options": options,
         "connect_timeout": max(1, int(s.connect_timeout)),

@@ -26,3 +26,9 @@ class Settings:
     max_overflow: int = 20
     pool_timeout: float = 10.0
     connect_timeout: float = 5.0
+    #: Plan every statement for its own parameters instead of reusing a generic plan
+    #: (PostgreSQL's ``plan_cache_mode = force_custom_plan``). For sessions whose
+    #: statements take arrays of ids against tables that grow in bursts (the indexer):
+    #: a generic plan made while ``nodes`` had no statistics, as after an import into a
+    #: new database, read 1,000 nodes in 0.57 s instead of 0.03 s.
+    custom_plans: bool = False

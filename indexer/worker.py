@@ -641,6 +641,9 @@ class Worker:
             notify=False,
             # A batch holds its snapshot transaction while Elasticsearch works.
             idle_in_transaction_timeout=MAX_BATCH_AGE + 60,
+            # Its reads take arrays of ids right after bursts of writes (an import),
+            # before autovacuum has analyzed them: see Settings.custom_plans.
+            custom_plans=True,
             pool_size=n + 2, max_overflow=n + 4,
         )
         self.engine = self.coord.engine
