@@ -84,6 +84,7 @@ from coordinator import Event, Node
 from .bulk import CHUNK_BYTES, BulkStats, Rejected, send, send_request
 from .contract import MAX_BATCH_AGE, delete_action, index_action, is_indexed, stale_under_query
 from .plan import BatchPlan, all_sweeps, plan_batch
+from .prefetch import prefetched
 from .snapshot import fetch_nodes, may_have_left, stream_subtree_versions
 
 ID_CHUNK = 1000
@@ -311,7 +312,16 @@ class Applier:
             with self.engine.connect() as raw:
                 conn = raw.execution_options(isolation_level="REPEATABLE READ")
                 with conn.begin():
-                    stats = self._send(self._node_actions(conn, nodes.plan, nodes.version, check))
+                    # The next chunk of nodes is read while Elasticsearch indexes this
+                    # one (an import's batch: tens of thousands of nodes). The reading
+                    # thread is the only user of ``conn`` until it has stopped.
+                    actions = prefetched(
+                        self._node_actions(conn, nodes.plan, nodes.version, check), ID_CHUNK
+                    )
+                    try:
+                        stats = self._send(actions)
+                    finally:
+                        actions.close()
         elif len(ready) <= self.chunk_size and _source_bytes(ready) <= CHUNK_BYTES // 2:
             stats = send_request(self.es, ready, self.on_reject, timings)
         else:  # large contents: chunks by size too

@@ -50,13 +50,11 @@ below the compaction horizon fails with a ``ReplayError`` saying so.
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 import time
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from elasticsearch import Elasticsearch, helpers
 from sqlalchemy import Connection, Engine, text
@@ -73,6 +71,7 @@ from .applier import Applier
 from .bulk import Rejected
 from .contract import building_marker, delete_action, index_action, is_indexed
 from .fold import DEFAULT_SPILL_THRESHOLD, Folder
+from .prefetch import prefetched
 from .progress import Progress
 from .setfold import SetFold
 
@@ -87,11 +86,6 @@ TAIL_BATCH = 5000
 CAUGHT_UP_EVENTS = 500
 #: How long a read of the log waits for writers in flight before replay gives up on it.
 BOUND_WAIT = 30.0
-#: Bulk chunks of documents prepared ahead of the one being sent while loading.
-PREFETCH_CHUNKS = 2
-
-T = TypeVar("T")
-
 
 class ReplayError(Exception):
     """A replay, reindex or verify could not be done (the message says why)."""
@@ -340,61 +334,6 @@ def bulk_index(
     return ok, conflicts
 
 
-def prefetched(
-    items: Iterator[T], batch: int = BULK_CHUNK, depth: int = PREFETCH_CHUNKS
-) -> Generator[T, None, None]:
-    """``items``, in order, produced by a thread of their own up to ``depth`` batches
-    ahead: reading the folded rows and building documents overlaps the search server
-    indexing the previous bulk request, instead of adding to it. Memory: at most
-    ``depth + 2`` batches. An error in ``items`` is raised here; closing this generator
-    (the caller must, e.g. in a ``finally``) stops the thread, closes ``items`` in it and
-    waits for it, so the caller may then close what ``items`` reads from."""
-    handoff: queue.Queue[tuple[list[T], BaseException | None]] = queue.Queue(depth)
-    stop = threading.Event()
-
-    def put(buf: list[T], exc: BaseException | None = None) -> bool:
-        while not stop.is_set():
-            try:
-                handoff.put((buf, exc), timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        buf: list[T] = []
-        try:
-            for item in items:
-                buf.append(item)
-                if len(buf) >= batch:
-                    if not put(buf):
-                        return
-                    buf = []
-            if buf:
-                put(buf)
-            put([])  # an empty batch: the end
-        except BaseException as exc:
-            put([], exc)
-        finally:
-            close = getattr(items, "close", None)
-            if close is not None:
-                close()
-
-    thread = threading.Thread(target=produce, name="replay-prefetch", daemon=True)
-    thread.start()
-    try:
-        while True:
-            buf, exc = handoff.get()
-            if exc is not None:
-                raise exc
-            if not buf:
-                return
-            yield from buf
-    finally:
-        stop.set()
-        thread.join()
-
-
 # ----------------------------------------------------------------- the tail
 
 #: ``apply(events, cursor)``: apply one ``read_events`` batch at version ``cursor``.
@@ -534,7 +473,7 @@ def rebuild(
         result.index = index
         progress.note(f"building {index} as of position {v0} (from {source})")
         progress.phase("load documents", unit="documents")
-        docs = prefetched(index_action(index, n, v0) for n in nodes)
+        docs = prefetched((index_action(index, n, v0) for n in nodes), BULK_CHUNK)
         try:
             result.documents, _ = bulk_index(es, docs, progress)
         finally:

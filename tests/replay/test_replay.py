@@ -188,7 +188,7 @@ def test_replay_that_times_out_names_the_transaction_it_waited_for(
 
 
 def test_prefetched_keeps_order_raises_errors_and_stops_its_thread_when_closed() -> None:
-    from indexer.replay import prefetched
+    from indexer.prefetch import prefetched
 
     assert list(prefetched(iter(range(10)), batch=3)) == list(range(10))
     assert list(prefetched(iter([]), batch=3)) == []
@@ -218,4 +218,4 @@ def test_prefetched_keeps_order_raises_errors_and_stops_its_thread_when_closed()
     assert [next(docs) for _ in range(5)] == [1, 2, 3, 4, 5]
     docs.close()  # returns once the thread has stopped and closed its source
     assert closed.is_set()
-    assert not any(t.name == "replay-prefetch" for t in threading.enumerate())
+    assert not any(t.name == "prefetch" for t in threading.enumerate())
