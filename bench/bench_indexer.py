@@ -12,6 +12,9 @@ In one run, against the same search server:
 2. **worker create**: the worker applying N ``created`` events (transactions of
    1,000 nodes, like ``Coordinator.apply`` groups), from start to caught up
    (``wait_indexed``), into a fresh alias each round. Median of rounds.
+   **worker import**: the same for an import of N nodes (``Coordinator.import_nodes``
+   of a JSON Lines file, one transaction, its missing parents included) in a database
+   of its own, so each round's fresh alias applies that import only.
 3. **raw overwrite**: streaming_bulk rewriting R existing documents with a new
    path and a higher external version: the ceiling for (4).
 4. **worker rename**: a directory with R descendants renamed; the worker's time
@@ -30,13 +33,16 @@ import argparse
 import logging
 import os
 import sys
+import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+from bench_import import make_input
 from common import ROOT, load_average, median, migrated_cluster, now_utc, percentile, table
 
 sys.path.insert(0, str(ROOT / "tests" / "indexer"))
@@ -47,6 +53,7 @@ from indexer_support import bulk_subtree
 
 from coordinator import Coordinator, Node
 from coordinator.indexing import consumer_for
+from coordinator.migrate import upgrade
 from indexer import elasticsearch_index
 from indexer.contract import index_action
 from indexer.worker import Worker, WorkerConfig
@@ -113,6 +120,20 @@ def create_events(coord: Coordinator, ns: str, n: int) -> int:
         _, count = bulk_subtree(coord, ns, "/", f"g{k}", dirs=1, files_per_dir=998)
         total += count
     return total
+
+
+def import_tree(url: str, n: int) -> tuple[Coordinator, int]:
+    """A database of its own holding one import of ``n`` lines (``bench_import``'s
+    tree: directories of 99 files, shuffled); the Coordinator on it and the nodes made."""
+    upgrade(url)
+    coord = Coordinator.connect(url)
+    coord.create_namespace("imported")
+    with tempfile.TemporaryDirectory(prefix="pathkeeper-bench-") as tmp:
+        path = Path(tmp) / "tree.jsonl"
+        make_input(path, n)
+        with path.open("rb") as f:
+            result = coord.import_nodes("imported", f)
+    return coord, result.created
 
 
 def time_worker_to(coord: Coordinator, database_url: str, es_url: str, alias: str,
@@ -200,15 +221,17 @@ def latency(coord: Coordinator, es: Elasticsearch, database_url: str, es_url: st
     return samples
 
 
-def print_throughput(raw: list[float], work: list[float], overwrite: float, made: int,
-                     rename_s: float) -> None:
-    raw_m, work_m = median(raw), median(work)
+def print_throughput(raw: list[float], work: list[float], imported: list[float],
+                     overwrite: float, made: int, rename_s: float) -> None:
+    raw_m, work_m, imported_m = median(raw), median(work), median(imported)
     rename_rate = made / rename_s
     print(table(
         ["measure", "docs/s (median)", "rounds", "vs raw"],
         [
             ["raw streaming_bulk, create", f"{raw_m:,.0f}", len(raw), "1.00"],
             ["worker, create events", f"{work_m:,.0f}", len(work), f"{work_m / raw_m:.2f}"],
+            ["worker, an import", f"{imported_m:,.0f}", len(imported),
+             f"{imported_m / raw_m:.2f}"],
             ["raw streaming_bulk, overwrite", f"{overwrite:,.0f}", 1, "1.00"],
             [f"worker, rename of {made:,} descendants", f"{rename_rate:,.0f}", 1,
              f"{rename_rate / overwrite:.2f}"],
@@ -216,6 +239,7 @@ def print_throughput(raw: list[float], work: list[float], overwrite: float, made
     ))
     print(f"  raw create rounds: {', '.join(f'{x:,.0f}' for x in raw)}")
     print(f"  worker create rounds: {', '.join(f'{x:,.0f}' for x in work)}")
+    print(f"  worker import rounds: {', '.join(f'{x:,.0f}' for x in imported)}")
     print(f"  rename: {rename_s:.1f} s for {made:,} documents")
     print()
 
@@ -236,14 +260,17 @@ def main() -> None:
 
         configure(logging.INFO)
     print(f"bench_indexer {now_utc()}  load before: {load_average()}")
-    with migrated_cluster("bench_indexer") as (_, database_url), search_server() as es_url:
+    with migrated_cluster("bench_indexer") as (pg, database_url), search_server() as es_url:
         es = Elasticsearch(es_url, request_timeout=600)
         coord = Coordinator.connect(database_url)
         raw: list[float] = []
         work: list[float] = []
+        imported: list[float] = []
         made, rename_s, overwrite = 0, float("nan"), float("nan")
         if not args.latency_only:
             nodes = create_events(coord, "creates", args.n)
+            import_url = pg.create_database("bench_indexer_import")
+            import_coord, import_nodes = import_tree(import_url, args.n)
             for r in range(args.rounds):
                 index = f"bench-raw-{r}"
                 elasticsearch_index.create_index(es, index)
@@ -254,7 +281,12 @@ def main() -> None:
                 # A fresh alias = a fresh consumer: the worker applies every create again.
                 work.append(nodes / time_worker_to(coord, database_url, es_url, alias))
                 elasticsearch_index.drop_alias_and_indices(es, alias)
-            print(f"creates done, load: {load_average()}", flush=True)
+                alias = f"bench-import-{r}"
+                imported.append(import_nodes / time_worker_to(import_coord, import_url,
+                                                              es_url, alias))
+                elasticsearch_index.drop_alias_and_indices(es, alias)
+            import_coord.close()
+            print(f"creates and imports done, load: {load_average()}", flush=True)
 
             # Rename of a directory with args.rename descendants.
             coord.create_namespace("big")
@@ -290,7 +322,7 @@ def main() -> None:
 
     print()
     if not args.latency_only:
-        print_throughput(raw, work, overwrite, made, rename_s)
+        print_throughput(raw, work, imported, overwrite, made, rename_s)
     print(table(
         ["commit-to-visible (realtime GET)", "samples", "p50 ms", "p99 ms", "max ms"],
         [
