@@ -32,7 +32,11 @@ from coordinator.tree import node_of
 # The root's name is '' so the join yields '/a/b' (and '' for the root itself). The
 # final join names the ids again: with only the CTE to go by, a namespace whose
 # statistics predate its growth (a tree just built or imported) got a hash join over
-# every node of the namespace, 2-5 ms for a handful of ids instead of 0.3 ms.
+# every node of the namespace, 2-5 ms for a handful of ids instead of 0.3 ms. Each
+# step up is one index probe per row (the LATERAL ... LIMIT 1 keeps the planner from
+# flattening it into a join): guessing thousands of rows per level, it hashed every
+# node of the namespace at each level, 0.21 s per 1,000 ids in a namespace of 200,000
+# nodes, against 0.028 s this way (and growing with the namespace, which this does not).
 _NODES_WITH_PATHS = text(
     """
     WITH RECURSIVE up(start, id, parent_id, name, depth) AS (
@@ -40,7 +44,10 @@ _NODES_WITH_PATHS = text(
          WHERE n.namespace = :ns AND n.id = ANY(CAST(:ids AS uuid[]))
       UNION ALL
         SELECT u.start, p.id, p.parent_id, p.name, u.depth + 1
-          FROM up u JOIN nodes p ON p.namespace = :ns AND p.id = u.parent_id
+          FROM up u CROSS JOIN LATERAL (
+              SELECT q.id, q.parent_id, q.name FROM nodes q
+               WHERE q.namespace = :ns AND q.id = u.parent_id LIMIT 1
+          ) AS p
          WHERE u.depth < 100000
     ), paths AS (
         SELECT start, string_agg(name, '/' ORDER BY depth DESC) AS path FROM up GROUP BY start
