@@ -200,6 +200,10 @@ def latency(coord: Coordinator, es: Elasticsearch, database_url: str, es_url: st
             time.sleep(max(0.0, next_at - time.perf_counter()))  # steady rate pacing
 
     with worker(database_url, es_url, alias):
+        # A fresh alias is a fresh consumer: it indexes the whole log first (the parts
+        # above made hundreds of thousands of documents). Measured from a caught-up
+        # worker, or the first samples are the catch-up's length.
+        assert coord.wait_indexed(last_position(coord), 3600, consumer=consumer_for(alias))
         watcher = threading.Thread(target=poller, daemon=True)
         watcher.start()
         stop_at = time.perf_counter() + seconds
