@@ -3,6 +3,7 @@ index-equals-PostgreSQL check, random concurrent clients, fast bulk test data.""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -14,7 +15,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from sqlalchemy import text
 from coordinator import Coordinator, CoordinatorError
 from coordinator.eventlog import safe_bound
 from coordinator.indexing import consumer_for
+from indexer import bulk
 from indexer.contract import document_for, is_indexed
 from indexer.worker import Worker, WorkerConfig
 
@@ -400,3 +402,19 @@ def bulk_subtree(
         )
         conn.execute(text("SELECT pg_notify('pathkeeper_events', '')"))
     return top, len(rows)
+
+
+class SearchServerGone(Exception):
+    """What ``one_request_then_gone`` raises."""
+
+
+def one_request_then_gone() -> Callable[..., Any]:
+    """A stand-in for ``indexer.bulk.send`` as ``indexer.applier`` calls it (patch it
+    in as ``applier_module.send``): one bulk request of the actions really sent, then
+    ``SearchServerGone``, as a search server that goes away in the middle of a pass."""
+
+    def send(es: Elasticsearch, actions: Any, reject: Any, chunk_size: int) -> Any:
+        bulk.send(es, itertools.islice(actions, chunk_size), reject, chunk_size=chunk_size)
+        raise SearchServerGone("the search server went away mid-pass")
+
+    return send

@@ -6,7 +6,6 @@ documents. Writers racing the import in the same namespace change nothing of tha
 
 from __future__ import annotations
 
-import itertools
 import json
 import random
 import threading
@@ -14,7 +13,14 @@ from typing import Any
 
 import pytest
 from elasticsearch import Elasticsearch
-from indexer_support import assert_index_matches, expected_docs, index_docs, running_worker
+from indexer_support import (
+    SearchServerGone,
+    assert_index_matches,
+    expected_docs,
+    index_docs,
+    one_request_then_gone,
+    running_worker,
+)
 from sqlalchemy import Connection, text
 
 import indexer.applier as applier_module
@@ -135,10 +141,6 @@ def test_writers_racing_an_import_in_the_same_namespace(
         assert assert_index_matches(coord, es, alias) == len(list(coord.walk(ns))) - 1
 
 
-class SearchServerGone(Exception):
-    pass
-
-
 def test_a_large_batch_that_fails_while_sending_stops_its_reader_first(
     coord: Coordinator, es: Elasticsearch, alias: str, ns: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -153,14 +155,7 @@ def test_a_large_batch_that_fails_while_sending_stops_its_reader_first(
     plan = plan_batch(events)
     elasticsearch_index.ensure_alias(es, alias)
     app = Applier(coord.engine, es, alias, lambda r: None)
-    real_send = applier_module.send
-
-    def send_one_request_then_fail(es: Elasticsearch, actions: Any, reject: Any,
-                                   chunk_size: int) -> Any:
-        real_send(es, itertools.islice(actions, chunk_size), reject, chunk_size=chunk_size)
-        raise SearchServerGone("the search server went away mid-batch")
-
-    monkeypatch.setattr(applier_module, "send", send_one_request_then_fail)
+    monkeypatch.setattr(applier_module, "send", one_request_then_gone())
     try:
         app.apply_nodes(plan, events[-1].position)
     except SearchServerGone:

@@ -6,22 +6,24 @@ open (a ResourceWarning, raised in whichever test the collector happens to run).
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Generator
 from typing import Any
 
 import pytest
 from elasticsearch import Elasticsearch
-from indexer_support import expected_docs, index_docs, last_position, run_once
+from indexer_support import (
+    SearchServerGone,
+    expected_docs,
+    index_docs,
+    last_position,
+    one_request_then_gone,
+    run_once,
+)
 
 import indexer.applier as applier_module
 from coordinator import Coordinator, Node
 from indexer.applier import Applier, SubtreeWork
 from indexer.plan import plan_batch
-
-
-class SearchServerGone(Exception):
-    pass
 
 
 def test_a_subtree_pass_that_fails_while_sending_closes_its_stream_first(
@@ -51,15 +53,8 @@ def test_a_subtree_pass_that_fails_while_sending_closes_its_stream_first(
         finally:  # runs once the real stream (and its cursor) was closed
             finished.append("stream closed")
 
-    real_send = applier_module.send
-
-    def send_one_request_then_fail(es: Elasticsearch, actions: Any, reject: Any,
-                                   chunk_size: int) -> Any:
-        real_send(es, itertools.islice(actions, chunk_size), reject, chunk_size=chunk_size)
-        raise SearchServerGone("the search server went away mid-pass")
-
     monkeypatch.setattr(applier_module, "stream_subtree_versions", watched_stream)
-    monkeypatch.setattr(applier_module, "send", send_one_request_then_fail)
+    monkeypatch.setattr(applier_module, "send", one_request_then_gone())
     try:
         app.apply_subtrees(work, chunk_size=2)
     except SearchServerGone:
