@@ -17,10 +17,11 @@ How, and why this way:
    Existing nodes are found by walking the staged paths from the root (a recursive
    join that only descends where the namespace already has a directory of that name),
    so importing into an empty namespace costs one index probe per top-level name.
-3. **Insert set-based**: one ``INSERT ... SELECT`` into ``nodes`` (the foreign key to
-   the parent takes ``FOR KEY SHARE`` on existing parents, as a create does, so the
-   lock rules of ``tree.py`` hold unchanged), then, as the last statements, the
-   events.
+3. **Insert set-based**: the new nodes, each with its id and its parent's, are
+   computed once into a temporary table; one ``INSERT ... SELECT`` from it into
+   ``nodes`` (the foreign key to the parent takes ``FOR KEY SHARE`` on existing
+   parents, as a create does, so the lock rules of ``tree.py`` hold unchanged), then,
+   as the last statements, the events from the same rows.
 4. **Events**: one ``created`` event per new node, parents before children (path
    order), with the same payload a ``mkdir``/``create_file`` writes, so the fold of
    the log (replay, verify) rebuilds exactly these rows. A transaction normally takes
@@ -321,34 +322,35 @@ NEW_ROWS = """
 _PARENT = f"coalesce(pe.id, CASE WHEN ps.path IS NOT NULL THEN {_ID.format(t='ps')} END, " \
     "CAST(:root AS uuid))"
 
-INSERT_NODES_SQL = f"""
-    INSERT INTO nodes (namespace, id, parent_id, name, kind, content, metadata)
-    SELECT :ns, {_ID.format(t='s')}, {_PARENT}, s.name, s.kind, s.content, s.metadata
+# Computed once for both inserts (nodes, then events): building the ids and joining
+# for the parents again for the events took longer than writing these rows.
+NEW_NODES_SQL = f"""
+    CREATE TEMP TABLE pk_import_new ON COMMIT DROP AS
+    SELECT {_ID.format(t='s')} AS id, {_PARENT} AS parent, s.name, s.kind, s.content,
+           s.metadata, s.path, s.depth, s.line, s.seq
     {NEW_ROWS}
+"""
+
+INSERT_NODES_SQL = """
+    INSERT INTO nodes (namespace, id, parent_id, name, kind, content, metadata)
+    SELECT :ns, x.id, x.parent, x.name, x.kind, x.content, x.metadata FROM pk_import_new x
 """
 
 # The payload of a 'created' event, in SQL: the keys are checked against
 # events.Created when this module loads, so a schema change cannot miss the importer.
 CREATED_PAYLOAD_SQL = payload_sql(Created, {
-    "id": "CAST(x.id AS text)", "parent_id": "CAST(x.parent AS text)", "name": "s.name",
-    "kind": "s.kind", "path": "s.path", "content": "s.content", "metadata": "s.metadata",
+    "id": "CAST(x.id AS text)", "parent_id": "CAST(x.parent AS text)", "name": "x.name",
+    "kind": "x.kind", "path": "x.path", "content": "x.content", "metadata": "x.metadata",
     "version": "1",  # the node's version: new nodes start at 1
 })
-
-# The new node's id and its parent's, for its event. Joined before the outer WHERE only:
-# the NOT EXISTS subquery has a WHERE of its own and needs neither.
-_EVENT_IDS = f",\n    LATERAL (SELECT {_ID.format(t='s')} AS id, {_PARENT} AS parent) AS x"
-_OUTER_WHERE = "\n    WHERE NOT EXISTS"
-_NEW_ROWS_WITH_IDS = NEW_ROWS.replace(_OUTER_WHERE, _EVENT_IDS + _OUTER_WHERE)
-assert _NEW_ROWS_WITH_IDS.count("LATERAL") == 1
 
 # Positions by depth: a parent's 'created' event comes before its children's, the
 # order the fold needs.
 INSERT_EVENTS_SQL = f"""
     INSERT INTO events (namespace, position, node_id, type, payload)
-    SELECT :ns, :base + row_number() OVER (ORDER BY s.depth, s.line, s.seq) - 1, x.id,
+    SELECT :ns, :base + row_number() OVER (ORDER BY x.depth, x.line, x.seq) - 1, x.id,
            '{Created.TYPE}', {CREATED_PAYLOAD_SQL}
-    {_NEW_ROWS_WITH_IDS}
+    FROM pk_import_new x
 """
 
 
@@ -506,6 +508,7 @@ class Importer:
         return staged
 
     def _insert(self) -> int:
+        self.conn.execute(text(NEW_NODES_SQL), self._params)
         try:
             with self.conn.begin_nested():
                 return int(self.conn.execute(text(INSERT_NODES_SQL), self._params).rowcount)
