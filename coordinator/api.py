@@ -332,15 +332,18 @@ class Coordinator(NamespaceCommands):
         wait: float = 5.0,
         on_slow: Callable[[list[Writer]], None] | None = None,
         report_after: float = REPORT_AFTER,
+        contents: bool = True,
     ) -> tuple[list[Event], int]:
         """Events safe to consume after cursor ``after`` (None: from the start), in commit-safe
         position order, and the cursor to pass back. Waits up to ``wait`` seconds for
         writers in flight; ``on_slow(writers)`` is called once if that lasts
-        ``report_after`` seconds. See ``coordinator.eventlog``."""
+        ``report_after`` seconds; ``contents=False`` reads file contents as null. See
+        ``coordinator.eventlog``."""
         try:
             return read_events(
                 self.engine, after, limit, namespaces=namespaces, partition=partition,
                 until=until, wait=wait, on_slow=on_slow, report_after=report_after,
+                contents=contents,
             )
         except DBAPIError as exc:
             raise translate(exc) from exc

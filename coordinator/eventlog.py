@@ -525,6 +525,14 @@ def check_horizon(conn: Connection, cursor: int) -> None:
         raise CursorExpired(cursor, int(horizon))
 
 
+# The payload with its file content, if it has one, read as null (every event that
+# carries a content allows null there: a directory's).
+_WITHOUT_CONTENT = (
+    "CASE WHEN payload ? 'content' THEN jsonb_set(payload, '{content}', 'null') "
+    "ELSE payload END AS payload"
+)
+
+
 def read_events(
     engine: Engine,
     after: int | None = None,
@@ -536,6 +544,7 @@ def read_events(
     wait: float = 5.0,
     on_slow: Callable[[list[Writer]], None] | None = None,
     report_after: float = REPORT_AFTER,
+    contents: bool = True,
 ) -> tuple[list[Event], int]:
     """Events after ``after`` that are safe to consume, in position order, and the next cursor.
 
@@ -544,6 +553,10 @@ def read_events(
     a past position). Waits up to ``wait`` seconds for writers in flight (then returns
     no events and the same cursor); ``on_slow`` as in ``wait_for_bound``. A cursor below
     the compaction horizon raises ``CursorExpired`` (``indexer.retention``).
+
+    ``contents=False`` reads every payload's ``content`` as null, for readers that only
+    plan from the events (the indexer reads nodes from PostgreSQL): an import's
+    transaction is one batch of up to a whole block, 65,536 files' contents otherwise.
     """
     # A batch must be able to hold one event, or a reader would never move on.
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
@@ -564,7 +577,8 @@ def read_events(
     if partition is not None:
         where.append(Partition.SQL)
         params.update(p_count=partition.count, p_index=partition.index)
-    columns = "position, namespace, type, node_id, payload, committed_at"
+    payload = "payload" if contents else _WITHOUT_CONTENT
+    columns = f"position, namespace, type, node_id, {payload}, committed_at"
     sql = f"SELECT {columns} FROM events WHERE {' AND '.join(where)} ORDER BY position"
     with engine.connect() as conn:
         rows = list(conn.execute(text(sql + " LIMIT :limit"), params))

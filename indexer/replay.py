@@ -369,6 +369,7 @@ def catch_up(
         events, nxt = coord.read_events(
             cursor, TAIL_BATCH, namespaces=namespaces, until=until, wait=BOUND_WAIT,
             on_slow=lambda w: writers.__setitem__(slice(None), w),
+            contents=False,  # applied as the worker does: from PostgreSQL's rows
         )
         if events:
             apply(events, nxt)

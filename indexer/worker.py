@@ -448,6 +448,7 @@ class PartitionRunner:
                 partition=Partition(self.partition, w.config.partitions),
                 wait=w.config.read_wait, on_slow=partial(self._held_back, started),
                 report_after=w.config.read_report_after,
+                contents=False,  # documents are built from PostgreSQL's rows
             )
         except CursorExpired as exc:
             if not self._adopt_rebuilt_checkpoint(exc):

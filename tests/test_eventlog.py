@@ -489,3 +489,29 @@ def test_wake_up_follows_the_commit_in_the_same_round_trip(
     assert note.payload == str(row[0])  # the partition hash of the namespace written
     events, _ = read_all(coord)
     assert result.seq in positions(events)
+
+
+def test_read_events_without_contents(coord: Coordinator, ns: str) -> None:
+    """``contents=False`` (the indexer's read) gives the same events with every file's
+    content as null, and nothing else changed: they still decode as their types."""
+    coord.mkdir(ns, "/d")
+    coord.create_file(ns, "/d/f", "the body", {"k": 1})
+    coord.write_file(ns, "/d/f", "a new body")
+    coord.rename(ns, "/d/f", "g")
+    coord.import_nodes(ns, ['{"path": "/i/x", "kind": "file", "content": "imported"}'])
+    full, cursor = coord.read_events(after=0)
+    light, light_cursor = coord.read_events(after=0, contents=False)
+    assert light_cursor == cursor
+    assert [(e.position, e.type, e.node_id) for e in light] == [
+        (e.position, e.type, e.node_id) for e in full
+    ]
+    with_content = 0
+    for f, e in zip(full, light, strict=True):
+        if "content" in f.payload and f.payload["content"] is not None:
+            with_content += 1
+            assert e.payload == {**f.payload, "content": None}
+            assert getattr(e.change, "content") is None
+        else:
+            assert e.payload == f.payload
+        assert type(e.change) is type(f.change)
+    assert with_content == 3  # the create, the write, the imported file
