@@ -20,6 +20,7 @@ from tree_checks import node_rows, run_threads, wait_for_lock_waiter
 from coordinator import Coordinator, Event
 from coordinator.db import libpq_url
 from coordinator.eventlog import TAKE_BLOCK_SQL, safe_bound
+from coordinator.events import Created, Written
 from coordinator.models import POSITION_BLOCK
 from coordinator.tree import TreeTx
 from coordinator.unit_of_work import UnitOfWork
@@ -510,7 +511,8 @@ def test_read_events_without_contents(coord: Coordinator, ns: str) -> None:
         if "content" in f.payload and f.payload["content"] is not None:
             with_content += 1
             assert e.payload == {**f.payload, "content": None}
-            assert getattr(e.change, "content") is None
+            change = e.change
+            assert isinstance(change, Created | Written) and change.content is None
         else:
             assert e.payload == f.payload
         assert type(e.change) is type(f.change)
