@@ -327,7 +327,7 @@ _PARENT = f"coalesce(pe.id, CASE WHEN ps.path IS NOT NULL THEN {_ID.format(t='ps
 NEW_NODES_SQL = f"""
     CREATE TEMP TABLE pk_import_new ON COMMIT DROP AS
     SELECT {_ID.format(t='s')} AS id, {_PARENT} AS parent, s.name, s.kind, s.content,
-           s.metadata, s.path, s.depth, s.line, s.seq
+           s.metadata, s.path, s.depth, s.line, s.seq, s.implied
     {NEW_ROWS}
 """
 
@@ -500,15 +500,14 @@ class Importer:
             else:
                 problems.add(line, f"{path} already exists", AlreadyExists)
         problems.raise_if_any()
-        self._implied = int(conn.execute(text(
-            "SELECT count(*) FROM pk_import_stage s WHERE implied AND NOT EXISTS "
-            "(SELECT FROM pk_import_existing e WHERE e.path = s.path)")).scalar_one())
         prefix, start = id_prefix()
         self._params = {"ns": self.ns, "root": root, "id_prefix": prefix, "id_start": start}
         return staged
 
     def _insert(self) -> int:
         self.conn.execute(text(NEW_NODES_SQL), self._params)
+        self._implied = int(self.conn.execute(text(
+            "SELECT count(*) FROM pk_import_new WHERE implied")).scalar_one())
         try:
             with self.conn.begin_nested():
                 return int(self.conn.execute(text(INSERT_NODES_SQL), self._params).rowcount)
