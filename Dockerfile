@@ -1,11 +1,12 @@
 # The Pathkeeper image: one image, three roles (migrate, indexer, api) chosen by command.
 FROM python:3.11-slim
 WORKDIR /app
-COPY pyproject.toml alembic.ini ./
+COPY pyproject.toml README.md LICENSE ./
 COPY coordinator ./coordinator
 COPY indexer ./indexer
 COPY pathkeeper ./pathkeeper
 COPY migrations ./migrations
-RUN pip install --no-cache-dir -e .
+# A regular (not editable) install: the migrations ship inside the package.
+RUN pip install --no-cache-dir . && rm -rf /app/*
 USER nobody
 ENTRYPOINT ["pathkeeper"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from alembic import command
@@ -13,12 +15,21 @@ from sqlalchemy.exc import DBAPIError
 from .db import UPGRADE_HINT, parse_database_url, translate
 from .errors import InvalidConfiguration, NotMigrated
 
-ROOT = Path(__file__).resolve().parent.parent
+_HERE = Path(__file__).resolve().parent
+
+
+def migrations_dir() -> Path:
+    """Where the migrations are: inside the package in an installed wheel
+    (``coordinator/migrations``, see pyproject.toml), at the top of a checkout otherwise."""
+    shipped = _HERE / "migrations"
+    return shipped if (shipped / "env.py").is_file() else _HERE.parent / "migrations"
 
 
 def alembic_config(database_url: str) -> Config:
-    cfg = Config(str(ROOT / "alembic.ini"))
-    cfg.set_main_option("script_location", str(ROOT / "migrations"))
+    # Built in code, not read from alembic.ini: a wheel has no alembic.ini, and the
+    # environment (migrations/env.py) configures no logging from it.
+    cfg = Config()
+    cfg.set_main_option("script_location", str(migrations_dir()))
     cfg.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
     return cfg
 
@@ -33,8 +44,51 @@ def downgrade(database_url: str, revision: str) -> None:
     command.downgrade(alembic_config(database_url), revision)
 
 
+@dataclass(frozen=True)
+class Revision:
+    """One migration: its id, the one before it, its title, and whether a database is at it."""
+
+    revision: str
+    down_revision: str | None
+    title: str
+    current: bool = False
+
+
+def _script() -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config("postgresql://"))
+
+
+def history(current: str | None = None) -> list[Revision]:
+    """Every migration, oldest first; ``current`` marks the one a database is at."""
+    revisions = list(_script().walk_revisions())  # newest first
+    return [
+        Revision(rev.revision, _one(rev.down_revision), rev.doc.strip().splitlines()[0]
+                 if rev.doc else "", rev.revision == current)
+        for rev in reversed(revisions)
+    ]
+
+
+def _one(down: str | Sequence[str] | None) -> str | None:
+    if down is not None and not isinstance(down, str):
+        return ",".join(down)
+    return down
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The revision a database is at; None when it was never migrated."""
+    try:
+        with engine.connect() as conn:
+            exists = conn.execute(text("SELECT to_regclass('alembic_version')")).scalar()
+            if exists is None:
+                return None
+            version = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    except DBAPIError as exc:
+        raise translate(exc) from exc
+    return str(version) if version is not None else None
+
+
 def head_revision() -> str:
-    head = ScriptDirectory.from_config(alembic_config("postgresql://")).get_current_head()
+    head = _script().get_current_head()
     assert head is not None
     return head
 
@@ -42,16 +96,11 @@ def head_revision() -> str:
 def require_current(engine: Engine) -> None:
     """Raise ``NotMigrated`` unless the database is at this code's head revision, so a
     long-running process says so at start instead of failing on every statement."""
-    try:
-        with engine.connect() as conn:
-            version = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
-    except DBAPIError as exc:
-        raise translate(exc) from exc
+    version = current_revision(engine)
     head = head_revision()
     if version == head:
         return
-    script = ScriptDirectory.from_config(alembic_config("postgresql://"))
-    known = {rev.revision for rev in script.walk_revisions()}
+    known = {rev.revision for rev in _script().walk_revisions()}
     if version is not None and version not in known:
         raise InvalidConfiguration(
             f"the database schema is at revision {version}, unknown to this version of "

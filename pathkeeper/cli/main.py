@@ -21,7 +21,8 @@ from pathkeeper.cli.retention import compact, snapshot
 from pathkeeper.cli.serve import keys, serve
 
 
-@click.group(cls=OperatorErrors)
+@click.group(cls=OperatorErrors, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="pathkeeper", prog_name="pathkeeper")
 def main() -> None:
     """Pathkeeper: transactional trees in PostgreSQL, searchable in Elasticsearch."""
 
@@ -39,7 +40,7 @@ def db_upgrade(database_url: str, revision: str) -> None:
     from coordinator.migrate import upgrade
 
     upgrade(database_url, revision)
-    click.echo(f"database upgraded to {revision}")
+    click.echo(f"database upgraded to {_at(database_url)}")
 
 
 @db.command("downgrade")
@@ -50,7 +51,44 @@ def db_downgrade(database_url: str, revision: str) -> None:
     from coordinator.migrate import downgrade
 
     downgrade(database_url, revision)
-    click.echo(f"database downgraded to {revision}")
+    click.echo(f"database downgraded to {_at(database_url)}")
+
+
+@db.command("current")
+@database_url_option
+def db_current(database_url: str) -> None:
+    """Print the revision the database is at, and whether it is this code's head."""
+    from coordinator.migrate import head_revision
+
+    at = _at(database_url)
+    head = head_revision()
+    state = "head" if at == head else f"behind: this code needs {head}"
+    click.echo(f"{at} ({state})" if at != "none" else f"none (never migrated; {state})")
+
+
+@db.command("history")
+@database_url_option
+def db_history(database_url: str) -> None:
+    """List every migration, oldest first; '*' marks the one the database is at."""
+    from coordinator.migrate import history
+
+    at = _at(database_url)
+    for rev in history(at):
+        click.echo(f"{'*' if rev.current else ' '} {rev.revision}  {rev.title}")
+
+
+def _at(database_url: str) -> str:
+    """The revision a database is at, or 'none'."""
+    from sqlalchemy import create_engine, pool
+
+    from coordinator.db import parse_database_url
+    from coordinator.migrate import current_revision
+
+    engine = create_engine(parse_database_url(database_url), poolclass=pool.NullPool)
+    try:
+        return current_revision(engine) or "none"
+    finally:
+        engine.dispose()
 
 
 @main.command()
