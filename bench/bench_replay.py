@@ -45,7 +45,7 @@ from sqlalchemy import create_engine, text
 from coordinator import Coordinator
 from coordinator.db import sqlalchemy_url
 from coordinator.migrate import upgrade
-from coordinator.models import POSITION_BLOCK
+from coordinator.results import POSITION_BLOCK
 from indexer import elasticsearch_index, setfold
 from indexer.contract import index_action, is_indexed
 from indexer.fold import DEFAULT_SPILL_THRESHOLD, Folder

@@ -1,6 +1,14 @@
-"""Pathkeeper's coordinator: transactional namespace trees in PostgreSQL with an event log."""
+"""Pathkeeper's coordinator: transactional namespace trees in PostgreSQL with an event log.
 
-from .api import Coordinator, GroupTx
+The commands, errors and result types import no database library; ``Coordinator`` and
+the other names that need SQLAlchemy and psycopg are imported on first use, so the HTTP
+client (``pathkeeper.client``) can use this package without them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from .commands import (
     Command,
     CreateFile,
@@ -33,10 +41,34 @@ from .errors import (
     Unavailable,
     UnknownEvent,
 )
-from .eventlog import Event, Partition
-from .importer import ImportProgress, ImportResult
+from .results import Event, MutationResult, Node
 from .settings import Settings
-from .tree import MutationResult, Node
+
+if TYPE_CHECKING:
+    from .api import Coordinator, GroupTx
+    from .eventlog import Partition
+    from .importer import ImportProgress, ImportResult
+
+#: The names imported on first use, and the module that defines each.
+_LAZY = {
+    "Coordinator": "api",
+    "GroupTx": "api",
+    "Partition": "eventlog",
+    "ImportProgress": "importer",
+    "ImportResult": "importer",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "AlreadyExists",

@@ -24,16 +24,15 @@ from .commands import (
 )
 from .db import Driver, connect_engine, is_retryable, translate
 from .errors import AlreadyExists, Conflict, CoordinatorError, DirectoryNotEmpty, TooLarge
-from .eventlog import REPORT_AFTER, Event, Partition, Writer, read_events
+from .eventlog import REPORT_AFTER, Partition, Writer, read_events
 from .events import NamespaceCreated, NamespaceDropped
 from .importer import Importer, ImportResult, ProgressFn
 from .indexing import DEFAULT_CONSUMER, wait_indexed
 from .notifier import Notifier
+from .results import Event, MutationResult, Node
 from .retries import Disconnected, backoff_seconds, check_retry
 from .settings import Settings
 from .tree import (
-    MutationResult,
-    Node,
     Retry,
     StatCall,
     TreeTx,

@@ -34,10 +34,11 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from . import paths
 from .commands import Command
 from .db import closed_by_server, libpq_url, parse_database_url, session_args, wrapped
+from .results import MutationResult, Node
 from .retries import Disconnected, backoff_seconds, check_retry
 from .settings import Settings
 from .single_statement import Lone, lone
-from .tree import MutationResult, Node, Retry, StatCall
+from .tree import Retry, StatCall
 
 T = TypeVar("T")
 Connection = psycopg.AsyncConnection[Any]

@@ -22,7 +22,8 @@ from annotated_types import Ge, Le, MaxLen, MinLen
 from . import paths
 
 if TYPE_CHECKING:
-    from .tree import MutationResult, TreeTx
+    from .results import MutationResult
+    from .tree import TreeTx
 
 #: A full path, "/" first.
 Path = Annotated[str, MinLen(1), MaxLen(paths.MAX_PATH_BYTES)]

@@ -104,57 +104,16 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from functools import cached_property
-from typing import Any, Protocol
+from typing import Any
 
 from sqlalchemy import Connection, Engine, text
 
 from .db import Driver, driver_sql
 from .errors import CursorExpired, InvalidArgument, TooLarge
-from .events import DomainEvent, decode, encode
-from .models import POSITION_BLOCK
+from .events import DomainEvent, encode
+from .results import POSITION_BLOCK, Event, block_end
 
 NOTIFY_CHANNEL = "pathkeeper_events"
-
-
-@dataclass(frozen=True)
-class Event:
-    """One event of the log: where it is (position, namespace, commit time) and what it
-    says, as stored and served (``type``, ``node_id``, ``payload``: the wire form of
-    ``coordinator.events``) and typed (``change``)."""
-
-    position: int
-    namespace: str
-    type: str
-    node_id: str | None
-    payload: dict[str, Any]
-    committed_at: datetime
-
-    @classmethod
-    def of(
-        cls, position: int, namespace: str, change: DomainEvent, committed_at: datetime
-    ) -> Event:
-        """The event that holds ``change`` at ``position``."""
-        type_, node_id, payload = encode(change)
-        return cls(position, namespace, type_, node_id, payload, committed_at)
-
-    @cached_property
-    def change(self) -> DomainEvent:
-        """The typed event, decoded on first use. Raises ``InvalidEvent`` (``UnknownEvent``
-        for a type or payload version this code does not know) if the stored form cannot
-        be read; the envelope's fields stay readable either way."""
-        return decode(self.type, self.node_id, self.payload)
-
-    @property
-    def transaction_block(self) -> int:
-        """Events of one transaction share this value."""
-        return self.position // POSITION_BLOCK
-
-
-def block_end(position: int) -> int:
-    """The last position of the block that holds ``position``."""
-    return (position // POSITION_BLOCK) * POSITION_BLOCK + POSITION_BLOCK - 1
 
 
 #: Writers hold ``pg_advisory_xact_lock_shared(POSITION_LOCK_CLASS, <oid of the sequence>)``
@@ -268,20 +227,6 @@ class EventAppender:
         assert row is not None
         self._base = int(row.base)
         return commit
-
-
-class EventPosition(Protocol):
-    """Where a change's event is in the log: None until its transaction took its block."""
-
-    @property
-    def position(self) -> int | None: ...
-
-
-@dataclass(frozen=True)
-class Committed:
-    """The position of an event already committed (e.g. read from an HTTP answer)."""
-
-    position: int
 
 
 @dataclass(frozen=True, eq=False)

@@ -59,7 +59,7 @@ from .errors import (
 )
 from .eventlog import CLAIM_SQL
 from .events import Created, payload_sql
-from .models import POSITION_BLOCK
+from .results import POSITION_BLOCK
 from .tree import check_content, metadata_json
 
 #: Bad lines reported in full (the rest are counted): enough to fix a file in one go,

@@ -30,6 +30,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from .results import POSITION_BLOCK
+
 NAMING = {
     "ix": "ix_%(column_0_label)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -38,10 +40,9 @@ NAMING = {
     "pk": "pk_%(table_name)s",
 }
 
-#: Each transaction takes one block of positions with one nextval(); its events use
-#: consecutive positions inside the block, so a group of events is one contiguous
-#: range that a reader takes whole (see coordinator/eventlog.py).
-POSITION_BLOCK = 65536
+# Each transaction takes one block of positions (POSITION_BLOCK) with one nextval(); its
+# events use consecutive positions inside the block, so a group of events is one
+# contiguous range that a reader takes whole (see coordinator/eventlog.py).
 
 # A valid non-root name, as the database checks it (paths.validate_name is the
 # friendly front door; this makes invalid trees impossible to store).

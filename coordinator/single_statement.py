@@ -46,8 +46,9 @@ from .commands import (
     WriteFile,
 )
 from .db import Driver, driver_sql
-from .eventlog import CLAIM_SQL, Committed
+from .eventlog import CLAIM_SQL
 from .events import Created, Deleted, MetadataSet, Moved, Written, payload_sql
+from .results import Committed, MutationResult, Node
 from .tree import (
     CREATE_CALL,
     DELETE_CALL,
@@ -58,8 +59,6 @@ from .tree import (
     CreateCall,
     DeleteCall,
     MoveCall,
-    MutationResult,
-    Node,
     RenameCall,
     StatCall,
     WriteCall,

@@ -37,7 +37,6 @@ import json
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, text
@@ -53,8 +52,9 @@ from .errors import (
     NotADirectory,
     NotFound,
 )
-from .eventlog import EventAppender, EventPosition
+from .eventlog import EventAppender
 from .events import Created, Deleted, MetadataSet, Moved, Written
+from .results import MutationResult, Node
 from .subtree import subtree_cte
 
 #: A row read by column name (``row.id``): psycopg's named tuple on the paths that go
@@ -64,40 +64,6 @@ DbRow = Any
 
 class Retry(Exception):
     """The transaction raced with another one in a way that a re-run resolves."""
-
-
-@dataclass(frozen=True)
-class Node:
-    id: str
-    namespace: str
-    parent_id: str | None
-    name: str
-    kind: str
-    version: int
-    path: str
-    content: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
-    created_at: datetime | None = None
-    updated_at: datetime | None = None
-
-    @property
-    def is_dir(self) -> bool:
-        return self.kind == "dir"
-
-
-@dataclass(frozen=True)
-class MutationResult:
-    """The node after the change (as it was, for a delete) and the event position of the
-    change; ``seq`` is None when the call changed nothing (e.g. ``mkdir -p`` of an
-    existing directory)."""
-
-    node: Node
-    event: EventPosition | None
-
-    @property
-    def seq(self) -> int | None:
-        """Known once the transaction took its block: after commit (inside a group, None)."""
-        return None if self.event is None else self.event.position
 
 
 NODE_COLUMNS = "id, parent_id, name, kind, version, content, metadata, created_at, updated_at"

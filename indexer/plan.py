@@ -37,7 +37,6 @@ from typing import assert_never
 
 from coordinator import Event
 from coordinator.errors import InvalidEvent
-from coordinator.eventlog import block_end
 from coordinator.events import (
     Created,
     Deleted,
@@ -47,6 +46,7 @@ from coordinator.events import (
     NamespaceDropped,
     Written,
 )
+from coordinator.results import block_end
 
 
 @dataclass

@@ -63,9 +63,10 @@ import psycopg
 
 from coordinator import Coordinator
 from coordinator.errors import CursorExpired, NotMigrated
-from coordinator.eventlog import Event, Partition, Writer, notified_partitions, wait_for_bound
+from coordinator.eventlog import Partition, Writer, notified_partitions, wait_for_bound
 from coordinator.indexing import consumer_for, wait_indexed
 from coordinator.migrate import require_current
+from coordinator.results import Event
 
 from . import checkpoints, deadletters, metrics, status
 from .applier import Abandoned, Applier, NodeActions, SubtreeWork

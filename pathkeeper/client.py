@@ -27,8 +27,7 @@ import httpx
 
 from coordinator import errors as ce
 from coordinator.commands import Command, NamespaceCommands
-from coordinator.eventlog import Committed, Event
-from coordinator.tree import MutationResult, Node
+from coordinator.results import Committed, Event, MutationResult, Node
 from pathkeeper.http.cursors import encode_name_cursor
 from pathkeeper.http.operations import NAMESPACE_URL, NODE_BY_ID, NODE_BY_PATH, REF, ROUTE_OF
 

@@ -7,15 +7,24 @@ typed errors to status codes.
 
 from __future__ import annotations
 
-from pathkeeper.http.settings import ServiceSettings
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathkeeper.http.app import create_app
+    from pathkeeper.http.settings import ServiceSettings
 
 __all__ = ["ServiceSettings", "create_app"]
 
 
 def __getattr__(name: str) -> object:
-    # Lazy, so importing the settings (e.g. from the CLI) does not import FastAPI.
+    # Lazy: the HTTP client imports this package's URL and cursor modules without the
+    # server's dependencies, and the CLI imports the settings without FastAPI.
     if name == "create_app":
         from pathkeeper.http.app import create_app
 
         return create_app
+    if name == "ServiceSettings":
+        from pathkeeper.http.settings import ServiceSettings
+
+        return ServiceSettings
     raise AttributeError(name)

@@ -23,7 +23,7 @@ from starlette.responses import Response
 from coordinator import commands
 from coordinator.api import Coordinator
 from coordinator.async_statements import AsyncStatements
-from coordinator.tree import MutationResult, Node
+from coordinator.results import MutationResult, Node
 from pathkeeper.http.deps import NodeRef, checked_path, parse_if_match
 from pathkeeper.http.operations import COMMAND_ROUTES, REF, CommandRoute
 from pathkeeper.http.schemas import BODY_OF, QUERY_OF, MutationOut, NodeOut, command_fields

@@ -13,8 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from coordinator import paths
 from coordinator.commands import COMMANDS, Command
-from coordinator.eventlog import Event
-from coordinator.tree import MutationResult, Node
+from coordinator.results import Event, MutationResult, Node
 from pathkeeper.http.operations import COMMAND_ROUTES, CommandRoute
 
 NAMESPACE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from coordinator.api import apply_group
-from coordinator.tree import MutationResult
+from coordinator.results import MutationResult
 from pathkeeper.http.deps import CoordDep, IdempotencyHeader, NsParam, SettingsDep, Writer
 from pathkeeper.http.errors import ServiceError
 from pathkeeper.http.idempotency import replayable_response, request_hash, run_idempotent
