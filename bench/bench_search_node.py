@@ -1,33 +1,26 @@
 """The local search servers' start-up cost: seconds until healthy, and memory once up.
 
-Run: ``python bench/bench_search_node.py [--rounds 3] [--java /usr/lib/jvm/...]``.
+Run: ``python bench/bench_search_node.py [--rounds 3] [--only opensearch:3.3.0 ...]``.
 
-For each kind (the real Elasticsearch node and the noida-db stand-in), starts a fresh
-throwaway server ``--rounds`` times in alternating order and reports the median time
-from ``start()`` until it answers its health check, the resident memory of its whole
-process group right after, and (Elasticsearch) the JVM heap in use. The first
-Elasticsearch start also fetches the distribution when the cache is empty; that is
-timed separately.
+For each kind (every tested Elasticsearch and OpenSearch release, and the noida-db
+stand-in), starts a fresh throwaway server ``--rounds`` times in alternating order and
+reports the median time from ``start()`` until it answers its health check, the
+resident memory of its whole process group right after, and (real nodes) the JVM heap
+in use. Fetching a distribution into an empty cache is timed separately, first.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 import urllib.request
 from pathlib import Path
 
 from common import load_average, median, now_utc, table
 
-from pathkeeper.local.elasticsearch import (
-    ELASTICSEARCH_VERSION,
-    LocalElasticsearch,
-    distribution,
-    find_java,
-)
 from pathkeeper.local.noida import LocalNoida
+from pathkeeper.local.search_node import RELEASES, LocalSearchNode, distribution, find_java
 from pathkeeper.local.server import LocalServer
 
 
@@ -62,7 +55,7 @@ def measure(server: LocalServer) -> tuple[float, float, float | None]:
     assert server.pid is not None
     time.sleep(2)  # let the launcher settle; memory right at "healthy" still climbs
     rss = group_rss_mb(server.pid)
-    heap = heap_mb(server.url) if isinstance(server, LocalElasticsearch) else None
+    heap = heap_mb(server.url) if isinstance(server, LocalSearchNode) else None
     server.close()
     return seconds, rss, heap
 
@@ -70,21 +63,30 @@ def measure(server: LocalServer) -> tuple[float, float, float | None]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--java", default=None, help="ES_JAVA_HOME for the node")
+    parser.add_argument("--only", action="append", default=None,
+                        help="ENGINE:VERSION (e.g. opensearch:3.3.0) or noida; repeatable "
+                        "(default: every tested release and noida)")
     args = parser.parse_args()
-    if args.java:
-        os.environ["ES_JAVA_HOME"] = args.java
-    print(f"{now_utc()}  load {load_average()}  Elasticsearch {ELASTICSEARCH_VERSION} "
-          f"on {find_java()}")
-    fetch_started = time.monotonic()
-    home = distribution()
-    print(f"distribution ready in {time.monotonic() - fetch_started:.1f} s at {home}")
-    results: dict[str, list[tuple[float, float, float | None]]] = {"elasticsearch": [],
-                                                                    "noida": []}
+    kinds = args.only or [*(f"{e}:{v}" for e, v in RELEASES), "noida"]
+    print(f"{now_utc()}  load {load_average()}")
+    for kind in kinds:
+        if kind == "noida":
+            continue
+        engine, version = kind.split(":")
+        rel = RELEASES[(engine, version)]
+        fetch_started = time.monotonic()
+        home = distribution(rel)
+        print(f"{kind}: distribution ready in {time.monotonic() - fetch_started:.1f} s at "
+              f"{home}, on {find_java(rel)}")
+    results: dict[str, list[tuple[float, float, float | None]]] = {k: [] for k in kinds}
     for r in range(args.rounds):
-        order = ["elasticsearch", "noida"] if r % 2 == 0 else ["noida", "elasticsearch"]
+        order = kinds if r % 2 == 0 else list(reversed(kinds))
         for kind in order:
-            server: LocalServer = LocalElasticsearch() if kind == "elasticsearch" else LocalNoida()
+            if kind == "noida":
+                server: LocalServer = LocalNoida()
+            else:
+                engine, version = kind.split(":")
+                server = LocalSearchNode(engine=engine, version=version)
             results[kind].append(measure(server))
     rows = []
     for kind, runs in results.items():

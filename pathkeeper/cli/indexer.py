@@ -203,13 +203,20 @@ __all__ = ["indexer"]
 
 
 @click.command("search-node")
+@click.option("--engine", type=click.Choice(["elasticsearch", "opensearch", "noida"]),
+              default=None, help="Which server (default: PATHKEEPER_SEARCH, else "
+              "elasticsearch; noida is the stand-in).")
+@click.option("--version", "version", default=None,
+              help="Its version (default: PATHKEEPER_SEARCH_VERSION, else the engine's "
+              "default; Elasticsearch 8.19.21 or 9.1.0, OpenSearch 2.19.1 or 3.3.0).")
 @click.option("--port", type=int, default=0, help="HTTP port (default: a free one).")
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None,
               help="Keep the node's config and data here (default: a temp dir, removed).")
-def search_node(port: int, data_dir: str | None) -> None:
-    """Run a throwaway local search node until Ctrl-C (Elasticsearch, fetched once from
-    Maven Central; PATHKEEPER_SEARCH=noida for the stand-in). Handy for
-    ES_URL=... ./dev test without a start per run."""
+def search_node(engine: str | None, version: str | None, port: int,
+                data_dir: str | None) -> None:
+    """Run a throwaway local search node until Ctrl-C, fetched once from Maven Central
+    and run on an installed JDK that suits its version. Handy for ES_URL=... ./dev test
+    without a start per run."""
     import signal
     import threading
 
@@ -217,8 +224,8 @@ def search_node(port: int, data_dir: str | None) -> None:
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    server = new_local_search(data_dir, port)
     try:
+        server = new_local_search(data_dir, port, engine=engine, version=version)
         with server:
             click.echo(f"{server.label} on {server.url} (pid {server.pid}); Ctrl-C stops it")
             try:

@@ -1,6 +1,7 @@
-"""The local search server of tests, the demo and benchmarks: real Elasticsearch by
-default, noida-db (a fast stand-in, and the choice on machines without Java) when
-``PATHKEEPER_SEARCH=noida``.
+"""The local search server of tests, the demo and benchmarks: a real node (Elasticsearch
+by default, OpenSearch with ``PATHKEEPER_SEARCH=opensearch``; the version from
+``PATHKEEPER_SEARCH_VERSION``, else the engine's default), or noida-db (a fast stand-in,
+and the choice on machines without Java) with ``PATHKEEPER_SEARCH=noida``.
 
 ``ES_URL`` is not read here: callers that accept an external cluster check it first
 and start a local server only without one.
@@ -11,12 +12,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pathkeeper.local.elasticsearch import LocalElasticsearch
 from pathkeeper.local.noida import LocalNoida
+from pathkeeper.local.search_node import ENGINES, LocalSearchNode
 from pathkeeper.local.server import LocalServer, LocalServerError
 
 SEARCH_ENV = "PATHKEEPER_SEARCH"
-KINDS = ("elasticsearch", "noida")
+KINDS = (*ENGINES, "noida")
 
 
 def search_kind() -> str:
@@ -27,11 +28,14 @@ def search_kind() -> str:
     return kind
 
 
-def new_local_search(data_dir: str | Path | None = None, port: int = 0) -> LocalServer:
-    """A local search server of the configured kind, not yet started."""
-    if search_kind() == "noida":
+def new_local_search(data_dir: str | Path | None = None, port: int = 0, *,
+                     engine: str | None = None, version: str | None = None) -> LocalServer:
+    """A local search server, not yet started: of ``engine`` (and ``version``) when
+    given, else of the configured kind."""
+    kind = engine or search_kind()
+    if kind == "noida":
         return LocalNoida(data_dir, port)
-    return LocalElasticsearch(data_dir, port)
+    return LocalSearchNode(data_dir, port, engine=kind, version=version)
 
 
 __all__ = ["LocalServer", "LocalServerError", "new_local_search", "search_kind"]
