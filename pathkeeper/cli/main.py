@@ -1,7 +1,8 @@
 """The ``pathkeeper`` command line: a thin entry point over the coordinator and indexer.
 
 The root group holds ``db``, ``demo`` and ``import``; the other commands live in the
-sibling modules (``serve``, ``indexer``, ``replay``, ``retention``) and are added here.
+sibling modules (``namespaces``, ``serve``, ``indexer``, ``replay``, ``retention``) and
+are added here.
 Each module imports what a command needs inside the command, so ``pathkeeper --help``
 does not import FastAPI, Elasticsearch or the worker.
 """
@@ -15,6 +16,7 @@ import click
 
 from pathkeeper.cli.errors import OperatorErrors
 from pathkeeper.cli.indexer import indexer, search_node
+from pathkeeper.cli.namespaces import ns, tree
 from pathkeeper.cli.options import DATABASE_URL_ENV, ES_URL_ENV, database_url_option
 from pathkeeper.cli.replay import reindex, replay, verify
 from pathkeeper.cli.retention import compact, snapshot
@@ -136,5 +138,6 @@ def import_(namespace: str, file: BinaryIO, database_url: str, progress: bool | 
     )
 
 
-for command in (serve, keys, indexer, search_node, replay, reindex, verify, snapshot, compact):
+for command in (ns, tree, serve, keys, indexer, search_node, replay, reindex, verify, snapshot,
+                compact):
     main.add_command(command)
