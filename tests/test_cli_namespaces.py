@@ -65,3 +65,12 @@ def test_tree_prints_paths_in_order_and_refuses_unknown_namespaces(
     assert missing.stderr.strip() == "error: no namespace 'nope'"
     no_path = _cli(database_url, "tree", ns, "/no/such")
     assert no_path.returncode == 2 and no_path.stderr.startswith("error: ")
+
+
+def test_an_empty_import_says_it_wrote_no_events(database_url: str, ns: str) -> None:
+    out = CliRunner().invoke(main, ["import", ns, "-"], input=b"",
+                             env={"PATHKEEPER_DATABASE_URL": database_url})
+    assert out.exit_code == 0, out.output
+    assert out.output.startswith(f"imported 0 nodes (0 lines, 0 parent directories created) "
+                                 f"into {ns} in ")
+    assert out.output.rstrip().endswith("; no events") and "None" not in out.output

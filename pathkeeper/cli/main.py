@@ -131,10 +131,11 @@ def import_(namespace: str, file: BinaryIO, database_url: str, progress: bool | 
     show = sys.stderr.isatty() if progress is None else progress
     with Coordinator.connect(database_url) as coord, progress_bar(file, show) as on_progress:
         result = coord.import_nodes(namespace, file, progress=on_progress)
+    events = ("no events" if result.first_seq is None
+              else f"events {result.first_seq}..{result.last_seq}")
     click.echo(
         f"imported {result.created} nodes ({result.lines} lines, {result.implied_dirs} "
-        f"parent directories created) into {namespace} in {result.seconds:.1f} s; "
-        f"events {result.first_seq}..{result.last_seq}"
+        f"parent directories created) into {namespace} in {result.seconds:.1f} s; {events}"
     )
 
 
