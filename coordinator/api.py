@@ -24,7 +24,7 @@ from .commands import (
 )
 from .db import Driver, connect_engine, is_retryable, translate
 from .errors import AlreadyExists, Conflict, CoordinatorError, DirectoryNotEmpty, TooLarge
-from .eventlog import REPORT_AFTER, Event, Partition, Writer, read_events
+from .eventlog import REPORT_AFTER, Event, Partition, Start, Writer, read_events
 from .events import NamespaceCreated, NamespaceDropped
 from .importer import Importer, ImportResult, ProgressFn
 from .indexing import DEFAULT_CONSUMER, wait_indexed
@@ -323,7 +323,7 @@ class Coordinator(NamespaceCommands):
 
     def read_events(
         self,
-        after: int | None = None,
+        after: int | Start | None = None,
         limit: int = 1000,
         *,
         namespaces: Sequence[str] | None = None,
@@ -334,11 +334,13 @@ class Coordinator(NamespaceCommands):
         report_after: float = REPORT_AFTER,
         contents: bool = True,
     ) -> tuple[list[Event], int]:
-        """Events safe to consume after cursor ``after`` (None: from the start), in commit-safe
-        position order, and the cursor to pass back. Waits up to ``wait`` seconds for
-        writers in flight; ``on_slow(writers)`` is called once if that lasts
-        ``report_after`` seconds; ``contents=False`` reads file contents as null. See
-        ``coordinator.eventlog``."""
+        """Events safe to consume after cursor ``after`` (None: from the start; ``"horizon"``:
+        from the oldest event compaction kept; ``"now"``: none, and the end of the log),
+        in commit-safe position order, and the cursor to pass back. A cursor below the
+        compaction horizon raises ``CursorExpired``, one past the end ``CursorAhead``.
+        Waits up to ``wait`` seconds for writers in flight; ``on_slow(writers)`` is
+        called once if that lasts ``report_after`` seconds; ``contents=False`` reads file
+        contents as null. See ``coordinator.eventlog``."""
         try:
             return read_events(
                 self.engine, after, limit, namespaces=namespaces, partition=partition,

@@ -64,7 +64,7 @@ from typing import Any
 from prometheus_client import Counter, Gauge
 from sqlalchemy import Engine, text
 
-from coordinator.eventlog import BoundTimeout, wait_for_bound
+from coordinator.eventlog import BoundTimeout, horizon, wait_for_bound
 from coordinator.indexing import DEFAULT_ALIAS, consumer_for
 
 from . import setfold
@@ -195,7 +195,7 @@ def list_snapshots(engine: Engine) -> list[SnapshotInfo]:
 def current_horizon(engine: Engine) -> int:
     """Events at or below this position were compacted away (0: the log is whole)."""
     with engine.connect() as conn:
-        return setfold.horizon(conn)
+        return horizon(conn)
 
 
 def compact(
@@ -210,7 +210,7 @@ def compact(
     docstring for what this gives up."""
     started = time.monotonic()
     with engine.connect() as conn:
-        previous = setfold.horizon(conn)
+        previous = horizon(conn)
         lowest_checkpoint = conn.execute(
             text("SELECT min(position) FROM checkpoints")
         ).scalar()
