@@ -14,9 +14,10 @@ from click.testing import CliRunner
 from elasticsearch import Elasticsearch, NotFoundError
 
 from coordinator import Coordinator
-from indexer.bulk import send
+from indexer.bulk import resolve_conflicts, send
 from indexer.contract import index_action
 from indexer.replay import rebuild
+from indexer.snapshot import node_exists
 from pathkeeper.cli.main import main
 
 from .conftest import RunningWorker, diff_summary, expected_index, index_docs
@@ -98,3 +99,30 @@ def test_a_late_write_never_brings_back_a_legitimately_deleted_document(
     late = send(es, [index_action(alias, twice, seq)], lambda r: None)
     assert (late.indexed, late.overridden) == (0, 0)
     assert not _found(es, alias, "g", twice.id)
+
+
+def test_a_node_deleted_while_its_document_is_written_back_stays_deleted(
+    coord: Coordinator, es: Elasticsearch, alias: str, live_worker: RunningWorker,
+) -> None:
+    """The window between looking the node up and writing its document back: the node
+    is deleted for real there, and the worker indexes that delete, before the write.
+    The write goes through (a create over the delete's tombstone) and is taken back."""
+    coord.create_namespace("r")
+    node = coord.create_file("r", "/f", "x").node
+    seq = live_worker.caught_up(coord)
+    es.delete(index=alias, id=node.id, routing="r", refresh=True)
+    looks: list[bool] = []
+
+    def alive(ns: str, node_id: str) -> bool:
+        there = node_exists(coord.engine, ns, node_id)
+        if not looks:  # the first look said alive; then the node goes, for real
+            coord.delete(ns, node_id)
+            live_worker.caught_up(coord)
+        looks.append(there)
+        return there
+
+    assert resolve_conflicts(es, [index_action(alias, node, seq)], alive=alive) == [False]
+    assert looks == [True, False]
+    assert not _found(es, alias, "r", node.id)
+    actual, expected = index_docs(es, alias), expected_index(coord)
+    assert actual == expected, diff_summary(actual, expected)
