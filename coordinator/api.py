@@ -29,7 +29,7 @@ from .events import NamespaceCreated, NamespaceDropped
 from .importer import Importer, ImportResult, ProgressFn
 from .indexing import DEFAULT_CONSUMER, wait_indexed
 from .notifier import Notifier
-from .results import Event, MutationResult, Node
+from .results import Event, MutationResult, Node, Start
 from .retries import Disconnected, backoff_seconds, check_retry
 from .settings import Settings
 from .tree import (
@@ -322,7 +322,7 @@ class Coordinator(NamespaceCommands):
 
     def read_events(
         self,
-        after: int | None = None,
+        after: int | Start | None = None,
         limit: int = 1000,
         *,
         namespaces: Sequence[str] | None = None,
@@ -333,11 +333,13 @@ class Coordinator(NamespaceCommands):
         report_after: float = REPORT_AFTER,
         contents: bool = True,
     ) -> tuple[list[Event], int]:
-        """Events safe to consume after cursor ``after`` (None: from the start), in commit-safe
-        position order, and the cursor to pass back. Waits up to ``wait`` seconds for
-        writers in flight; ``on_slow(writers)`` is called once if that lasts
-        ``report_after`` seconds; ``contents=False`` reads file contents as null. See
-        ``coordinator.eventlog``."""
+        """Events safe to consume after cursor ``after`` (None: from the start; ``"horizon"``:
+        from the oldest event compaction kept; ``"now"``: none, and the end of the log),
+        in commit-safe position order, and the cursor to pass back. A cursor below the
+        compaction horizon raises ``CursorExpired``, one past the end ``CursorAhead``.
+        Waits up to ``wait`` seconds for writers in flight; ``on_slow(writers)`` is
+        called once if that lasts ``report_after`` seconds; ``contents=False`` reads file
+        contents as null. See ``coordinator.eventlog``."""
         try:
             return read_events(
                 self.engine, after, limit, namespaces=namespaces, partition=partition,

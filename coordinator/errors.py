@@ -137,8 +137,9 @@ class UnknownEvent(InvalidEvent):
 
 class CursorExpired(CoordinatorError):
     """The cursor points into the part of the event log that compaction deleted: the events
-    right after it are gone, so reading on would skip them. Rebuild from a snapshot
-    (``pathkeeper replay``) and follow the log from the compaction horizon instead."""
+    right after it are gone, so reading on would skip them. Start again from the oldest
+    position kept (``read_events(after="horizon")``) after reading the current state, or
+    from the end of the log (``after="now"``); an indexer rebuilds (``pathkeeper replay``)."""
 
     code = "cursor_expired"
 
@@ -147,5 +148,25 @@ class CursorExpired(CoordinatorError):
         self.horizon = horizon
         super().__init__(
             f"cursor {cursor} is older than the event log: events up to position {horizon} "
-            f"were compacted (replay from a snapshot, then read after {horizon})"
+            f"were compacted; start again at the oldest event kept (after=horizon: "
+            f"position {horizon}) once you have read the current state, or at the end of "
+            "the log (after=now)"
+        )
+
+
+class CursorAhead(CoordinatorError):
+    """The cursor is past the end of the event log: no reader of this log handed it out
+    (made up, from another database, or from before a restore that took the log back).
+    Reading on would skip every event up to it; start again as after compaction."""
+
+    code = "cursor_ahead"
+
+    def __init__(self, cursor: int, end: int) -> None:
+        self.cursor = cursor
+        self.end = end
+        super().__init__(
+            f"cursor {cursor} is past the end of the event log (position {end}): it was not "
+            "handed out by this log, or the log was restored to an earlier state; start "
+            "again from the current state and the end of the log (after=now), or at the "
+            "oldest event kept (after=horizon)"
         )

@@ -109,9 +109,9 @@ from typing import Any
 from sqlalchemy import Connection, Engine, text
 
 from .db import Driver, driver_sql
-from .errors import CursorExpired, InvalidArgument, TooLarge
+from .errors import CursorAhead, CursorExpired, InvalidArgument, TooLarge, Unavailable
 from .events import DomainEvent, encode
-from .results import POSITION_BLOCK, Event, block_end
+from .results import POSITION_BLOCK, Event, Start, block_end
 
 NOTIFY_CHANNEL = "pathkeeper_events"
 
@@ -460,14 +460,39 @@ def safe_bound(
 
 
 HORIZON_SQL = text("SELECT position FROM log_horizon WHERE id = 1")
+#: The end of the newest block handed out (0: none yet); no cursor a reader of this log
+#: handed out is above it, whether or not that block's writer has committed.
+END_SQL = text(
+    f"SELECT CASE WHEN is_called THEN last_value + {POSITION_BLOCK - 1} ELSE 0 END "
+    "FROM event_position_seq"
+)
+
+def horizon(conn: Connection) -> int:
+    """Events at or below this position were deleted by compaction (0: none were)."""
+    got = conn.execute(HORIZON_SQL).scalar()
+    return 0 if got is None else int(got)
 
 
 def check_horizon(conn: Connection, cursor: int) -> None:
     """Raise ``CursorExpired`` if compaction deleted events after ``cursor`` (see
     ``indexer.retention``): a reader must never skip them silently."""
-    horizon = conn.execute(HORIZON_SQL).scalar()
-    if horizon is not None and cursor < int(horizon):
-        raise CursorExpired(cursor, int(horizon))
+    oldest = horizon(conn)
+    if cursor < oldest:
+        raise CursorExpired(cursor, oldest)
+
+
+def check_not_ahead_of(cursor: int, end: int) -> None:
+    """Raise ``CursorAhead`` if ``cursor`` is past ``end``, an end of the log read now: no
+    reader of this log handed it out, and reading on from it would skip every event up
+    to it (after a restore that took the log back, events the client never saw get
+    positions below its cursor)."""
+    if cursor > end:
+        raise CursorAhead(cursor, end)
+
+
+def check_not_ahead(conn: Connection, cursor: int) -> None:
+    """``check_not_ahead_of`` the end of the newest block handed out (no waiting)."""
+    check_not_ahead_of(cursor, int(conn.execute(END_SQL).scalar_one()))
 
 
 # The payload with its file content, if it has one, read as null (every event that
@@ -480,7 +505,7 @@ _WITHOUT_CONTENT = (
 
 def read_events(
     engine: Engine,
-    after: int | None = None,
+    after: int | Start | None = None,
     limit: int = 1000,
     *,
     namespaces: Sequence[str] | None = None,
@@ -497,7 +522,11 @@ def read_events(
     transaction it started. ``until`` caps the positions read (for replays as of
     a past position). Waits up to ``wait`` seconds for writers in flight (then returns
     no events and the same cursor); ``on_slow`` as in ``wait_for_bound``. A cursor below
-    the compaction horizon raises ``CursorExpired`` (``indexer.retention``).
+    the compaction horizon raises ``CursorExpired`` (``indexer.retention``), one past the
+    end of the log ``CursorAhead``. ``after`` may also be a ``Start``: ``"horizon"``
+    reads from the oldest event kept, ``"now"`` returns no events and the end of the
+    log as it is now (every transaction that could still commit below it has ended; if
+    one does not end within ``wait``, ``Unavailable``).
 
     ``contents=False`` reads every payload's ``content`` as null, for readers that only
     plan from the events (the indexer reads nodes from PostgreSQL): an import's
@@ -506,10 +535,25 @@ def read_events(
     # A batch must be able to hold one event, or a reader would never move on.
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise InvalidArgument(f"limit must be a whole number of at least 1, not {limit!r}")
-    cursor = after or 0
+    if after == "now":
+        try:
+            return [], wait_for_bound(engine, wait, on_slow=on_slow, report_after=report_after)
+        except BoundTimeout as exc:
+            raise Unavailable(f"cannot find the end of the event log: {exc}") from exc
+    if after == "horizon":
+        with engine.connect() as conn:
+            cursor = horizon(conn)
+    elif after is None or isinstance(after, int):
+        cursor = after or 0
+    else:
+        raise InvalidArgument(f"after must be a position, None, 'now' or 'horizon', not {after!r}")
     bound = safe_bound(engine, wait, on_slow=on_slow, report_after=report_after)
     if bound is None:
+        if cursor:
+            with engine.connect() as conn:
+                check_not_ahead(conn, cursor)
         return [], cursor
+    check_not_ahead_of(cursor, bound)
     if until is not None:
         bound = min(bound, until)
     if bound <= cursor:

@@ -9,13 +9,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from .events import DomainEvent, decode, encode
 
 #: Positions a transaction's block holds: ``event_position_seq`` moves by this much
 #: (coordinator/eventlog.py has the protocol).
 POSITION_BLOCK = 65536
+
+#: Where a reader without a cursor of its own may start (``read_events(after=...)``):
+#: ``"now"``, the end of the log (only what commits from now on), or ``"horizon"``, the
+#: oldest position compaction kept (every event still in the log).
+Start = Literal["now", "horizon"]
+STARTS: tuple[Start, ...] = ("now", "horizon")
 
 
 class EventPosition(Protocol):

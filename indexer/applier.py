@@ -74,6 +74,7 @@ import time
 from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from elasticsearch import Elasticsearch
@@ -85,7 +86,7 @@ from .bulk import CHUNK_BYTES, BulkStats, Rejected, send, send_request
 from .contract import MAX_BATCH_AGE, delete_action, index_action, is_indexed, stale_under_query
 from .plan import BatchPlan, all_sweeps, plan_batch
 from .prefetch import prefetched
-from .snapshot import fetch_nodes, may_have_left, stream_subtree_versions
+from .snapshot import fetch_nodes, may_have_left, node_exists, stream_subtree_versions
 
 ID_CHUNK = 1000
 SWEEP_PAGE = 1000
@@ -233,6 +234,9 @@ class Applier:
         self.on_reject = on_reject
         self.chunk_size = chunk_size
         self.stream_chunk = stream_chunk
+        #: A conflict against a tombstone restores a node PostgreSQL still has: one
+        #: deleted by hand in the index (``bulk.resolve_conflicts``).
+        self.alive = partial(node_exists, engine)
 
     @staticmethod
     def _checker(stop: threading.Event | None) -> Callable[[], None]:
@@ -323,7 +327,7 @@ class Applier:
                     finally:
                         actions.close()
         elif len(ready) <= self.chunk_size and _source_bytes(ready) <= CHUNK_BYTES // 2:
-            stats = send_request(self.es, ready, self.on_reject, timings)
+            stats = send_request(self.es, ready, self.on_reject, timings, alive=self.alive)
         else:  # large contents: chunks by size too
             stats = self._send(ready)
         timings["bulk"] = time.monotonic() - t1
@@ -403,7 +407,8 @@ class Applier:
         def reject(r: Rejected) -> None:
             self.on_reject(r)
 
-        return send(self.es, actions, reject, chunk_size=chunk_size or self.chunk_size)
+        return send(self.es, actions, reject, chunk_size=chunk_size or self.chunk_size,
+                    alive=self.alive)
 
     def _write_or_delete(
         self, ns: str, ids: list[str], found: dict[str, Node], version: int

@@ -8,6 +8,9 @@ Per item (the official ``streaming_bulk`` helper, ``raise_on_error=False``):
   edited outside the indexer, and its version ran ahead of its ``seq``): then it is
   replaced by compare-and-swap (``resolve_conflicts``). The rule is the search
   contract's (``indexer.contract.supersedes``);
+  A conflict on an index action with nothing there is a tombstone at least as new:
+  a real delete's, or one left by a delete by hand; ``alive`` (PostgreSQL) tells
+  them apart, and a node that still exists is written back (``resolve_conflicts``);
 * 404 on a delete without an error: the document was not there: nothing to do
   (the tombstone is still written);
 * 429 or 5xx, or a missing index: transient: ``Retryable`` is raised and the whole
@@ -30,6 +33,10 @@ from elasticsearch import ConflictError, Elasticsearch, NotFoundError
 from elasticsearch.helpers import expand_action, streaming_bulk
 
 from .contract import supersedes
+
+#: ``alive(namespace, node_id)``: whether the node exists in PostgreSQL now (read after
+#: the call: a statement of its own, not an older snapshot).
+Alive = Callable[[str, str], bool]
 
 CHUNK_ACTIONS = 1000
 CHUNK_BYTES = 8 * 1024 * 1024
@@ -96,8 +103,11 @@ def send(
     *,
     chunk_size: int = CHUNK_ACTIONS,
     max_chunk_bytes: int = CHUNK_BYTES,
+    alive: Alive | None = None,
 ) -> BulkStats:
     """Send ``actions`` in chunks; returns what happened to them (see module docstring).
+    ``alive`` lets a conflict against a tombstone restore a node PostgreSQL still has
+    (``resolve_conflicts``).
 
     Raises ``Retryable`` on the first transient per-item failure.
     """
@@ -119,7 +129,7 @@ def send(
         require_alias=True,
     ):
         _sort_out(stats, conflicts, in_flight.popleft(), ok, item, on_reject)
-    return _settle(es, stats, conflicts)
+    return _settle(es, stats, conflicts, alive)
 
 
 def send_request(
@@ -127,6 +137,7 @@ def send_request(
     actions: list[dict[str, Any]],
     on_reject: Callable[[Rejected], None],
     timings: dict[str, float] | None = None,
+    alive: Alive | None = None,
 ) -> BulkStats:
     """``send`` for actions that fit one request (the node lane's batches): one
     ``_bulk`` call, no helper generators in between, and Elasticsearch's own time for
@@ -149,7 +160,7 @@ def send_request(
         _op, info = next(iter(item.items()))
         status = int(info.get("status", 500))
         _sort_out(stats, conflicts, action, 200 <= status < 300, item, on_reject)
-    return _settle(es, stats, conflicts)
+    return _settle(es, stats, conflicts, alive)
 
 
 def _sort_out(
@@ -188,8 +199,10 @@ def _sort_out(
         )
 
 
-def _settle(es: Elasticsearch, stats: BulkStats, conflicts: list[dict[str, Any]]) -> BulkStats:
-    replaced = resolve_conflicts(es, conflicts)
+def _settle(
+    es: Elasticsearch, stats: BulkStats, conflicts: list[dict[str, Any]], alive: Alive | None
+) -> BulkStats:
+    replaced = resolve_conflicts(es, conflicts, alive=alive)
     stats.overridden += sum(replaced)
     stats.already_newer += len(replaced) - sum(replaced)
     return stats
@@ -199,7 +212,11 @@ CAS_ATTEMPTS = 5
 
 
 def resolve_conflicts(
-    es: Elasticsearch, actions: Iterable[dict[str, Any]], newest_legit: int | None = None
+    es: Elasticsearch,
+    actions: Iterable[dict[str, Any]],
+    newest_legit: int | None = None,
+    *,
+    alive: Alive | None = None,
 ) -> list[bool]:
     """Settle actions Elasticsearch refused with a version conflict; for each, whether
     it replaced the stored document (False: a write at least as new is there).
@@ -216,6 +233,12 @@ def resolve_conflicts(
     position read after the conflict) also unmasks a ``seq`` no event has reached.
     The replaced document keeps a version above its ``seq``, so its later writes
     come here too: slower, but right.
+
+    An index action refused with nothing there met a tombstone at least as new as
+    itself: a real delete's, or one a delete by hand left (one version above the
+    document's, so it refuses a rewrite at the same position). A tombstone stores
+    nothing to judge it by, so ``alive`` decides (without it, the tombstone wins):
+    ``_restore_deleted``.
     """
     replaced: list[bool] = []
     pending = list(actions)
@@ -228,10 +251,11 @@ def resolve_conflicts(
             source_includes=["seq"], realtime=True,
         )["docs"]
         for action, doc in zip(chunk, docs, strict=True):
-            replaced.append(
-                not _is_newer(doc, int(action["version"]), newest_legit)
-                and _compare_and_swap(es, action, newest_legit)
-            )
+            absent = doc is None or not doc.get("found")
+            restorable = absent and alive is not None and action["_op_type"] != "delete"
+            judged_older = restorable or not _is_newer(doc, int(action["version"]),
+                                                       newest_legit)
+            replaced.append(judged_older and _compare_and_swap(es, action, newest_legit, alive))
     return replaced
 
 
@@ -239,7 +263,7 @@ def _is_newer(doc: dict[str, Any] | None, version: int, newest_legit: int | None
     """Whether a stored document is at least as new as a write at ``version``, by the
     ``seq`` it reflects: a later seq, or the same seq as written by the indexer
     (version = seq; an edit since then raised the version). Not found: gone, behind
-    a newer delete's tombstone."""
+    a tombstone (``_restore_deleted`` judges those when it can)."""
     if doc is None or not doc.get("found"):
         return True
     stored = (doc.get("_source") or {}).get("seq")
@@ -247,7 +271,8 @@ def _is_newer(doc: dict[str, Any] | None, version: int, newest_legit: int | None
 
 
 def _compare_and_swap(
-    es: Elasticsearch, action: dict[str, Any], newest_legit: int | None
+    es: Elasticsearch, action: dict[str, Any], newest_legit: int | None,
+    alive: Alive | None = None,
 ) -> bool:
     """Replace the document ``action`` is about, unless a newer one turns up first;
     whether it was replaced."""
@@ -256,7 +281,12 @@ def _compare_and_swap(
         try:
             got = dict(es.get(**where, source_includes=["seq"], realtime=True))
         except NotFoundError:
-            return False
+            if alive is None or action["_op_type"] == "delete":
+                return False
+            restored = _restore_deleted(es, action, where, alive)
+            if restored is None:
+                continue  # a document appeared meanwhile: judge it
+            return restored
         if _is_newer({**got, "found": True}, int(action["version"]), newest_legit):
             return False
         cas = {"if_seq_no": got["_seq_no"], "if_primary_term": got["_primary_term"]}
@@ -269,3 +299,36 @@ def _compare_and_swap(
             continue  # written or deleted since we read it: judge it again
         return True
     raise Retryable(f"document {action['_id']} kept changing while being replaced")
+
+
+def _restore_deleted(
+    es: Elasticsearch, action: dict[str, Any], where: dict[str, Any], alive: Alive
+) -> bool | None:
+    """Write back the document of an index action that a tombstone refused, if the
+    tombstone is not a real delete's; whether it was written (None: a document
+    appeared meanwhile, judge that instead).
+
+    Why PostgreSQL can tell: a real delete is written only after the node's deletion
+    committed (the worker deletes what its snapshot no longer has, a sweep or repair
+    what PostgreSQL no longer knows), and a deleted node never comes back (ids are
+    never reused). So a node that exists after the document was found absent has no
+    real delete in the index yet, and the tombstone is a hand delete's. The write is a
+    ``create`` (internal versioning: it succeeds over a tombstone, and fails if a
+    document appeared), and the node is looked up once more after it: deleted
+    meanwhile, its real delete may have come before our write, so ours is taken back
+    by compare-and-swap (which leaves alone anything written after it)."""
+    namespace, node_id = str(action["routing"]), str(action["_id"])
+    if not alive(namespace, node_id):
+        return False  # deleted for real: the tombstone is (or will be) its delete
+    try:
+        created = es.index(**where, document=action["_source"], op_type="create")
+    except ConflictError:
+        return None
+    if alive(namespace, node_id):
+        return True
+    try:
+        es.delete(**where, if_seq_no=created["_seq_no"],
+                  if_primary_term=created["_primary_term"])
+    except (ConflictError, NotFoundError):
+        pass  # written or deleted after our create: that write is the newer one
+    return False

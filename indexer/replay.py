@@ -54,6 +54,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from elasticsearch import Elasticsearch, helpers
@@ -68,12 +69,13 @@ from coordinator.tree import node_of
 
 from . import checkpoints, contract, elasticsearch_index, setfold
 from .applier import Applier
-from .bulk import Rejected
+from .bulk import Alive, Rejected, resolve_conflicts
 from .contract import building_marker, delete_action, index_action, is_indexed
 from .fold import DEFAULT_SPILL_THRESHOLD, Folder
 from .prefetch import prefetched
 from .progress import Progress
 from .setfold import SetFold
+from .snapshot import node_exists
 
 log = logging.getLogger("pathkeeper.replay")
 
@@ -308,29 +310,53 @@ def bulk_index(
     actions: Iterable[dict[str, Any]],
     progress: Progress,
     *,
-    ignore_conflicts: bool = False,
+    alive: Alive | None = None,
 ) -> tuple[int, int]:
     """Stream ``actions`` through the bulk helper; returns (written, version conflicts).
 
-    Any other failure raises ``ReplayError`` (a rebuild must not be swapped in
-    with holes)."""
+    With ``alive``, a version conflict is judged as the worker judges it
+    (``bulk.resolve_conflicts``): a document edited or deleted by hand is written
+    anyway and counted as written; one at least as new stays and is counted as a
+    conflict. Any other failure raises ``ReplayError`` (a rebuild must not be swapped
+    in with holes)."""
     ok = conflicts = 0
+    # The actions awaiting an answer, by id (one action per document), to hand a
+    # conflicting one to resolve_conflicts; the helper's answers carry only the id.
+    sent: dict[str, dict[str, Any]] = {}
+    refused: list[dict[str, Any]] = []
+
+    def feed() -> Iterator[dict[str, Any]]:
+        for action in actions:
+            if alive is not None:
+                sent[str(action["_id"])] = action
+            yield action
+
+    def settle() -> None:
+        nonlocal ok, conflicts
+        replaced = resolve_conflicts(es, refused, alive=alive)
+        ok += sum(replaced)
+        conflicts += len(replaced) - sum(replaced)
+        refused.clear()
+
     for success, info in helpers.streaming_bulk(
-        es, actions, chunk_size=BULK_CHUNK, max_chunk_bytes=BULK_BYTES,
+        es, feed(), chunk_size=BULK_CHUNK, max_chunk_bytes=BULK_BYTES,
         raise_on_error=False, raise_on_exception=True, max_retries=5,
         initial_backoff=0.5, max_backoff=10,
     ):
+        item = next(iter(info.values()))
+        action = sent.pop(str(item.get("_id")), None)
         if success:
             ok += 1
+        elif item.get("status") == 409 and action is not None:
+            refused.append(action)
+            if len(refused) >= BULK_CHUNK:
+                settle()
+        elif item.get("status") == 404 and next(iter(info)) == "delete":
+            ok += 1  # deleting what is not there: the goal is reached
         else:
-            item = next(iter(info.values()))
-            if item.get("status") == 409 and ignore_conflicts:
-                conflicts += 1
-            elif item.get("status") == 404 and next(iter(info)) == "delete":
-                ok += 1  # deleting what is not there: the goal is reached
-            else:
-                raise ReplayError(f"bulk write failed: {info}")
+            raise ReplayError(f"bulk write failed: {info}")
         progress.advance(1)
+    settle()
     return ok, conflicts
 
 
@@ -530,7 +556,8 @@ def rebuild_namespaces(
     Every document is written at external version V0 (a safe position), so a
     document the live worker already wrote from a later event is kept; then
     every document of those namespaces that the state at V0 does not have is
-    deleted at version V0 (again keeping anything written after V0). No new
+    deleted at version V0 (again keeping anything written after V0). A document
+    edited or deleted by hand is rewritten (``bulk.resolve_conflicts``). No new
     index, no swap: the live worker keeps going meanwhile.
     """
     progress = progress or Progress(enabled=False)
@@ -560,7 +587,10 @@ def rebuild_namespaces(
                 kept[node.namespace].add(node.id)
                 yield index_action(index, node, v0)
 
-        result.documents, _ = bulk_index(es, actions(), progress, ignore_conflicts=True)
+        # Conflicts judged as the worker judges them: a document edited or deleted by
+        # hand is rewritten, one the live worker wrote after V0 stays.
+        alive = partial(node_exists, engine)
+        result.documents, _ = bulk_index(es, actions(), progress, alive=alive)
         es.indices.refresh(index=index)
         from .index_scan import stream_index_docs
 
@@ -570,7 +600,7 @@ def rebuild_namespaces(
             for doc in stream_index_docs(es, alias, ns):
                 if doc["node_id"] not in kept[ns]:
                     deletions.append(delete_action(index, ns, doc["node_id"], v0))
-        bulk_index(es, deletions, progress, ignore_conflicts=True)
+        bulk_index(es, deletions, progress, alive=alive)
         es.indices.refresh(index=index)
         result.seconds = time.monotonic() - started
         return result

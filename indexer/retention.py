@@ -13,7 +13,9 @@ only the events after it.
 position of a snapshot, chosen as the newest snapshot that is at least ``retain`` old
 (the retention setting: events younger than that are always kept) and, unless
 ``force``, not past any consumer's checkpoint (a live indexer partition must still be
-able to read what it has not applied). It first records that position as the
+able to read what it has not applied). With no checkpoint at all nothing says how far
+anyone has read (no indexer ever ran, or its rows were deleted), so nothing is
+compacted without ``force``. It first records that position as the
 *horizon* (``log_horizon``), commits, and only then deletes, in batches; snapshots
 below the horizon are deleted with it (they would need deleted events).
 
@@ -26,11 +28,16 @@ What compaction gives up, exactly:
   indexer worker, ``GET .../events`` with HTTP 410 ``cursor_expired``) raises
   ``CursorExpired``. The check runs after each read, so a compaction committing
   during a read either shows in that read's check or deleted nothing it returned.
-  A consumer behind the horizon (only possible with ``force``) is rebuilt by one
-  command, ``pathkeeper replay --alias A`` (``rebuild_command``): the rebuilt index
-  holds every event up to the replay's final position, so the replay moves the
-  consumer's checkpoints there (``indexer.checkpoints.advance_all``), and the worker,
-  whose ``cursor_expired`` log line names that command, reads on from them;
+  A reader that starts afresh starts at the horizon (``read_events(after="horizon")``,
+  ``GET .../events?after=horizon``: every event still kept) or at the end of the log
+  (``after="now"``). A new indexer consumer (one that never indexed anything) builds
+  its index from ``nodes`` on its first start (``indexer.bootstrap``) and reads on from
+  the position that index holds. A consumer behind the horizon (only possible with
+  ``force``) is rebuilt by one command, ``pathkeeper replay --alias A``
+  (``rebuild_command``): the rebuilt index holds every event up to the replay's final
+  position, so the replay moves the consumer's checkpoints there
+  (``indexer.checkpoints.advance_all``), and the worker, whose ``cursor_expired`` log
+  line names that command, reads on from them;
 * the individual events themselves (who renamed what, when): the snapshot keeps the
   state, not the history. ``verify``'s log check then verifies snapshot + tail, and
   trusts the snapshot as it trusted the events it was folded from.
@@ -64,7 +71,7 @@ from typing import Any
 from prometheus_client import Counter, Gauge
 from sqlalchemy import Engine, text
 
-from coordinator.eventlog import BoundTimeout, wait_for_bound
+from coordinator.eventlog import BoundTimeout, horizon, wait_for_bound
 from coordinator.indexing import DEFAULT_ALIAS, consumer_for
 
 from . import setfold
@@ -195,7 +202,7 @@ def list_snapshots(engine: Engine) -> list[SnapshotInfo]:
 def current_horizon(engine: Engine) -> int:
     """Events at or below this position were compacted away (0: the log is whole)."""
     with engine.connect() as conn:
-        return setfold.horizon(conn)
+        return horizon(conn)
 
 
 def compact(
@@ -210,10 +217,18 @@ def compact(
     docstring for what this gives up."""
     started = time.monotonic()
     with engine.connect() as conn:
-        previous = setfold.horizon(conn)
+        previous = horizon(conn)
         lowest_checkpoint = conn.execute(
             text("SELECT min(position) FROM checkpoints")
         ).scalar()
+        if lowest_checkpoint is None and not force:
+            # Nothing says how far anyone has read (no indexer ever ran, or its rows
+            # were deleted): keep the log until one does, or until told to.
+            return CompactResult(previous, previous, None, dry_run=dry_run,
+                                 reason="no consumer has a checkpoint, so nothing says "
+                                        "which events are still needed: nothing to compact "
+                                        "(--force compacts anyway)",
+                                 seconds=time.monotonic() - started)
         cap = None if force or lowest_checkpoint is None else int(lowest_checkpoint)
         snap = conn.execute(
             text(

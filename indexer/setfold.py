@@ -64,6 +64,7 @@ from sqlalchemy import Connection, Engine, text
 
 from coordinator import Node
 from coordinator.db import streamed
+from coordinator.eventlog import horizon
 from coordinator.events import (
     EVENT_TYPES,
     UNVERSIONED,
@@ -112,12 +113,6 @@ class Base:
 
     snapshot_id: int | None
     position: int
-
-
-def horizon(conn: Connection) -> int:
-    """Events at or below this position were deleted by compaction (0: none were)."""
-    got = conn.execute(text("SELECT position FROM log_horizon WHERE id = 1")).scalar()
-    return 0 if got is None else int(got)
 
 
 def pick_base(conn: Connection, until: int, use_snapshots: bool = True) -> Base:

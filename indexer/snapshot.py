@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Generator, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Row, text
+from sqlalchemy import Connection, Engine, Row, text
 
 from coordinator import Node
 from coordinator.db import streamed
@@ -143,3 +143,17 @@ def stream_subtree_versions(
               "top_version": top_version, "move_ids": ids, "move_pos": list(moves.values())}
     for r in streamed(conn, _SUBTREE_VERSIONS, params, chunk):
         yield _node(top.namespace, r), int(r.write_version)
+
+
+def node_exists(engine: Engine, ns: str, node_id: str) -> bool:
+    """Whether ``node_id`` is a node of ``ns`` now (a statement of its own: the newest
+    committed state, not a batch's snapshot). Deleted nodes never come back, so a node
+    that exists has no delete in the index yet (``indexer.bulk.Alive``)."""
+    wanted = _uuid_or_none(node_id)
+    if wanted is None:
+        return False
+    with engine.connect() as conn:
+        return conn.execute(
+            text("SELECT EXISTS (SELECT 1 FROM nodes WHERE namespace = :ns AND id = :id)"),
+            {"ns": ns, "id": wanted},
+        ).scalar_one() is True

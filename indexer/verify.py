@@ -28,6 +28,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from elasticsearch import Elasticsearch, helpers
@@ -50,6 +51,7 @@ from .fold import DEFAULT_SPILL_THRESHOLD
 from .index_scan import stream_index_docs
 from .progress import Progress
 from .replay import ReplayError, current_bound, walk_nodes
+from .snapshot import node_exists
 
 log = logging.getLogger("pathkeeper.verify")
 
@@ -258,7 +260,8 @@ def repair(
     # hand (its version ran ahead of the seq it stores). Only the second is replaced;
     # a stored seq past every committed position is made up, so it is replaced too.
     replaced = resolve_conflicts(es, [a for _, a in conflicts],
-                                 newest_legit=current_bound(coord.engine))
+                                 newest_legit=current_bound(coord.engine),
+                                 alive=partial(node_exists, coord.engine))
     done += sum(replaced)
     refused = [d for (d, _), r in zip(conflicts, replaced, strict=True) if not r]
     es.indices.refresh(index=index)

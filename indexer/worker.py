@@ -70,6 +70,7 @@ from coordinator.results import Event
 
 from . import checkpoints, deadletters, metrics, status
 from .applier import Abandoned, Applier, NodeActions, SubtreeWork
+from .bootstrap import bootstrap
 from .bulk import BulkStats, Rejected
 from .contract import DEFAULT_ALIAS, MAX_BATCH_AGE
 from .elasticsearch_index import (
@@ -790,6 +791,11 @@ class Worker:
             try:
                 # Waiting for a database that is up but never migrated would wait forever.
                 require_current(self.engine)
+                # A new consumer on a compacted log: its index from nodes, first.
+                bootstrap(self.coord, self.es, self.config.alias, self.consumer,
+                          self.config.partitions, self._stop)
+                if self._stop.is_set():
+                    return False
                 index = ensure_alias(self.es, self.config.alias, indexed=self._indexed_before())
                 check_mapping(self.es, index, self.config.alias)
                 checkpoints.ensure_layout(self.engine, self.consumer, self.config.partitions)

@@ -27,7 +27,7 @@ import httpx
 
 from coordinator import errors as ce
 from coordinator.commands import Command, NamespaceCommands
-from coordinator.results import Committed, Event, MutationResult, Node
+from coordinator.results import Committed, Event, MutationResult, Node, Start
 from pathkeeper.http.cursors import encode_name_cursor
 from pathkeeper.http.operations import NAMESPACE_URL, NODE_BY_ID, NODE_BY_PATH, REF, ROUTE_OF
 
@@ -105,7 +105,11 @@ def error_of(response: httpx.Response) -> ce.CoordinatorError:
     cls = ERRORS.get(code)
     if cls is None:
         cls = InvalidRequest if response.status_code in (400, 422) else ce.CoordinatorError
-    exc = cls(message)
+    try:
+        exc = cls(message)
+    except TypeError:  # its own fields (a cursor error's positions): the message only
+        exc = cls.__new__(cls)
+        ce.CoordinatorError.__init__(exc, message)
     exc.lines = lines
     exc.status = response.status_code  # type: ignore[attr-defined]
     exc.index = index
@@ -286,7 +290,7 @@ class Client(NamespaceCommands):
                 yield from self.walk(ns, child.path) if child.is_dir else iter([child])
 
     def read_events(
-        self, after: int | None = None, limit: int = 1000, *,
+        self, after: int | Start | None = None, limit: int = 1000, *,
         namespaces: Sequence[str] | None = None, partition: object = None,
         until: int | None = None, wait: float = 5.0,
     ) -> tuple[list[Event], int]:

@@ -26,7 +26,7 @@ from coordinator.commands import (
     WriteFile,
 )
 from coordinator.db import libpq_url
-from coordinator.tree import MutationResult, Node
+from coordinator.results import MutationResult, Node
 
 T = TypeVar("T")
 

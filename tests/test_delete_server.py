@@ -17,8 +17,8 @@ from tree_checks import (
 
 from coordinator import Coordinator, CoordinatorError
 from coordinator.eventlog import read_events
+from coordinator.results import MutationResult
 from coordinator.single_statement import DELETE_LOGGED_SQL
-from coordinator.tree import MutationResult
 
 
 def _deleted_events(coord: Coordinator, ns: str) -> list[dict[str, object]]:

@@ -21,7 +21,7 @@ from coordinator import Coordinator, Event
 from coordinator.db import libpq_url
 from coordinator.eventlog import TAKE_BLOCK_SQL, safe_bound
 from coordinator.events import Created, Written
-from coordinator.models import POSITION_BLOCK
+from coordinator.results import POSITION_BLOCK
 from coordinator.tree import TreeTx
 from coordinator.unit_of_work import UnitOfWork
 from pathkeeper.local.postgres import LocalPostgres

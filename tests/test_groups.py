@@ -34,7 +34,7 @@ from coordinator import (
 )
 from coordinator.commands import Command, CreateFile, Mkdir, Move, Rename, WriteFile
 from coordinator.db import libpq_url
-from coordinator.models import POSITION_BLOCK
+from coordinator.results import POSITION_BLOCK
 from coordinator.unit_of_work import UnitOfWork
 
 #: What a tree looks like, ids left out so trees in different namespaces compare.

@@ -36,7 +36,7 @@ from coordinator import (
 )
 from coordinator.events import VERSION_KEY, Created, decode
 from coordinator.importer import contiguous_run, iter_lines
-from coordinator.models import POSITION_BLOCK
+from coordinator.results import POSITION_BLOCK
 from pathkeeper.cli.main import main as cli_main
 
 

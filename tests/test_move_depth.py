@@ -22,7 +22,7 @@ from tree_checks import wait_for_lock_waiter
 
 from coordinator import Coordinator
 from coordinator.errors import CoordinatorError, InvalidMove
-from coordinator.tree import MutationResult
+from coordinator.results import MutationResult
 
 LIMIT = 20
 NS = "deep"

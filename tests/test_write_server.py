@@ -16,8 +16,8 @@ from tree_checks import (
 
 from coordinator import Coordinator, CoordinatorError
 from coordinator.eventlog import read_events
+from coordinator.results import MutationResult
 from coordinator.single_statement import SET_METADATA_LOGGED_SQL, WRITE_LOGGED_SQL
-from coordinator.tree import MutationResult
 
 
 def _write_events(coord: Coordinator, ns: str) -> list[tuple[str, dict[str, object]]]:

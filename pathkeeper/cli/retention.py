@@ -94,7 +94,7 @@ def snapshot_list(database_url: str) -> None:
                    "least this old may be compacted up to.")
 @click.option("--force", is_flag=True,
               help="Also compact past consumers' checkpoints (they then get cursor_expired "
-                   "and must be rebuilt).")
+                   "and must be rebuilt), or when no consumer has a checkpoint at all.")
 @click.option("--dry-run", is_flag=True, help="Only say what would be deleted.")
 def compact(database_url: str, retain: str, force: bool, dry_run: bool) -> None:
     """Delete the events a stored snapshot covers. Afterwards replay --until below the

@@ -37,6 +37,9 @@ STATUS: list[tuple[type[ce.CoordinatorError], int]] = [
     (ce.Unavailable, 503),
     # The change feed's cursor is below the compaction horizon: those events are gone.
     (ce.CursorExpired, 410),
+    # Past the end of the log: not this log's cursor (or the log was restored to an
+    # earlier state); refused rather than echoed, which would skip what comes below it.
+    (ce.CursorAhead, 409),
 ]
 
 

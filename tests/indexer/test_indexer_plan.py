@@ -14,7 +14,7 @@ from coordinator.events import (
     NamespaceDropped,
     Written,
 )
-from coordinator.models import POSITION_BLOCK
+from coordinator.results import POSITION_BLOCK
 from indexer.plan import cut_after_subtree_move, minimal_sweeps, moves_subtree, plan_batch
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import Engine, text
 
 from coordinator import Coordinator, Event
-from coordinator.eventlog import block_end
+from coordinator.results import block_end
 from indexer import setfold
 from indexer.fold import fold as indexer_fold
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from coordinator.models import POSITION_BLOCK
+from coordinator.results import POSITION_BLOCK
 
 from .history_client import EVENT_TYPE
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from coordinator import Coordinator
 from coordinator.errors import CoordinatorError
-from coordinator.tree import MutationResult, Node
+from coordinator.results import MutationResult, Node
 
 TOPS = ["s0", "s1"]
 NAMES = ["a", "b", "c", "d"]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.models import POSITION_BLOCK
+from coordinator.results import POSITION_BLOCK
 
 from .fold_check import Fold, FoldError
 from .history_check import Call, Ev, check_history

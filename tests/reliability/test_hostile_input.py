@@ -26,7 +26,7 @@ import pytest
 
 from coordinator import Coordinator
 from coordinator.errors import AlreadyExists, CoordinatorError, InvalidContent
-from coordinator.tree import MutationResult
+from coordinator.results import MutationResult
 
 from . import corpus
 from .dbcheck import counts, table_rows

@@ -32,8 +32,7 @@ from hypothesis.stateful import (
 
 from coordinator import Coordinator
 from coordinator.errors import CoordinatorError
-from coordinator.models import POSITION_BLOCK
-from coordinator.tree import MutationResult, Node
+from coordinator.results import POSITION_BLOCK, MutationResult, Node
 
 from .dbcheck import indexer_fold_rows
 from .fold_check import Fold

@@ -13,7 +13,7 @@ from tree_checks import wait_for_lock_waiter
 
 from coordinator import Coordinator
 from coordinator.errors import CoordinatorError
-from coordinator.tree import MutationResult
+from coordinator.results import MutationResult
 
 from .dbcheck import fold_log, table_rows, tree_violations
 

@@ -33,7 +33,7 @@ from coordinator.events import (
     Written,
     encode,
 )
-from coordinator.models import POSITION_BLOCK
+from coordinator.results import POSITION_BLOCK
 
 NAMES = ["a", "b", "c", "d"]
 _ids = itertools.count()

@@ -6,6 +6,7 @@ reads on from there; the index then equals PostgreSQL."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from datetime import timedelta
 
@@ -74,3 +75,57 @@ def test_replay_moves_a_consumer_behind_the_horizon_forward_and_the_worker_reads
     assert got == want, diff_summary(got, want)
     assert verify_index(coord, es, alias=alias).drift == []
     assert verify_log(coord).ok
+
+
+def test_workers_for_a_new_alias_after_compaction_bootstrap_from_nodes_and_converge(
+    coord: Coordinator, es: Elasticsearch, alias: str, database_url: str, es_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Compaction up to another consumer's checkpoint (no --force), then the first start of
+    a worker for a new alias: it cannot read the log from the start, so it builds its
+    index from a REPEATABLE READ snapshot of nodes (as reindex does) and reads on from
+    there. Two workers start at once, while writes go on; one of them bootstraps."""
+    caplog.set_level(logging.INFO, logger="pathkeeper.indexer")
+    for ns in ("old", "busy"):
+        coord.create_namespace(ns)
+        random_ops(coord, ns, 40, seed=71 + len(ns))
+    snap = take_snapshot(coord.engine)
+    with coord.engine.begin() as conn:  # another index's consumer, caught up
+        conn.execute(text("INSERT INTO checkpoints (consumer, partition, position) "
+                          "VALUES ('indexer:elsewhere', 0, :p)"), {"p": snap.position})
+    done = compact(coord.engine, timedelta(0))
+    assert done.horizon == snap.position and done.events_deleted > 0
+    coord.create_namespace("new")  # after the horizon
+    random_ops(coord, "new", 20, seed=73)
+
+    workers = [RunningWorker(database_url, es_url, alias) for _ in range(2)]
+    for w in workers:
+        w.thread.start()
+    writes = threading.Thread(target=random_ops, args=(coord, "busy", 60), kwargs={"seed": 74})
+    writes.start()
+    try:
+        for w in workers:
+            assert w.worker.ready.wait(60), "a worker did not start"
+        writes.join(60)
+        random_ops(coord, "old", 20, seed=75)
+        workers[0].caught_up(coord, timeout=30)
+    finally:
+        for w in workers:
+            w.__exit__()
+    assert len(records(caplog, "bootstrapped_from_snapshot")) == 1
+    assert not records(caplog, "cursor_expired")
+    assert min(checkpoints_of(coord, alias)) >= snap.position
+    got, want = index_docs(es, alias), expected_index(coord)
+    assert got == want, diff_summary(got, want)
+    assert verify_index(coord, es, alias=alias).drift == []
+
+
+def test_compaction_without_any_checkpoint_needs_force(coord: Coordinator) -> None:
+    """With no consumer checkpoint at all nothing says how far anyone has read: the
+    snapshot is kept, the events too, unless --force."""
+    coord.create_namespace("q")
+    random_ops(coord, "q", 20, seed=81)
+    snap = take_snapshot(coord.engine)
+    refused = compact(coord.engine, timedelta(0))
+    assert refused.snapshot_id is None and "no consumer has a checkpoint" in refused.reason
+    assert compact(coord.engine, timedelta(0), force=True).horizon == snap.position

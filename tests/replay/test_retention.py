@@ -85,7 +85,8 @@ def test_compaction_keeps_every_state_from_the_horizon_on_and_refuses_older_ones
 
     # Retention: a snapshot younger than the retention window is not compacted up to.
     assert compact(coord.engine, timedelta(hours=1)).snapshot_id is None
-    done = compact(coord.engine, timedelta(0))
+    # No consumer checkpoint here: compaction needs --force (test_behind_horizon.py).
+    done = compact(coord.engine, timedelta(0), force=True)
     assert (done.horizon, done.snapshot_id) == (snap.position, snap.id)
     with coord.engine.connect() as conn:
         left = conn.execute(text("SELECT count(*) FROM events")).scalar_one()
@@ -165,10 +166,12 @@ def test_snapshot_and_compact_commands(coord: Coordinator, database_url: str) ->
     assert res.exit_code == 0 and "horizon: 0 (the log is whole)" in res.output, res.output
     res = runner.invoke(main, ["compact", "--database-url", database_url, "--retain", "1d"])
     assert res.exit_code == 0 and "nothing to compact" in res.output, res.output
+    res = runner.invoke(main, ["compact", "--database-url", database_url, "--retain", "0"])
+    assert res.exit_code == 0 and "no consumer has a checkpoint" in res.output, res.output
     res = runner.invoke(main, ["compact", "--database-url", database_url, "--retain", "0",
-                               "--dry-run"])
+                               "--force", "--dry-run"])
     assert res.exit_code == 0 and res.output.startswith("would delete"), res.output
-    res = runner.invoke(main, ["compact", "--database-url", database_url],
+    res = runner.invoke(main, ["compact", "--database-url", database_url, "--force"],
                         env={"PATHKEEPER_RETENTION": "0"})
     assert res.exit_code == 0 and res.output.startswith("deleted "), res.output
     [s] = list_snapshots(coord.engine)

@@ -20,6 +20,7 @@ from sqlalchemy import text
 
 from coordinator import Coordinator
 from indexer import retention
+from indexer.replay import current_bound
 from indexer.retention import (
     SNAPSHOT_FAILURES,
     SNAPSHOT_POSITION,
@@ -57,7 +58,16 @@ def test_the_job_takes_a_snapshot_and_compacts_with_a_retention(coord: Coordinat
     random_ops(coord, "j", 10, seed=72)
     run = scheduled_snapshot(coord.engine, timedelta(0))
     assert run.outcome == "taken" and run.compacted is not None and run.snapshot is not None
-    # No consumer ever ran here, so nothing holds compaction back.
+    # No consumer has a checkpoint here: nothing says what is still needed, so nothing
+    # is compacted (the job never forces).
+    assert run.compacted.snapshot_id is None and current_horizon(coord.engine) == 0
+    assert "no consumer has a checkpoint" in run.compacted.reason
+    with coord.engine.begin() as conn:  # a consumer that has read everything
+        conn.execute(text("INSERT INTO checkpoints (consumer, partition, position) "
+                          "VALUES ('indexer:caught-up', 0, :p)"),
+                     {"p": current_bound(coord.engine)})
+    run = scheduled_snapshot(coord.engine, timedelta(0))
+    assert run.outcome == "taken" and run.compacted is not None and run.snapshot is not None
     assert run.compacted.horizon == run.snapshot.position == current_horizon(coord.engine)
 
 

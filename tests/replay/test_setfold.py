@@ -19,7 +19,7 @@ from sqlalchemy import Engine, text
 
 from coordinator import Coordinator, Event
 from coordinator.events import EVENT_TYPES, VERSION_KEY, Written, payload_keys
-from coordinator.models import POSITION_BLOCK
+from coordinator.results import POSITION_BLOCK
 from indexer import setfold
 from indexer.fold import Folder
 from indexer.replay import current_bound, scan_events
