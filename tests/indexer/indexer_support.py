@@ -198,6 +198,12 @@ class TcpProxy:
     def stop(self) -> None:
         """Refuse new connections and cut every open one."""
         if self._listener is not None:
+            # close() alone does not wake the thread blocked in accept(), which would go
+            # on accepting: shutdown() does, and makes it return.
+            try:
+                self._listener.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             self._listener.close()
             self._listener = None
         with self._lock:
