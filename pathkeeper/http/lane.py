@@ -78,7 +78,7 @@ class Lane:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
         # The URL after ``/v1/namespaces/{ns}/``: "node/rename", "dirs", ...; by id, the
-        # part after the id.
+        # part after the id with its slash ("/rename", or "" for the node itself).
         self._by_path: dict[tuple[str, str], Call] = {}
         self._by_id: dict[tuple[str, str], Call] = {}
         self._plain: dict[tuple[str, str], Call] = {}
@@ -89,7 +89,7 @@ class Lane:
     def _add(self, method: str, suffix: str, call: Call) -> None:
         if call.by_node:
             self._by_path[method, f"{NODE_BY_PATH}{suffix}"[1:]] = call
-            self._by_id[method, suffix[1:]] = call
+            self._by_id[method, suffix] = call
         else:
             self._plain[method, suffix[1:]] = call
 
@@ -119,8 +119,9 @@ class Lane:
         if call is not None:
             return ns, call, None
         head, _, rest = tail.partition("/")
-        node_id, _, suffix = rest.partition("/")
-        call = self._by_id.get((method, suffix)) if head == NODES else None
+        node_id, slash, suffix = rest.partition("/")
+        # The slash kept: ``nodes/{id}/`` is not the node's URL (FastAPI redirects it).
+        call = self._by_id.get((method, slash + suffix)) if head == NODES else None
         return None if call is None else (ns, call, node_id)
 
     async def _serve(self, scope: Scope, body: bytes, ns: str, call: Call,

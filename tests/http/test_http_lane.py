@@ -246,3 +246,25 @@ def test_lane_under_auth_off_and_overrides(
     overridden = open_app(app)
     assert _no_route(overridden.post("/v1/namespaces/a/dirs", json={"path": "/e"}))
     assert [n.name for n in coord.listdir("a", "/")] == ["d"]
+
+
+@pytest.mark.parametrize("method", ["GET", "DELETE"])
+def test_a_trailing_slash_gets_fastapis_redirect_not_the_lanes_work(
+    settings: ServiceSettings, open_app: Callable[[FastAPI], TestClient], keys: Keys,
+    coord: Coordinator, method: str,
+) -> None:
+    """``.../nodes/{id}/`` is not the node's URL: FastAPI answers 307 to the URL without
+    the slash and does nothing; the lane must not read or delete the node for it."""
+    h = Keys.h(keys.a_write)
+    answers = []
+    for app in (create_app(settings), _without_lane(create_app(settings))):
+        client = open_app(app)
+        created = ok(client.post("/v1/namespaces/a/files", json={"path": "/f"}, headers=h), 201)
+        node_id = created["node"]["id"]
+        resp = client.request(method, f"/v1/namespaces/a/nodes/{node_id}/", headers=h,
+                              follow_redirects=False)
+        answers.append((resp.status_code, resp.headers.get("location", "").split("/nodes/")[-1]
+                        .replace(node_id, "ID")))
+        assert coord.stat("a", "/f").id == node_id  # still there
+        ok(client.delete(f"/v1/namespaces/a/nodes/{node_id}", headers=h))
+    assert answers[0] == answers[1] == (307, "ID")
