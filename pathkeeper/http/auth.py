@@ -5,18 +5,32 @@ A key asking about a namespace outside its list gets the same 404 as a namespace
 that does not exist, decided before any database access, so neither the answer nor
 its timing reveals whether the namespace exists. A key lacking the scope for an
 operation on one of its own namespaces gets 403.
+
+Every ``/v1`` request is authenticated by the limits (``limits``) before it takes an
+in-flight slot; they leave the principal in the request's scope under
+``PRINCIPAL_SCOPE_KEY``, where the lane and FastAPI's scope checks find it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from dataclasses import dataclass
 
+from fastapi.security.utils import get_authorization_scheme_param
 from sqlalchemy import Engine
 
 from coordinator.api_keys import ALL, KEY_PREFIX, SCOPES, find_active_key, hash_secret
 from pathkeeper.http.errors import forbidden, hidden_namespace, unauthorized
+from pathkeeper.http.threads import in_thread
+
+#: The ASGI scope key under which the limits leave the request's ``Principal``.
+PRINCIPAL_SCOPE_KEY = "pathkeeper.principal"
+
+#: Key lookups in the database at a time, per process: requests with keys nobody has
+#: seen (made up, or not yet cached) wait for one of these, never for a request slot.
+MAX_LOOKUPS = 4
 
 
 @dataclass(frozen=True)
@@ -43,6 +57,15 @@ class Principal:
 NO_AUTH = Principal("no-auth", "admin", (ALL,))
 
 
+def bearer_of(authorization: str | None) -> str | None:
+    """The bearer credentials of an ``Authorization`` header ("<scheme> <credentials>"),
+    or None when it holds none (the rule of FastAPI's ``HTTPBearer``)."""
+    scheme, credentials = get_authorization_scheme_param(authorization)
+    if not (authorization and scheme and credentials) or scheme.lower() != "bearer":
+        return None
+    return f"{scheme} {credentials}"
+
+
 class Authenticator:
     """Turns an ``Authorization: Bearer <secret>`` header into a ``Principal``."""
 
@@ -51,6 +74,24 @@ class Authenticator:
         self._cache_seconds = cache_seconds
         self._cache: dict[str, tuple[float, Principal]] = {}
         self._lock = threading.Lock()
+        # One per event loop (an app may be served by more than one, one after another).
+        self._lookups: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
+
+    async def principal(self, bearer: str | None) -> Principal:
+        """The principal of bearer credentials (see ``bearer_of``; 401 without a valid
+        key): a key seen in the last ``cache_seconds`` is answered on the event loop,
+        else it is looked up in a thread, ``MAX_LOOKUPS`` at a time."""
+        if bearer is None:
+            raise unauthorized()
+        cached = self.cached(bearer)
+        if cached is not None:
+            return cached
+        loop = asyncio.get_running_loop()
+        gate = self._lookups.get(loop)
+        if gate is None:
+            gate = self._lookups[loop] = asyncio.Semaphore(MAX_LOOKUPS)
+        async with gate:
+            return await in_thread(self.authenticate, bearer)
 
     @staticmethod
     def _digest(authorization: str | None) -> str | None:

@@ -30,7 +30,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from coordinator import errors as ce
-from pathkeeper.http.auth import Authenticator
+from pathkeeper.http.auth import PRINCIPAL_SCOPE_KEY, Authenticator, bearer_of
 from pathkeeper.http.calls import CALLS, STAT, Backend, CommandCall, StatCall
 from pathkeeper.http.deps import (
     IfMatchHeader,
@@ -38,7 +38,6 @@ from pathkeeper.http.deps import (
     NodeRef,
     NsParam,
     PathQuery,
-    bearer_of,
     principal_of,
 )
 from pathkeeper.http.errors import POOL_TIMEOUTS, coordinator_response, pool_timeout_response
@@ -142,7 +141,8 @@ class Lane:
         bearer = bearer_of(headers.get(b"authorization"))
         backend = Backend(app.state.coordinator, app.state.statements)
         try:
-            who = await principal_of(bearer, settings, authenticator)
+            who = await principal_of(bearer, settings, authenticator,
+                                     scope.get(PRINCIPAL_SCOPE_KEY))
             who.require(ns, call.scope)
             model = _body(call.body_model, headers.get(b"content-type"), body)
             work = call.prepare(backend, settings, ns, ref=ref, body=model, if_match=if_match,
