@@ -27,7 +27,7 @@ def is_loopback(host: str) -> bool:
 @click.option("--es-url", envvar="PATHKEEPER_ES_URL", default=None,
               help="Elasticsearch URL for search (env PATHKEEPER_ES_URL).")
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8080, show_default=True, type=int)
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535))
 @click.option("--no-auth", is_flag=True,
               help="Disable API keys (local development; refused on a non-loopback host).")
 @click.option("--index-alias", default=DEFAULT_ALIAS, show_default=True)
