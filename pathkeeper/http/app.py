@@ -37,7 +37,7 @@ log = logging.getLogger("pathkeeper.service")
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorOut}
-    for status in (400, 401, 403, 404, 409, 413, 422, 429, 503)
+    for status in (400, 401, 403, 404, 408, 409, 413, 422, 429, 503)
 }
 
 
