@@ -134,13 +134,21 @@ class CompactResult:
     seconds: float = 0.0
 
 
+#: The longest duration ``parse_duration`` accepts: "now minus it" stays a timestamp
+#: PostgreSQL and Python can hold (and no retention needs more).
+MAX_DURATION = timedelta(days=100 * 366)
+
+
 def parse_duration(value: str) -> timedelta:
     """``"7d"``, ``"12h"``, ``"30m"``, ``"45s"``, ``"0"`` (or a number of seconds)."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([dhms]?)\s*", value)
     if m is None:
         raise ValueError(f"not a duration: {value!r} (e.g. 7d, 12h, 30m, 0)")
     amount, unit = float(m.group(1)), m.group(2) or "s"
-    return timedelta(seconds=amount * {"d": 86400, "h": 3600, "m": 60, "s": 1}[unit])
+    seconds = amount * {"d": 86400, "h": 3600, "m": 60, "s": 1}[unit]
+    if seconds > MAX_DURATION.total_seconds():
+        raise ValueError(f"duration {value.strip()!r} is longer than {MAX_DURATION.days}d")
+    return timedelta(seconds=seconds)
 
 
 def take_snapshot(

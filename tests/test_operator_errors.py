@@ -173,3 +173,40 @@ def test_connect_refuses_a_malformed_database_url(url: str) -> None:
     with pytest.raises(InvalidConfiguration, match="database URL") as info:
         Coordinator.connect(url)
     assert "secret" not in str(info.value)
+
+
+def bad_inputs(db: str, es: str, alias: str) -> dict[str, tuple[list[str], tuple[str, ...]]]:
+    """Each command line with a bad option, and what its error line must name."""
+    search = ["--database-url", db, "--es-url", es, "--alias", alias, "-q"]
+    return {
+        "retain too long": (["compact", "--database-url", db, "--retain", "99999999999d"],
+                            ("--retain",)),
+        "port, 2 workers": (["serve", "--database-url", db, "--port", "99999", "--workers",
+                             "2"], ("--port", "65535")),
+        "port, 1 worker": (["serve", "--database-url", db, "--port", "99999"],
+                           ("--port", "65535")),
+        "no partitions": (["indexer", "run", "--database-url", db, "--es-url", es,
+                           "--partitions", "0"], ("--partitions",)),
+        "verify, invalid namespace": (["verify", *search, "--namespace", "../x"],
+                                      ("namespace",)),
+        "verify, no such namespace": (["verify", *search, "--namespace", "nosuch"],
+                                      ("nosuch",)),
+        "replay, invalid namespace": (["replay", *search, "--namespace", "no/such",
+                                       "--dry-run"], ("namespace",)),
+        "replay, no such namespace": (["replay", *search, "--namespace", "nosuch",
+                                       "--dry-run"], ("nosuch",)),
+        "reindex, no such namespace": (["reindex", *search, "--namespace", "nosuch",
+                                        "--dry-run"], ("nosuch",)),
+    }
+
+
+@pytest.mark.parametrize("case", list(bad_inputs("", "", "")))
+def test_bad_input_is_one_error_line_and_exit_2(
+    case: str, coord: Coordinator, database_url: str, es_url: str, alias: str
+) -> None:
+    """No traceback, no half-done work, no "0 compared, ok": one ``error:`` line naming
+    the option, exit 2, before anything runs (a server does not start listening)."""
+    coord.create_namespace("real")
+    args, hints = bad_inputs(database_url, es_url, alias)[case]
+    result = run_cli(*args, timeout=60)
+    assert_one_clear_line(result, *hints)

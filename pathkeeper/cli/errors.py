@@ -3,7 +3,8 @@
 The usual ways an operator command fails are not bugs: the database or the search
 server is down, a URL is malformed, the database was never migrated. For those,
 ``describe`` gives one line saying what failed and what to do, and every
-``pathkeeper`` command prints it as ``error: ...`` and exits with ``EXIT_CANNOT_RUN``.
+``pathkeeper`` command prints it as ``error: ...`` and exits with ``EXIT_CANNOT_RUN``;
+so does a bad option or argument (click's usage errors).
 Anything else is a bug and keeps its traceback; ``PATHKEEPER_TRACEBACK=1`` shows the
 traceback of the known ones too.
 """
@@ -90,6 +91,14 @@ def _describe_search(exc: BaseException) -> str | None:
     return None
 
 
+def usage_line(exc: click.UsageError) -> str:
+    """The one line of a usage error, with where to read the command's usage."""
+    message = " ".join(exc.format_message().split())
+    if exc.ctx is None:
+        return message
+    return f"{message} (see: {exc.ctx.command_path} --help)"
+
+
 class OperatorErrors(click.Group):
     """A command group whose commands (and sub-groups) report known environment
     failures as one ``error:`` line and exit ``EXIT_CANNOT_RUN``."""
@@ -97,6 +106,11 @@ class OperatorErrors(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:
+            # A bad option or argument (a port out of range, a duration too long...):
+            # one line naming it, as for the failures below, not click's usage block.
+            click.echo(f"error: {usage_line(exc)}", err=True)
+            ctx.exit(EXIT_CANNOT_RUN)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
         except Exception as exc:

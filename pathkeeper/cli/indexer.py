@@ -10,7 +10,7 @@ import click
 
 from coordinator.indexing import consumer_for
 from indexer.contract import DEFAULT_ALIAS
-from pathkeeper.cli.options import ES_URL_ENV, database_url_option, es_url_option
+from pathkeeper.cli.options import ES_URL_ENV, check_duration, database_url_option, es_url_option
 
 alias_option = click.option(
     "--alias", default=DEFAULT_ALIAS, show_default=True, help="Index alias the worker writes to."
@@ -38,25 +38,12 @@ def indexer() -> None:
     """The indexer: replicates the event log into Elasticsearch."""
 
 
-def _check_duration(
-    _ctx: click.Context, _param: click.Parameter, value: str | None
-) -> timedelta | None:
-    if value is None:
-        return None
-    from indexer.retention import parse_duration
-
-    try:
-        return parse_duration(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from exc
-
-
 @indexer.command("run")
 @database_url_option
 @es_url_option
 @alias_option
 @consumer_option
-@click.option("--partitions", default=4, show_default=True,
+@click.option("--partitions", default=4, show_default=True, type=click.IntRange(min=1),
               help="Partitions of the namespaces (every worker of a consumer must agree).")
 @click.option("--once", is_flag=True, help="Catch up with the log as of now, then exit.")
 @click.option("--batch-events", default=1000, show_default=True)
@@ -72,7 +59,7 @@ def _check_duration(
 @click.option("--snapshot-cron", default=None, metavar="CRONTAB", callback=_check_cron,
               help="Also take a snapshot of the event log on this schedule (same forms as "
                    "--verify-cron); of several workers, one takes it. Off by default.")
-@click.option("--compact-retain", default=None, metavar="DURATION", callback=_check_duration,
+@click.option("--compact-retain", default=None, metavar="DURATION", callback=check_duration,
               help="After each scheduled snapshot, compact the log keeping events younger "
                    "than this (7d, 12h, 30m, 0); never past a consumer's checkpoint. "
                    "Needs --snapshot-cron.")

@@ -16,11 +16,37 @@ from pathkeeper.cli.options import database_url_option, es_url_option
 alias_option = click.option(
     "--alias", default=DEFAULT_ALIAS, show_default=True, help="The alias services search."
 )
+
+
+def _valid_namespaces(
+    _ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]
+) -> tuple[str, ...]:
+    from coordinator.errors import InvalidName
+    from coordinator.paths import validate_namespace
+
+    for ns in value:
+        try:
+            validate_namespace(ns)
+        except InvalidName as exc:
+            raise click.BadParameter(f"{ns!r}: {exc}") from exc
+    return value
+
+
 namespace_option = click.option(
-    "--namespace", "namespaces", multiple=True,
-    help="Only this namespace (repeatable). Without --until: rebuilt in place in the live "
-         "index (no new index, no swap).",
+    "--namespace", "namespaces", multiple=True, callback=_valid_namespaces,
+    help="Only this namespace (repeatable; it must exist). Without --until: rebuilt in "
+         "place in the live index (no new index, no swap).",
 )
+
+
+def _require_namespaces(coord: Any, namespaces: tuple[str, ...]) -> None:
+    """Refuse namespaces that do not exist: comparing or rebuilding nothing for them
+    and answering "ok" would hide a typo."""
+    from coordinator.errors import NotFound
+
+    missing = sorted(set(namespaces) - set(coord.namespaces()))
+    if missing:
+        raise NotFound(f"--namespace: no namespace {', '.join(map(repr, missing))}")
 consumer_option = click.option(
     "--consumer", default="",
     help="The live worker's checkpoint name whose checkpoints move to the rebuilt index's "
@@ -71,6 +97,8 @@ def _rebuild(
 
     def body() -> int:
         with Coordinator.connect(database_url) as coord, progress:
+            if until is None:  # as of an older position, a namespace dropped since counts
+                _require_namespaces(coord, namespaces)
             es = open_search(es_url, request_timeout=120)
             try:
                 if namespaces and until is None:
@@ -173,6 +201,7 @@ def verify(
     def body() -> int:
         drift = False
         with Coordinator.connect(database_url) as coord, progress:
+            _require_namespaces(coord, namespaces)
             es = open_search(es_url, request_timeout=120)
             try:
                 consumer = consumer_for(alias)

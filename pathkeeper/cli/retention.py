@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from datetime import timedelta
 
 import click
 
-from pathkeeper.cli.options import database_url_option
+from pathkeeper.cli.options import check_duration, database_url_option
 
 RETAIN_ENV = "PATHKEEPER_RETENTION"
 EXIT_ERROR = 2
@@ -89,24 +90,22 @@ def snapshot_list(database_url: str) -> None:
 @click.command("compact")
 @database_url_option
 @click.option("--retain", default=lambda: os.environ.get(RETAIN_ENV, "7d"),
-              show_default=f"${RETAIN_ENV} or 7d",
+              show_default=f"${RETAIN_ENV} or 7d", callback=check_duration,
               help="Keep events younger than this (7d, 12h, 30m, 0): only a snapshot at "
                    "least this old may be compacted up to.")
 @click.option("--force", is_flag=True,
               help="Also compact past consumers' checkpoints (they then get cursor_expired "
                    "and must be rebuilt), or when no consumer has a checkpoint at all.")
 @click.option("--dry-run", is_flag=True, help="Only say what would be deleted.")
-def compact(database_url: str, retain: str, force: bool, dry_run: bool) -> None:
+def compact(database_url: str, retain: timedelta, force: bool, dry_run: bool) -> None:
     """Delete the events a stored snapshot covers. Afterwards replay --until below the
     horizon and change-feed cursors below it fail with a clear error."""
     from indexer.retention import compact as do_compact
-    from indexer.retention import parse_duration
 
     def body() -> None:
-        keep = parse_duration(retain)
         engine = _engine(database_url)
         try:
-            r = do_compact(engine, keep, force=force, dry_run=dry_run)
+            r = do_compact(engine, retain, force=force, dry_run=dry_run)
         finally:
             engine.dispose()
         if r.snapshot_id is None:

@@ -27,7 +27,7 @@ def is_loopback(host: str) -> bool:
 @click.option("--es-url", envvar="PATHKEEPER_ES_URL", default=None,
               help="Elasticsearch URL for search (env PATHKEEPER_ES_URL).")
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8080, show_default=True, type=int)
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535))
 @click.option("--no-auth", is_flag=True,
               help="Disable API keys (local development; refused on a non-loopback host).")
 @click.option("--index-alias", default=DEFAULT_ALIAS, show_default=True)
@@ -40,6 +40,10 @@ def is_loopback(host: str) -> bool:
 @click.option("--max-long-polls-per-key", default=8, show_default=True, type=int,
               help="Of those, for one API key.")
 @click.option("--statement-timeout", default=10.0, show_default=True, type=float)
+@click.option("--body-timeout", default=30.0, show_default=True,
+              type=click.FloatRange(min=0, min_open=True),
+              help="Seconds a request body may take to arrive (an import's: between two "
+                   "chunks); then 408 and the connection is closed.")
 @click.option("--idempotency-ttl", default=24 * 3600.0, show_default=True, type=float,
               help="Seconds an Idempotency-Key is remembered.")
 @click.option("--log-level", default="info", show_default=True)
@@ -50,7 +54,7 @@ def is_loopback(host: str) -> bool:
 def serve(
     database_url: str, es_url: str | None, host: str, port: int, no_auth: bool,
     index_alias: str, max_inflight: int, max_inflight_per_key: int, max_long_polls: int,
-    max_long_polls_per_key: int, statement_timeout: float,
+    max_long_polls_per_key: int, statement_timeout: float, body_timeout: float,
     idempotency_ttl: float, log_level: str, workers: int,
 ) -> None:
     """Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs)."""
@@ -70,7 +74,7 @@ def serve(
         database_url=database_url, es_url=es_url, index_alias=index_alias, auth=not no_auth,
         max_inflight=max_inflight, max_inflight_per_key=max_inflight_per_key,
         max_long_polls=max_long_polls, max_long_polls_per_key=max_long_polls_per_key,
-        statement_timeout_seconds=statement_timeout,
+        statement_timeout_seconds=statement_timeout, body_timeout_seconds=body_timeout,
         idempotency_ttl_seconds=idempotency_ttl,
     )
     if no_auth:

@@ -37,7 +37,7 @@ log = logging.getLogger("pathkeeper.service")
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorOut}
-    for status in (400, 401, 403, 404, 409, 413, 422, 429, 503)
+    for status in (400, 401, 403, 404, 408, 409, 413, 422, 429, 503)
 }
 
 
@@ -57,22 +57,15 @@ def create_app(
         responses=ERROR_RESPONSES,
     )
     service_errors.install(app, settings.retry_after_seconds)
-    # Added first, so it runs inside the limits: a command is admitted like any request.
-    app.add_middleware(Lane)
-    app.add_middleware(
-        LimitsMiddleware,
-        max_body_bytes=settings.max_body_bytes,
-        max_inflight=settings.max_inflight,
-        retry_after=settings.retry_after_seconds,
-        max_inflight_per_key=settings.max_inflight_per_key,
-        max_long_polls=settings.max_long_polls,
-        max_long_polls_per_key=settings.max_long_polls_per_key,
-    )
     coord = coordinator or _connect(settings)
     app.state.owns_coordinator = coordinator is None
     app.state.coordinator = coord
     app.state.settings = settings
     app.state.authenticator = Authenticator(coord.engine, settings.auth_cache_seconds)
+    # Added first, so it runs inside the limits: a command is admitted like any request.
+    app.add_middleware(Lane)
+    app.add_middleware(LimitsMiddleware, settings=settings,
+                       authenticator=app.state.authenticator)
     # The lane's statements on the event loop: opened by the lifespan, in its loop.
     app.state.statements = None
     app.state.hub = NotifyHub(settings.database_url)

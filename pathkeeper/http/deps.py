@@ -15,19 +15,16 @@ from typing import Annotated, Any, Literal
 
 from fastapi import Depends, Header, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from fastapi.security.utils import get_authorization_scheme_param
 
 from coordinator import paths
 from coordinator.api import Coordinator
 from coordinator.indexing import consumer_for
 from coordinator.listener import NotifyHub
-from pathkeeper.http import errors as service_errors
-from pathkeeper.http.auth import NO_AUTH, Authenticator, Principal
+from pathkeeper.http.auth import NO_AUTH, PRINCIPAL_SCOPE_KEY, Authenticator, Principal, bearer_of
 from pathkeeper.http.errors import ServiceError
 from pathkeeper.http.limits import check_path
 from pathkeeper.http.search import Searcher
 from pathkeeper.http.settings import ServiceSettings
-from pathkeeper.http.threads import in_thread
 
 # ------------------------------------------------------------------ the app's parts
 #
@@ -171,32 +168,21 @@ async def current_principal(
     the one rule the lane uses too."""
     del scheme
     bearer = bearer_of(request.headers.get("authorization"))
-    return await principal_of(bearer, settings, authenticator)
-
-
-def bearer_of(authorization: str | None) -> str | None:
-    """The bearer credentials of an ``Authorization`` header ("<scheme> <credentials>"),
-    or None when it holds none (the rule of FastAPI's ``HTTPBearer``)."""
-    scheme, credentials = get_authorization_scheme_param(authorization)
-    if not (authorization and scheme and credentials) or scheme.lower() != "bearer":
-        return None
-    return f"{scheme} {credentials}"
+    return await principal_of(bearer, settings, authenticator,
+                              request.scope.get(PRINCIPAL_SCOPE_KEY))
 
 
 async def principal_of(
-    bearer: str | None, settings: ServiceSettings, authenticator: Authenticator
+    bearer: str | None, settings: ServiceSettings, authenticator: Authenticator,
+    known: Principal | None = None,
 ) -> Principal:
-    """The caller of a request with bearer credentials ``bearer`` (see ``bearer_of``). A
-    key seen in the last few seconds is answered on the event loop; only a lookup goes
-    to a thread."""
+    """The caller of a request with bearer credentials ``bearer`` (see ``bearer_of``):
+    ``known``, the principal the limits already authenticated for it, if any."""
     if not settings.auth:
         return NO_AUTH
-    if bearer is None:
-        raise service_errors.unauthorized()
-    cached = authenticator.cached(bearer)
-    if cached is not None:
-        return cached
-    return await in_thread(authenticator.authenticate, bearer)
+    if known is not None:
+        return known
+    return await authenticator.principal(bearer)
 
 
 Who = Annotated[Principal, Depends(current_principal)]

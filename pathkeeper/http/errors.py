@@ -105,6 +105,25 @@ def pool_timeout_response(exc: Exception, retry_after: int) -> JSONResponse:
     )
 
 
+def service_response(exc: ServiceError, retry_after: int) -> JSONResponse:
+    headers = dict(exc.headers)
+    if exc.status in (429, 503):
+        headers.setdefault("Retry-After", str(retry_after))
+    return JSONResponse(body(exc.code, exc.message), exc.status, headers=headers or None)
+
+
+def known_error_response(exc: Exception, retry_after: int) -> JSONResponse | None:
+    """The answer to a refusal raised before any handler ran (by the limits): the
+    service's, the coordinator's, a pool timeout's; None for anything else."""
+    if isinstance(exc, ServiceError):
+        return service_response(exc, retry_after)
+    if isinstance(exc, ce.CoordinatorError):
+        return coordinator_response(exc, retry_after)
+    if isinstance(exc, POOL_TIMEOUTS):
+        return pool_timeout_response(exc, retry_after)
+    return None
+
+
 def install(app: Any, retry_after: int) -> None:
     """Register the exception handlers that give every error the one JSON shape."""
 
@@ -114,10 +133,7 @@ def install(app: Any, retry_after: int) -> None:
 
     async def on_service(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ServiceError)
-        headers = dict(exc.headers)
-        if exc.status in (429, 503):
-            headers.setdefault("Retry-After", str(retry_after))
-        return JSONResponse(body(exc.code, exc.message), exc.status, headers=headers or None)
+        return service_response(exc, retry_after)
 
     async def on_pool_timeout(_: Request, exc: Exception) -> JSONResponse:
         return pool_timeout_response(exc, retry_after)

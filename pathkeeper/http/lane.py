@@ -30,7 +30,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from coordinator import errors as ce
-from pathkeeper.http.auth import Authenticator
+from pathkeeper.http.auth import PRINCIPAL_SCOPE_KEY, Authenticator, bearer_of
 from pathkeeper.http.calls import CALLS, STAT, Backend, CommandCall, StatCall
 from pathkeeper.http.deps import (
     IfMatchHeader,
@@ -38,7 +38,6 @@ from pathkeeper.http.deps import (
     NodeRef,
     NsParam,
     PathQuery,
-    bearer_of,
     principal_of,
 )
 from pathkeeper.http.errors import POOL_TIMEOUTS, coordinator_response, pool_timeout_response
@@ -78,7 +77,7 @@ class Lane:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
         # The URL after ``/v1/namespaces/{ns}/``: "node/rename", "dirs", ...; by id, the
-        # part after the id.
+        # part after the id with its slash ("/rename", or "" for the node itself).
         self._by_path: dict[tuple[str, str], Call] = {}
         self._by_id: dict[tuple[str, str], Call] = {}
         self._plain: dict[tuple[str, str], Call] = {}
@@ -89,7 +88,7 @@ class Lane:
     def _add(self, method: str, suffix: str, call: Call) -> None:
         if call.by_node:
             self._by_path[method, f"{NODE_BY_PATH}{suffix}"[1:]] = call
-            self._by_id[method, suffix[1:]] = call
+            self._by_id[method, suffix] = call
         else:
             self._plain[method, suffix[1:]] = call
 
@@ -119,8 +118,9 @@ class Lane:
         if call is not None:
             return ns, call, None
         head, _, rest = tail.partition("/")
-        node_id, _, suffix = rest.partition("/")
-        call = self._by_id.get((method, suffix)) if head == NODES else None
+        node_id, slash, suffix = rest.partition("/")
+        # The slash kept: ``nodes/{id}/`` is not the node's URL (FastAPI redirects it).
+        call = self._by_id.get((method, slash + suffix)) if head == NODES else None
         return None if call is None else (ns, call, node_id)
 
     async def _serve(self, scope: Scope, body: bytes, ns: str, call: Call,
@@ -141,7 +141,8 @@ class Lane:
         bearer = bearer_of(headers.get(b"authorization"))
         backend = Backend(app.state.coordinator, app.state.statements)
         try:
-            who = await principal_of(bearer, settings, authenticator)
+            who = await principal_of(bearer, settings, authenticator,
+                                     scope.get(PRINCIPAL_SCOPE_KEY))
             who.require(ns, call.scope)
             model = _body(call.body_model, headers.get(b"content-type"), body)
             work = call.prepare(backend, settings, ns, ref=ref, body=model, if_match=if_match,

@@ -1,19 +1,23 @@
-"""Request limits enforced before a request reaches a handler: body size and in-flight count.
+"""Request limits enforced before a request reaches a handler: who is calling, body
+size and time, and in-flight count.
 
-Both are plain ASGI middleware so a refused request costs no thread and no
-database connection. Path length and depth are checked by the coordinator (422),
-page sizes by the query parameter schemas.
+A plain ASGI middleware, so a refused request costs no thread and no database
+connection. Path length and depth are checked by the coordinator (422), page sizes by
+the query parameter schemas.
 
-In-flight requests are counted in two pools, each with a total cap and a cap per
-caller (an API key; without one, the client address): short requests, and long polls
-(the change feed with ``wait``, ``/v1/indexed``, search with ``min_seq``), which hold
-their slot for up to the wait while doing nothing. One caller can then fill neither
-pool, and idle long polls never take the slots that short requests need.
+In-flight requests are counted in pools, each with a total cap and a cap per caller:
+short requests and long polls (the change feed with ``wait``, ``/v1/indexed``, search
+with ``min_seq``, which hold their slot for up to the wait while doing nothing), per
+API key; and requests without a key to hold, per client address. One caller can then
+fill no pool, idle long polls never take the slots that short requests need, and a
+request takes a key's slot only once its key is authenticated: made-up credentials
+are refused before they hold anything. A body must arrive within
+``body_timeout_seconds``, so a client that stops sending gives its slot back.
 """
 
 from __future__ import annotations
 
-import hashlib
+import asyncio
 import json
 import re
 from dataclasses import dataclass, field
@@ -23,9 +27,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from coordinator import paths
 from coordinator.errors import InvalidPath
+from pathkeeper.http.auth import PRINCIPAL_SCOPE_KEY, Authenticator, bearer_of
+from pathkeeper.http.errors import known_error_response
+from pathkeeper.http.settings import ServiceSettings
 
 #: Never refused by the in-flight cap: an overloaded server must still answer probes.
 UNLIMITED_PATHS = ("/healthz", "/readyz")
+#: Every URL under it needs an API key (with auth on).
+API_PREFIX = "/v1/"
 
 
 async def _error(send: Send, status: int, code: str, message: str,
@@ -97,16 +106,18 @@ def is_long_poll(path: str, query_string: bytes) -> bool:
         return False
 
 
-def caller_of(scope: Scope) -> str:
-    """Who the request counts against: its bearer credentials (hashed, never kept), or
-    the client address for a request without any."""
-    for name, value in scope.get("headers", []):
-        if name == b"authorization":
-            parts = value.split(None, 1)
-            secret = parts[-1].strip() if parts else b""
-            return "key:" + hashlib.sha256(secret).hexdigest()
+def _address(scope: Scope) -> str:
     client = scope.get("client")
     return f"addr:{client[0] if client else '-'}"
+
+
+def _authorization(scope: Scope) -> str | None:
+    """The first ``Authorization`` header, as Starlette's ``Headers.get`` reads it."""
+    for name, value in scope.get("headers", []):
+        if name == b"authorization":
+            text: str = value.decode("latin-1")
+            return text
+    return None
 
 
 @dataclass
@@ -123,7 +134,8 @@ class Pool:
         if self.used >= self.total:
             return "too many requests in flight; retry later"
         if self.by_caller.get(caller, 0) >= self.per_caller:
-            return (f"this API key already has {self.per_caller} requests of this kind in "
+            who = "API key" if caller.startswith("key:") else "client address"
+            return (f"this {who} already has {self.per_caller} requests of this kind in "
                     "flight; retry later")
         return None
 
@@ -142,19 +154,27 @@ class Pool:
 
 class LimitsMiddleware:
     """Refuse query strings and paths that are not UTF-8 (422), paths with dot-segments
-    or encoded slashes (400), bodies over ``max_body_bytes`` (413) and requests beyond
-    the in-flight caps of their pool, in all or for their caller (429 with Retry-After)."""
+    or encoded slashes (400), ``/v1`` requests without a valid API key (401, before
+    they hold anything), bodies over ``max_body_bytes`` (413) or slower than
+    ``body_timeout_seconds`` (408), and requests beyond the in-flight caps of their
+    pool, in all or for their caller (429 with Retry-After).
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int, max_inflight: int,
-                 retry_after: int, max_inflight_per_key: int | None = None,
-                 max_long_polls: int = 0, max_long_polls_per_key: int = 0) -> None:
+    A caller is an API key (its id, once authenticated), or the client address for
+    requests without one to hold: every request with auth off, and with auth on the
+    URLs outside ``/v1`` (the API docs), which count in a small pool of their own."""
+
+    def __init__(self, app: ASGIApp, settings: ServiceSettings,
+                 authenticator: Authenticator) -> None:
         self.app = app
-        self.max_body_bytes = max_body_bytes
-        self.retry_after = retry_after
+        self.auth = settings.auth
+        self.authenticator = authenticator
+        self.max_body_bytes = settings.max_body_bytes
+        self.body_timeout = settings.body_timeout_seconds
+        self.retry_after = settings.retry_after_seconds
         # The ASGI app runs on one event loop: the counters need no lock.
-        self.short = Pool(max_inflight, max_inflight if max_inflight_per_key is None
-                          else max_inflight_per_key)
-        self.long = Pool(max_long_polls, max_long_polls_per_key)
+        self.short = Pool(settings.max_inflight, settings.max_inflight_per_key)
+        self.long = Pool(settings.max_long_polls, settings.max_long_polls_per_key)
+        self.anonymous = Pool(settings.max_anonymous, settings.max_anonymous_per_address)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -176,8 +196,14 @@ class LimitsMiddleware:
         if path in UNLIMITED_PATHS:
             await self._with_body_cap(scope, receive, send)
             return
-        pool = self.long if is_long_poll(path, scope.get("query_string", b"")) else self.short
-        caller = caller_of(scope)
+        try:
+            pool, caller = await self._pool_and_caller(scope, path)
+        except Exception as exc:
+            response = known_error_response(exc, self.retry_after)
+            if response is None:
+                raise
+            await response(scope, receive, send)
+            return
         refusal = pool.refusal(caller)
         if refusal is not None:
             await _error(send, 429, "overloaded", refusal,
@@ -189,9 +215,24 @@ class LimitsMiddleware:
         finally:
             pool.give_back(caller)
 
+    async def _pool_and_caller(self, scope: Scope, path: str) -> tuple[Pool, str]:
+        """The pool the request counts in and the caller it counts against. Under
+        ``/v1`` with auth on, the key is authenticated first (a lookup waits for none
+        of the pools' slots) and its principal left in the scope for the routes."""
+        if not self.auth:
+            return self._pool_of(scope, path), _address(scope)
+        if not path.startswith(API_PREFIX):
+            return self.anonymous, _address(scope)
+        principal = await self.authenticator.principal(bearer_of(_authorization(scope)))
+        scope[PRINCIPAL_SCOPE_KEY] = principal
+        return self._pool_of(scope, path), f"key:{principal.key_id}"
+
+    def _pool_of(self, scope: Scope, path: str) -> Pool:
+        return self.long if is_long_poll(path, scope.get("query_string", b"")) else self.short
+
     async def _with_body_cap(self, scope: Scope, receive: Receive, send: Send) -> None:
         if STREAMED_PATH.fullmatch(scope.get("path", "")):
-            await self.app(scope, receive, send)
+            await self._streamed(scope, receive, send)
             return
         for name, value in scope.get("headers", []):
             if name == b"content-length":
@@ -204,25 +245,69 @@ class LimitsMiddleware:
                                  f"request body is larger than {self.max_body_bytes} bytes")
                     return
         # Read the whole body here (it is small by definition) so a chunked body that
-        # grows past the cap is refused before the handler starts.
+        # grows past the cap is refused before the handler starts, and one that stops
+        # arriving is cut off before the handler holds anything more than the slot.
         chunks: list[bytes] = []
         size = 0
         more = True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                await self.app(scope, _replay([message]), send)
-                return
-            chunk: bytes = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                await _error(send, 413, "too_large",
-                             f"request body is larger than {self.max_body_bytes} bytes")
-                return
-            chunks.append(chunk)
-            more = bool(message.get("more_body", False))
+        try:
+            async with asyncio.timeout(self.body_timeout):
+                while more:
+                    message = await receive()
+                    if message["type"] != "http.request":
+                        break
+                    chunk: bytes = message.get("body", b"")
+                    size += len(chunk)
+                    if size > self.max_body_bytes:
+                        await _error(send, 413, "too_large",
+                                     f"request body is larger than {self.max_body_bytes} "
+                                     "bytes")
+                        return
+                    chunks.append(chunk)
+                    more = bool(message.get("more_body", False))
+        except TimeoutError:
+            await self._body_timed_out(send)
+            return
+        if more:  # the client left: the app sees its disconnect
+            await self.app(scope, _replay([message]), send)
+            return
         first: Message = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
         await self.app(scope, _replay([first], receive), send)
+
+    async def _streamed(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Run a streamed route with ``body_timeout_seconds`` between two chunks of its
+        body: past it the route sees the client gone (an import then keeps nothing)
+        and the client gets 408, if nothing was answered yet."""
+        state = {"timed_out": False, "answered": False}
+
+        async def timed_receive() -> Message:
+            if state["timed_out"]:
+                return {"type": "http.disconnect"}
+            try:
+                async with asyncio.timeout(self.body_timeout):
+                    return await receive()
+            except TimeoutError:
+                state["timed_out"] = True
+                return {"type": "http.disconnect"}
+
+        async def guarded_send(message: Message) -> None:
+            if state["timed_out"] and not state["answered"]:
+                return  # the route's answer to a gone client; the 408 goes instead
+            state["answered"] = True
+            await send(message)
+
+        try:
+            await self.app(scope, timed_receive, guarded_send)
+        except Exception:
+            if not state["timed_out"]:
+                raise
+        if state["timed_out"] and not state["answered"]:
+            await self._body_timed_out(send)
+
+    async def _body_timed_out(self, send: Send) -> None:
+        await _error(send, 408, "request_timeout",
+                     f"the request body did not arrive within {self.body_timeout:g} s",
+                     [(b"connection", b"close")])
 
 
 def _replay(messages: list[Message], then: Receive | None = None) -> Receive:

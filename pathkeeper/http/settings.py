@@ -34,6 +34,11 @@ class ServiceSettings:
     #: Expired idempotency rows are deleted this often (seconds) by the app.
     idempotency_purge_seconds: float = 600.0
     max_body_bytes: int = 8 * 1024 * 1024
+    #: A request body (up to ``max_body_bytes``) must arrive whole within this many
+    #: seconds of its headers, and an import's streamed body must not pause for longer
+    #: between two chunks; else 408 and the connection is closed, so a client that
+    #: stops sending cannot hold its slot.
+    body_timeout_seconds: float = 30.0
     max_path_bytes: int = paths.MAX_PATH_BYTES
     max_page: int = 1000
     default_page: int = 100
@@ -45,6 +50,11 @@ class ServiceSettings:
     #: of their own, so idle waiters never take the slots short requests need.
     max_long_polls: int = 64
     max_long_polls_per_key: int = 8
+    #: Requests with no API key to hold (the API docs, a URL outside ``/v1``; under
+    #: ``/v1`` such a request is refused 401 before it takes any slot) have a small pool
+    #: of their own, counted by client address: they never take a key's slots.
+    max_anonymous: int = 16
+    max_anonymous_per_address: int = 4
     #: A statement running longer than this is cancelled by PostgreSQL -> 503.
     statement_timeout_seconds: float = 10.0
     #: Caps of the long polls (change feed ``wait``, search ``min_seq``).

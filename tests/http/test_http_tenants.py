@@ -8,10 +8,13 @@ so idle long polls never hold the slots short requests need. Real concurrent cli
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import httpx
 import pytest
@@ -159,3 +162,92 @@ def test_limits_are_per_key_not_per_connection(server: LiveServer, keys: Keys) -
     for t in threads:
         t.join(30)
     assert statuses == {"a": [200] * per_key, "b": [200] * per_key}
+
+
+def _stall(url: str, request: str) -> socket.socket:
+    """A raw connection that sent ``request`` (headers and the start of a body) and
+    then sends nothing more."""
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    sock.sendall(request.encode())
+    return sock
+
+
+def _answer(sock: socket.socket, seconds: float) -> bytes:
+    """What the server sent on ``sock`` within ``seconds`` (b"" if it closed the
+    connection without an answer; b"pending" if it did neither)."""
+    sock.settimeout(seconds)
+    try:
+        data = sock.recv(4096)
+    except TimeoutError:
+        return b"pending"
+    except ConnectionResetError:
+        return b""
+    return data
+
+
+def _command(key: str | None, path: str = "/v1/namespaces/a/dirs",
+             content_type: str = "application/json") -> str:
+    """A command's headers, declaring a 100-byte body, and its first byte."""
+    auth = f"Authorization: Bearer {key}\r\n" if key is not None else ""
+    return (f"POST {path} HTTP/1.1\r\nHost: test\r\n{auth}"
+            f"Content-Type: {content_type}\r\nContent-Length: 100\r\n\r\n{{")
+
+
+def test_stalled_bodies_of_made_up_keys_lock_no_key_out_and_time_out(
+    settings: ServiceSettings, keys: Keys, coord: Coordinator
+) -> None:
+    """64 connections with made-up keys, 64 without a key and 8 for the API docs (from
+    one address), each sending a command's headers and one byte of body, then nothing:
+    a valid key is served all along. A valid key's own stalled bodies (its whole share,
+    and an import that stops mid-stream) are cut off after the body timeout, which gives
+    its slots back, and the import left nothing behind. Raw sockets against uvicorn."""
+    timeout = 5.0
+    app = create_app(replace(settings, body_timeout_seconds=timeout))
+    with LiveServer(app) as server, contextlib.ExitStack() as opened:
+
+        def stall(request: str) -> socket.socket:
+            return opened.enter_context(_stall(server.url, request))
+
+        docs = [stall(_command(None, "/openapi.json")) for _ in range(8)]
+        docs_stalled = time.monotonic()
+        strangers = [stall(_command(f"pk_made_up_{i}")) for i in range(64)]
+        strangers += [stall(_command(None)) for _ in range(64)]
+        time.sleep(0.5)  # all of them are in the server
+        others = _other_tenant_works(server.url, keys.b_write)
+        with httpx.Client(base_url=server.url, timeout=20) as c:
+            assert c.get("/readyz").status_code == 200
+        # Served while the docs' requests still held their slots (before the timeout).
+        assert time.monotonic() - docs_stalled < timeout, time.monotonic() - docs_stalled
+        assert all(s in (200, 201) for s in others), others
+        # Refused at once, before the body: 401, holding nothing.
+        assert {_answer(s, 5).split(b"\r\n")[0] for s in strangers} == {
+            b"HTTP/1.1 401 Unauthorized"}
+        # The docs' stalled requests: over the address's share refused at once, the
+        # rest cut off by the body timeout.
+        doc_answers = sorted(_answer(s, timeout + 3).split(b"\r\n")[0] for s in docs)
+        assert doc_answers == sorted(
+            [b"HTTP/1.1 408 Request Timeout"] * settings.max_anonymous_per_address
+            + [b"HTTP/1.1 429 Too Many Requests"] * (8 - settings.max_anonymous_per_address)
+        ), doc_answers
+
+        # A valid key stalls its whole share, and one import stops mid-stream.
+        own = [stall(_command(keys.a_write))
+               for _ in range(DEFAULTS.max_inflight_per_key - 1)]
+        own.append(stall(_command(
+            keys.a_write, "/v1/namespaces/a/import", "application/x-ndjson"
+        ).replace("{", '{"path": "/imported", "kind": "dir"}\n')))
+        stalled_at = time.monotonic()
+        time.sleep(0.5)
+        h = Keys.h(keys.a_write)
+        with httpx.Client(base_url=server.url, timeout=20) as c:
+            assert c.post("/v1/namespaces/a/dirs", json={"path": "/x"},
+                          headers=h).status_code == 429  # its own share is full
+            answers = [_answer(s, timeout + 5) for s in own]
+            cut_off = time.monotonic() - stalled_at
+            assert c.post("/v1/namespaces/a/dirs", json={"path": "/x"},
+                          headers=h).status_code == 201  # the slots are free again
+        assert all(a.startswith(b"HTTP/1.1 408 ") for a in answers), answers
+        assert timeout - 0.5 <= cut_off < timeout + 3, cut_off  # not before, not never
+        assert {_answer(s, 5) for s in own} == {b""}  # and the connections closed
+        assert [n.name for n in coord.listdir("a", "/")] == ["x"]  # nothing imported

@@ -178,5 +178,8 @@ def test_snapshot_and_compact_commands(coord: Coordinator, database_url: str) ->
     assert f"horizon: {s.position}" in runner.invoke(
         main, ["snapshot", "list", "--database-url", database_url]).output
     res = runner.invoke(main, ["compact", "--database-url", database_url, "--retain", "soon"])
-    assert res.exit_code == 2 and res.output.startswith("error: not a duration")
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith("error: Invalid value for '--retain': not a duration")
     assert parse_duration("12h") == timedelta(hours=12)
+    with pytest.raises(ValueError, match="longer than"):
+        parse_duration("99999999999d")  # past what a timedelta (or PostgreSQL) holds
