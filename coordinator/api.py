@@ -258,10 +258,12 @@ class Coordinator(NamespaceCommands):
         *,
         progress: ProgressFn | None = None,
     ) -> ImportResult:
-        """Import a tree from JSON Lines (an iterable of lines: an open file, a list of
-        strings, ``iter_lines`` of a stream of chunks) in one transaction; missing
-        parent directories are created. All or nothing: bad lines raise a typed error
-        listing them (``exc.lines``) and nothing is written. See ``coordinator.importer``.
+        """Import a tree from JSON Lines (an iterable of lines: a binary file, read in
+        chunks, a list of strings, ``iter_lines`` of a stream of chunks) in one
+        transaction; missing parent directories are created. All or nothing: bad lines
+        raise a typed error listing them (``exc.lines``) and nothing is written; a line
+        longer than ``Settings.max_import_line_bytes`` is ``TooLarge``. See
+        ``coordinator.importer``.
 
         Not re-run on a deadlock (the input is read once): that is ``Conflict``."""
         ns = paths.validate_namespace(namespace)
@@ -269,7 +271,8 @@ class Coordinator(NamespaceCommands):
             with self.engine.begin() as conn:
                 # The wake-up is sent after COMMIT, as for every write.
                 importer = Importer(
-                    conn, ns, max_depth=self.settings.max_depth, progress=progress
+                    conn, ns, max_depth=self.settings.max_depth,
+                    max_line_bytes=self.settings.max_import_line_bytes, progress=progress,
                 )
                 result = importer.run(source)
         except DBAPIError as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -33,9 +34,10 @@ from coordinator import (
     InvalidName,
     NotADirectory,
     NotFound,
+    TooLarge,
 )
 from coordinator.events import VERSION_KEY, Created, decode
-from coordinator.importer import contiguous_run, iter_lines
+from coordinator.importer import LineTooLong, contiguous_run, iter_lines
 from coordinator.models import POSITION_BLOCK
 from pathkeeper.cli.main import main as cli_main
 
@@ -252,6 +254,90 @@ def test_too_deep(coord: Coordinator, ns: str) -> None:
     deep = "/" + "/".join(["d"] * 257)
     with pytest.raises(InvalidName, match="deeper than 256"):
         coord.import_nodes(ns, jl({"path": deep, "kind": "dir"}))
+
+
+# ------------------------------------------------------------------ long lines
+
+
+def body_chunks(body: bytes, size: int) -> Iterator[bytes]:
+    return (body[i:i + size] for i in range(0, len(body), size))
+
+
+def test_a_line_longer_than_the_limit_is_refused_with_its_number(
+    database_url: str, coord: Coordinator, ns: str
+) -> None:
+    """The line limit holds for every kind of source: lines given whole (each checked,
+    every bad line reported), a stream of chunks and a binary file (read in chunks:
+    reading stops at the long line, which is never held whole)."""
+    fits = json.dumps({"path": "/fits", "kind": "file", "content": "y" * 950})
+    long = json.dumps({"path": "/big", "kind": "file", "content": "x" * 1000})
+    lines = ['{"path": "/ok", "kind": "dir"}', long, "{bad"]
+    body = "\n".join(lines).encode()
+    with Coordinator.connect(database_url, max_import_line_bytes=1000) as small:
+        with pytest.raises(TooLarge) as info:
+            small.import_nodes(ns, lines)
+        assert info.value.lines[0] == (2, "longer than 1,000 bytes (the import's line limit)")
+        assert info.value.lines[1][0] == 3 and "not valid JSON" in info.value.lines[1][1]
+        assert "line 2: longer than 1,000 bytes" in str(info.value)
+        for source in (iter_lines(body_chunks(body, 100), 1000), io.BytesIO(body)):
+            with pytest.raises(TooLarge) as info:
+                small.import_nodes(ns, source)
+            assert [n for n, _ in info.value.lines] == [2]
+        assert_refused(coord, ns, (1, 1))
+        assert len(fits) <= 1000
+        assert small.import_nodes(ns, io.BytesIO(fits.encode() + b"\n")).created == 1
+
+
+def test_an_endless_line_is_refused_once_past_the_limit(
+    database_url: str, coord: Coordinator, ns: str
+) -> None:
+    """A line that never ends (no newline, ever) is refused once it passes the limit:
+    the reader holds at most the limit and one chunk of it, from a stream of chunks as
+    from a binary file."""
+    read = 0
+    head = b'{"path": "/ok", "kind": "dir"}\n{"path": "/f", "kind": "file", "content": "'
+
+    def endless() -> Iterator[bytes]:
+        nonlocal read
+        yield head
+        while True:
+            read += 65536
+            yield b"x" * 65536
+
+    with pytest.raises(LineTooLong) as info:
+        for _ in iter_lines(endless(), max_line_bytes=1 << 20):
+            pass
+    assert info.value.line == 2 and read <= (1 << 20) + 65536
+
+    class EndlessFile(io.RawIOBase):
+        def __init__(self) -> None:
+            self.given = 0
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, buffer: Any) -> int:
+            data = head if self.given == 0 else b"x" * len(buffer)
+            n = min(len(data), len(buffer))
+            buffer[:n] = data[:n]
+            self.given += n
+            return n
+
+    endless_file = EndlessFile()
+    with Coordinator.connect(database_url, max_import_line_bytes=1 << 20) as small:
+        with pytest.raises(TooLarge) as refused:
+            small.import_nodes(ns, endless_file)
+    assert [n for n, _ in refused.value.lines] == [2]
+    assert endless_file.given <= (1 << 20) + (1 << 17)
+    assert_refused(coord, ns, (1, 1))
+
+
+def test_a_long_line_from_many_chunks_is_assembled_whole(coord: Coordinator, ns: str) -> None:
+    content = "".join(chr(0x61 + i % 26) for i in range(3 * 1024 * 1024))
+    body = (json.dumps({"path": "/big", "kind": "file", "content": content}) + "\n"
+            + '{"path": "/after", "kind": "dir"}').encode()
+    assert coord.import_nodes(ns, iter_lines(body_chunks(body, 65536))).created == 2
+    assert coord.stat(ns, "/big").content == content
 
 
 # ------------------------------------------------------------------ events, blocks

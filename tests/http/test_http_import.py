@@ -11,6 +11,8 @@ from http_support import Keys, LiveServer
 
 from coordinator import AlreadyExists, Coordinator, InvalidImport
 from pathkeeper.client import Client, Forbidden
+from pathkeeper.http.app import create_app
+from pathkeeper.http.settings import ServiceSettings
 
 
 def lines(n: int, pad: int = 0) -> Iterator[str]:
@@ -61,3 +63,21 @@ def test_import_needs_write_scope_on_the_namespace(live_server: LiveServer,
                    headers={"Authorization": f"Bearer {keys.a_write}"},
                    content=b'{"path": "/x", "kind": "dir"}\n')
     assert r.status_code == 404
+
+
+def test_a_line_past_the_line_limit_is_refused_with_413(settings: ServiceSettings,
+                                                        keys: Keys, coord: Coordinator) -> None:
+    """The server reads one line at a time and refuses one longer than the coordinator's
+    ``max_import_line_bytes`` (here 1,000) with its number, nothing written."""
+    small = settings.with_coordinator(max_import_line_bytes=1000)
+    long = json.dumps({"path": "/big", "kind": "file", "content": "x" * 1000})
+    with LiveServer(create_app(small)) as server:
+        r = httpx.post(f"{server.url}/v1/namespaces/a/import",
+                       headers={"Authorization": f"Bearer {keys.a_write}"},
+                       content=('{"path": "/ok", "kind": "dir"}\n' + long + "\n").encode())
+    assert r.status_code == 413, r.text
+    error = r.json()["error"]
+    assert error["code"] == "too_large"
+    assert error["lines"] == [
+        {"line": 2, "message": "longer than 1,000 bytes (the import's line limit)"}]
+    assert {n.path for n in coord.walk("a")} == {"/"}

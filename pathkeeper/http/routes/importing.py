@@ -24,7 +24,9 @@ router = APIRouter(tags=["import"])
 async def import_nodes(request: Request, ns: NsParam, coord: CoordDep) -> JSONResponse:
     """Import JSON Lines (one node a line: ``{"path", "kind", "content", "metadata"}``,
     any order, missing parents created), streamed: the body is read as it arrives,
-    never held whole. All or nothing; bad lines are listed with their numbers."""
+    never held whole, one line at a time (a line longer than the coordinator's
+    ``max_import_line_bytes`` is refused with 413 once that much of it arrived). All or
+    nothing; bad lines are listed with their numbers."""
     body = request.stream().__aiter__()
 
     async def next_chunk() -> bytes:
@@ -40,7 +42,8 @@ async def import_nodes(request: Request, ns: NsParam, coord: CoordDep) -> JSONRe
                 return
 
     result = await anyio.to_thread.run_sync(
-        lambda: coord.import_nodes(ns, iter_lines(chunks()))
+        lambda: coord.import_nodes(
+            ns, iter_lines(chunks(), coord.settings.max_import_line_bytes))
     )
     out = ImportOut(
         namespace=result.namespace, lines=result.lines, created=result.created,
