@@ -66,7 +66,7 @@ from .eventlog import CLAIM_SQL
 from .events import Created, payload_sql
 from .models import POSITION_BLOCK
 from .settings import MAX_IMPORT_LINE_BYTES
-from .tree import check_content, metadata_json
+from .tree import check_content, metadata_json, metadata_too_deep
 
 #: Bad lines reported in full (the rest are counted): enough to fix a file in one go,
 #: few enough that a file of garbage does not produce a garbage-sized answer.
@@ -150,6 +150,10 @@ def parse_line(raw: bytes | str, max_depth: int) -> tuple[str, str, str, str, st
         raise InvalidImport("not valid UTF-8") from None
     except ValueError as exc:
         raise InvalidImport(f"not valid JSON ({exc})") from None
+    except RecursionError:
+        # Nested past what the parser can take, so past the metadata's limit too (and
+        # no other field nests at all).
+        raise metadata_too_deep("JSON") from None
     if not isinstance(obj, dict):
         raise InvalidImport("not a JSON object")
     unknown = obj.keys() - FIELDS

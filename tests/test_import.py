@@ -179,6 +179,14 @@ def assert_refused(coord: Coordinator, ns: str, before: tuple[int, int]) -> None
         ('{"path": "/f", "kind": "file", "content": "a\\u0000"}', InvalidContent, "NUL"),
         ('{"path": "/f", "kind": "file", "metadata": [1]}', InvalidContent, "JSON object"),
         (b'{"path": "/\xff", "kind": "dir"}', InvalidImport, "UTF-8"),
+        # The metadata rule of create and set_metadata: past it, and past what a
+        # recursive parser can take at all.
+        ('{"path": "/d", "kind": "dir", "metadata": ' + '{"a": ' * 100 + "{}" + "}" * 100
+         + "}", InvalidContent, "nested deeper than 100 levels"),
+        ('{"path": "/d", "kind": "dir", "metadata": ' + '{"a": ' * 2000 + "{}" + "}" * 2000
+         + "}", InvalidContent, "JSON nested deeper than 100 levels"),
+        ('{"path": "/f", "kind": "file", "content": ' + "[" * 2000 + "]" * 2000 + "}",
+         InvalidContent, "JSON nested deeper than 100 levels"),
     ],
 )
 def test_a_bad_line_is_reported_with_its_number_and_nothing_is_written(
@@ -469,6 +477,13 @@ def test_cli_import_file_and_stdin(database_url: str, coord: Coordinator, ns: st
     assert res.exit_code == 2
     assert res.output.count("\n") == 1 and res.output.startswith("error: ")
     assert "line 2: not valid JSON" in res.output
+    assert set(paths_of(coord, ns)) == {"/", "/a", "/a/b", "/c"}
+    deep = '{"path": "/deep", "kind": "dir", "metadata": ' + '{"a": ' * 2000 + "}" * 2001
+    res = runner.invoke(cli_main, ["import", "--database-url", database_url, ns, "-"],
+                        input='{"path": "/e", "kind": "dir"}\n' + deep + "\n")
+    assert res.exit_code == 2, res.output
+    assert res.output.count("\n") == 1 and res.output.startswith("error: ")
+    assert "line 2: JSON nested deeper than 100 levels" in res.output
     assert set(paths_of(coord, ns)) == {"/", "/a", "/a/b", "/c"}
 
 

@@ -81,3 +81,29 @@ def test_a_line_past_the_line_limit_is_refused_with_413(settings: ServiceSetting
     assert error["lines"] == [
         {"line": 2, "message": "longer than 1,000 bytes (the import's line limit)"}]
     assert {n.path for n in coord.walk("a")} == {"/"}
+
+
+def test_deeply_nested_metadata_is_refused_like_a_create(live_server: LiveServer,
+                                                         keys: Keys, coord: Coordinator) -> None:
+    """Metadata nested past the limit: 422 ``invalid_content`` from the import (with the
+    line's number) as from a create, whether or not a recursive parser could read it."""
+    headers = {"Authorization": f"Bearer {keys.a_write}"}
+    for levels, what in ((101, "metadata"), (2000, "JSON")):
+        md = '{"a": ' * (levels - 1) + "{}" + "}" * (levels - 1)
+        r = httpx.post(f"{live_server.url}/v1/namespaces/a/import", headers=headers,
+                       content=('{"path": "/ok", "kind": "dir"}\n{"path": "/d", "kind": '
+                                f'"dir", "metadata": {md}}}\n').encode())
+        assert r.status_code == 422, r.text
+        error = r.json()["error"]
+        assert error["code"] == "invalid_content"
+        assert error["lines"] == [{"line": 2, "message": f"{what} nested deeper than 100 "
+                                                        "levels"}]
+    for levels, what in ((150, "metadata"), (2000, "JSON")):
+        md = '{"a": ' * levels + "{}" + "}" * levels
+        r = httpx.post(f"{live_server.url}/v1/namespaces/a/files",
+                       headers={**headers, "Content-Type": "application/json"},
+                       content=f'{{"path": "/f", "metadata": {md}}}'.encode())
+        assert r.status_code == 422, r.text
+        assert r.json()["error"] == {
+            "code": "invalid_content", "message": f"{what} nested deeper than 100 levels"}
+    assert {n.path for n in coord.walk("a")} == {"/"}
