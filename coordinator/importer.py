@@ -52,7 +52,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
 
 from . import paths
-from .db import FOREIGN_KEY_VIOLATION, UNIQUE_VIOLATION, sqlstate
+from .db import FOREIGN_KEY_VIOLATION, UNIQUE_VIOLATION, Driver, sqlstate
 from .errors import (
     AlreadyExists,
     Conflict,
@@ -61,6 +61,7 @@ from .errors import (
     NotADirectory,
     NotFound,
     TooLarge,
+    Unavailable,
 )
 from .eventlog import CLAIM_SQL
 from .events import Created, payload_sql
@@ -207,6 +208,15 @@ class _Problems:
         err = self.kind(f"import refused, nothing written: {self.count} {noun}: {listed}{more}")
         err.lines = tuple(self.kept)
         raise err
+
+
+def import_timed_out(timeout: float | None) -> Unavailable:
+    """An import cancelled by its timeout (``None``: by the session's statement timeout)."""
+    if timeout is None:
+        return Unavailable(
+            "the import outlasted the session's statement timeout; nothing was written")
+    return Unavailable(
+        f"the import did not finish within {timeout:g} s (its timeout); nothing was written")
 
 
 class LineTooLong(TooLarge):
@@ -507,10 +517,12 @@ class Importer:
     def _stage(self, source: Iterable[bytes | str]) -> None:
         """Parse, validate and COPY every line; raise with every bad line at the end."""
         problems = _Problems()
-        dbapi = self.conn.connection.driver_connection
-        assert dbapi is not None
+        driver = Driver(self.conn)
         try:
-            self._copy(dbapi, source, problems)
+            # psycopg's errors raised as SQLAlchemy's (a statement timeout during the
+            # COPY is then typed like any other statement's).
+            with driver.errors(COPY_SQL, {}):
+                self._copy(driver.raw, source, problems)
         except _Abort:
             pass
         problems.raise_if_any()

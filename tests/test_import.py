@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,6 +36,7 @@ from coordinator import (
     NotADirectory,
     NotFound,
     TooLarge,
+    Unavailable,
 )
 from coordinator.events import VERSION_KEY, Created, decode
 from coordinator.importer import LineTooLong, contiguous_run, iter_lines
@@ -346,6 +348,35 @@ def test_a_long_line_from_many_chunks_is_assembled_whole(coord: Coordinator, ns:
             + '{"path": "/after", "kind": "dir"}').encode()
     assert coord.import_nodes(ns, iter_lines(body_chunks(body, 65536))).created == 2
     assert coord.stat(ns, "/big").content == content
+
+
+# ------------------------------------------------------------------ timeouts
+
+
+def slow(lines: list[str], pause: float) -> Iterator[str]:
+    for line in lines:
+        time.sleep(pause)
+        yield line
+
+
+def test_an_import_has_a_timeout_of_its_own(database_url: str, coord: Coordinator,
+                                            ns: str) -> None:
+    """On a session with a short statement timeout (the HTTP service's), an import
+    whose input arrives slowly runs under its own timeout, not the session's; past
+    either, it is ``Unavailable`` saying so (never the driver's raw error), and nothing
+    is written."""
+    lines = jl(*({"path": f"/s/f{i}", "kind": "file"} for i in range(5)))
+    with Coordinator.connect(database_url, statement_timeout=0.5) as service:
+        with pytest.raises(Unavailable, match="statement timeout"):
+            service.import_nodes(ns, slow(lines, 0.25))
+        assert_refused(coord, ns, (1, 1))
+        with pytest.raises(Unavailable, match=r"import did not finish within 0\.6 s"):
+            service.import_nodes(ns, slow(lines, 0.25), timeout=0.6)
+        assert_refused(coord, ns, (1, 1))
+        assert service.import_nodes(ns, slow(lines, 0.25), timeout=30).created == 6
+        # The session's own timeout is back for what follows on the same connections.
+        with service.engine.connect() as conn:
+            assert conn.execute(text("SHOW statement_timeout")).scalar_one() == "500ms"
 
 
 # ------------------------------------------------------------------ events, blocks

@@ -41,6 +41,12 @@ def is_loopback(host: str) -> bool:
 @click.option("--max-long-polls-per-key", default=8, show_default=True, type=int,
               help="Of those, for one API key.")
 @click.option("--statement-timeout", default=10.0, show_default=True, type=float)
+@click.option("--import-timeout", default=3600.0, show_default=True,
+              type=click.FloatRange(0, min_open=True),
+              help="Seconds an import may take, its upload included (503 beyond).")
+@click.option("--import-idle-timeout", default=60.0, show_default=True,
+              type=click.FloatRange(0, min_open=True),
+              help="Seconds an import's upload may send nothing (503 beyond).")
 @click.option("--max-import-line-bytes", default=MAX_IMPORT_LINE_BYTES, show_default=True,
               type=click.IntRange(1), help="The longest line an import reads (413 beyond).")
 @click.option("--idempotency-ttl", default=24 * 3600.0, show_default=True, type=float,
@@ -53,8 +59,9 @@ def is_loopback(host: str) -> bool:
 def serve(
     database_url: str, es_url: str | None, host: str, port: int, no_auth: bool,
     index_alias: str, max_inflight: int, max_inflight_per_key: int, max_long_polls: int,
-    max_long_polls_per_key: int, statement_timeout: float, max_import_line_bytes: int,
-    idempotency_ttl: float, log_level: str, workers: int,
+    max_long_polls_per_key: int, statement_timeout: float, import_timeout: float,
+    import_idle_timeout: float, max_import_line_bytes: int, idempotency_ttl: float,
+    log_level: str, workers: int,
 ) -> None:
     """Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs)."""
     import uvicorn
@@ -74,6 +81,7 @@ def serve(
         max_inflight=max_inflight, max_inflight_per_key=max_inflight_per_key,
         max_long_polls=max_long_polls, max_long_polls_per_key=max_long_polls_per_key,
         statement_timeout_seconds=statement_timeout,
+        import_timeout_seconds=import_timeout, import_idle_timeout_seconds=import_idle_timeout,
         idempotency_ttl_seconds=idempotency_ttl,
     ).with_coordinator(max_import_line_bytes=max_import_line_bytes)
     if no_auth:

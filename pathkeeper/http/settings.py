@@ -47,6 +47,13 @@ class ServiceSettings:
     max_long_polls_per_key: int = 8
     #: A statement running longer than this is cancelled by PostgreSQL -> 503.
     statement_timeout_seconds: float = 10.0
+    #: An import is a bulk load whose COPY lasts as long as its upload: instead of the
+    #: statement timeout above, its statements (the COPY included) get this long, and its
+    #: upload must have arrived within it; past it -> 503, nothing written.
+    import_timeout_seconds: float = 3600.0
+    #: ... and an upload that sends nothing for this long is ended -> 503, nothing
+    #: written, so a stalled client holds its database connection no longer than this.
+    import_idle_timeout_seconds: float = 60.0
     #: Caps of the long polls (change feed ``wait``, search ``min_seq``).
     max_feed_wait_seconds: float = 30.0
     max_index_wait_seconds: float = 10.0
