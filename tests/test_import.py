@@ -518,6 +518,18 @@ def test_cli_import_file_and_stdin(database_url: str, coord: Coordinator, ns: st
     assert set(paths_of(coord, ns)) == {"/", "/a", "/a/b", "/c"}
 
 
+def test_cli_import_refuses_a_line_past_its_limit(database_url: str, coord: Coordinator,
+                                                   ns: str) -> None:
+    long = json.dumps({"path": "/big", "kind": "file", "content": "x" * 2000})
+    res = CliRunner().invoke(
+        cli_main, ["import", "--database-url", database_url, "--max-line-bytes", "1000", ns,
+                   "-"], input='{"path": "/c", "kind": "dir"}\n' + long + "\n")
+    assert res.exit_code == 2, res.output
+    assert res.output.count("\n") == 1 and res.output.startswith("error: ")
+    assert "line 2: longer than 1,000 bytes" in res.output
+    assert_refused(coord, ns, (1, 1))
+
+
 def test_binary_file_object(coord: Coordinator, ns: str) -> None:
     source = io.BytesIO(b'{"path": "/x", "kind": "dir"}\n{"path": "/x/y", "kind": "file"}\n')
     assert coord.import_nodes(ns, source).created == 2
