@@ -22,11 +22,11 @@ from .commands import (
     GroupCommands,
     NamespaceCommands,
 )
-from .db import Driver, connect_engine, is_retryable, translate
+from .db import QUERY_CANCELED, Driver, connect_engine, is_retryable, sqlstate, translate
 from .errors import AlreadyExists, Conflict, CoordinatorError, DirectoryNotEmpty, TooLarge
 from .eventlog import REPORT_AFTER, Partition, Writer, read_events
 from .events import NamespaceCreated, NamespaceDropped
-from .importer import Importer, ImportResult, ProgressFn
+from .importer import Importer, ImportResult, ProgressFn, import_timed_out
 from .indexing import DEFAULT_CONSUMER, wait_indexed
 from .notifier import Notifier
 from .results import Event, MutationResult, Node, Start
@@ -256,22 +256,36 @@ class Coordinator(NamespaceCommands):
         source: Iterable[bytes | str],
         *,
         progress: ProgressFn | None = None,
+        timeout: float | None = None,
     ) -> ImportResult:
-        """Import a tree from JSON Lines (an iterable of lines: an open file, a list of
-        strings, ``iter_lines`` of a stream of chunks) in one transaction; missing
-        parent directories are created. All or nothing: bad lines raise a typed error
-        listing them (``exc.lines``) and nothing is written. See ``coordinator.importer``.
+        """Import a tree from JSON Lines (an iterable of lines: a binary file, read in
+        chunks, a list of strings, ``iter_lines`` of a stream of chunks) in one
+        transaction; missing parent directories are created. All or nothing: bad lines
+        raise a typed error listing them (``exc.lines``) and nothing is written; a line
+        longer than ``Settings.max_import_line_bytes`` is ``TooLarge``. See
+        ``coordinator.importer``.
+
+        ``timeout`` (seconds) is the statement timeout of the import's statements, the COPY
+        of its input among them (which lasts as long as the input takes to arrive),
+        instead of the session's (``connect(statement_timeout=)``, meant for short
+        requests); past it the import is ``Unavailable`` and nothing is written.
 
         Not re-run on a deadlock (the input is read once): that is ``Conflict``."""
         ns = paths.validate_namespace(namespace)
         try:
             with self.engine.begin() as conn:
+                if timeout is not None:  # for this transaction only
+                    conn.execute(text("SELECT set_config('statement_timeout', :ms, true)"),
+                                 {"ms": f"{max(1, int(timeout * 1000))}ms"})
                 # The wake-up is sent after COMMIT, as for every write.
                 importer = Importer(
-                    conn, ns, max_depth=self.settings.max_depth, progress=progress
+                    conn, ns, max_depth=self.settings.max_depth,
+                    max_line_bytes=self.settings.max_import_line_bytes, progress=progress,
                 )
                 result = importer.run(source)
         except DBAPIError as exc:
+            if sqlstate(exc) == QUERY_CANCELED:
+                raise import_timed_out(timeout) from exc
             raise translate(exc) from exc
         if result.created:
             self.wake_indexer(ns)

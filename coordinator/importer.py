@@ -9,9 +9,12 @@ How, and why this way:
 
 1. **Validate in Python, streaming.** Each line is parsed and checked (JSON, fields,
    names with the same rules as ``paths``) and written at once into a temporary table
-   with ``COPY``; nothing of the input stays in Python's memory, so memory is bounded
-   whatever the file's size. A bad line stops the COPY but not the reading: every bad
-   line is reported (the first ``MAX_REPORTED`` in full), with its number.
+   with ``COPY``; nothing of the input stays in Python's memory but the line being
+   read, and a line longer than ``max_import_line_bytes`` is refused as soon as that
+   much of it has arrived, so memory is bounded whatever the input. A bad line stops
+   the COPY but not the reading: every bad line is reported (the first
+   ``MAX_REPORTED`` in full), with its number (an overlong line from a stream or a
+   binary file ends the reading too: the rest of it is never read).
 2. **Resolve set-based in SQL.** Missing parents, duplicates, a file under a file and
    paths that already exist are found by joins over the staged rows, not row by row.
    Existing nodes are found by walking the staged paths from the root (a recursive
@@ -35,6 +38,7 @@ How, and why this way:
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import secrets
@@ -48,7 +52,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
 
 from . import paths
-from .db import FOREIGN_KEY_VIOLATION, UNIQUE_VIOLATION, sqlstate
+from .db import FOREIGN_KEY_VIOLATION, UNIQUE_VIOLATION, Driver, sqlstate
 from .errors import (
     AlreadyExists,
     Conflict,
@@ -56,11 +60,14 @@ from .errors import (
     InvalidImport,
     NotADirectory,
     NotFound,
+    TooLarge,
+    Unavailable,
 )
 from .eventlog import CLAIM_SQL
 from .events import Created, payload_sql
 from .results import POSITION_BLOCK
-from .tree import check_content, metadata_json
+from .settings import MAX_IMPORT_LINE_BYTES
+from .tree import check_content, metadata_json, metadata_too_deep
 
 #: Bad lines reported in full (the rest are counted): enough to fix a file in one go,
 #: few enough that a file of garbage does not produce a garbage-sized answer.
@@ -144,6 +151,10 @@ def parse_line(raw: bytes | str, max_depth: int) -> tuple[str, str, str, str, st
         raise InvalidImport("not valid UTF-8") from None
     except ValueError as exc:
         raise InvalidImport(f"not valid JSON ({exc})") from None
+    except RecursionError:
+        # Nested past what the parser can take, so past the metadata's limit too (and
+        # no other field nests at all).
+        raise metadata_too_deep("JSON") from None
     if not isinstance(obj, dict):
         raise InvalidImport("not a JSON object")
     unknown = obj.keys() - FIELDS
@@ -199,18 +210,85 @@ class _Problems:
         raise err
 
 
-def iter_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    """Lines (without the end of line) of a stream of byte chunks, for a streamed body."""
-    rest = b""
+def import_timed_out(timeout: float | None) -> Unavailable:
+    """An import cancelled by its timeout (``None``: by the session's statement timeout)."""
+    if timeout is None:
+        return Unavailable(
+            "the import outlasted the session's statement timeout; nothing was written")
+    return Unavailable(
+        f"the import did not finish within {timeout:g} s (its timeout); nothing was written")
+
+
+class LineTooLong(TooLarge):
+    """Line ``line`` of an import is longer than ``limit`` bytes: raised by ``iter_lines``
+    as soon as the line passes the limit, so no more of it is read."""
+
+    def __init__(self, line: int, limit: int) -> None:
+        self.line = line
+        self.reason = line_too_long(limit)
+        super().__init__(f"line {line}: {self.reason}")
+
+
+def line_too_long(limit: int) -> str:
+    return f"longer than {limit:,} bytes (the import's line limit)"
+
+
+def iter_lines(
+    chunks: Iterable[bytes], max_line_bytes: int = MAX_IMPORT_LINE_BYTES
+) -> Iterator[bytes]:
+    """Lines (without the end of line) of a stream of byte chunks, for a streamed body.
+
+    A line cut over several chunks is kept as its pieces and joined once, when its end
+    arrives: joining on every chunk instead copied the line so far each time, quadratic
+    in its length (a 32 MB line cost 7 s of CPU). A line longer than ``max_line_bytes``
+    raises ``LineTooLong`` once that much of it has arrived, so at most the limit and
+    one chunk are held."""
+    pending: list[bytes] = []  # the pieces of the line being assembled
+    size = 0  # their total length
+    number = 0  # lines yielded
     for chunk in chunks:
         if not chunk:
             continue
-        data = rest + chunk
-        lines = data.split(b"\n")
-        rest = lines.pop()
-        yield from lines
-    if rest:
-        yield rest
+        pieces = chunk.split(b"\n")
+        for piece in pieces[:-1]:  # each of these ends a line
+            number += 1
+            if size + len(piece) > max_line_bytes:
+                raise LineTooLong(number, max_line_bytes)
+            if pending:
+                pending.append(piece)
+                piece = b"".join(pending)
+                pending, size = [], 0
+            yield piece
+        last = pieces[-1]
+        if last:
+            size += len(last)
+            if size > max_line_bytes:
+                raise LineTooLong(number + 1, max_line_bytes)
+            pending.append(last)
+    if pending:
+        yield b"".join(pending)
+
+
+#: Bytes read at a time from a binary file (``Importer.run``).
+READ_CHUNK = 1 << 16
+
+
+def lines_of(source: Iterable[bytes | str], max_line_bytes: int) -> Iterable[bytes | str]:
+    """The lines of an import's source: a binary file is read in chunks through
+    ``iter_lines`` (iterating it would read each line whole, however long); any other
+    iterable already gives lines."""
+    if isinstance(source, (io.RawIOBase, io.BufferedIOBase)):
+        read = source.read
+        return iter_lines(iter(lambda: read(READ_CHUNK) or b"", b""), max_line_bytes)
+    return source
+
+
+def line_bytes(raw: bytes | str) -> int:
+    """The length of a line in bytes (a ``str`` in UTF-8; encoded only when its length
+    in characters leaves the question open)."""
+    if isinstance(raw, bytes):
+        return len(raw)
+    return len(raw.encode("utf-8", "surrogatepass")) if not raw.isascii() else len(raw)
 
 
 STAGE_SQL = """
@@ -396,11 +474,13 @@ class Importer:
         namespace: str,
         *,
         max_depth: int = paths.MAX_DEPTH,
+        max_line_bytes: int = MAX_IMPORT_LINE_BYTES,
         progress: ProgressFn | None = None,
     ) -> None:
         self.conn = conn
         self.ns = namespace
         self.max_depth = max_depth
+        self.max_line_bytes = max_line_bytes
         self.progress = progress
         self.lines = 0
         self.bytes = 0
@@ -419,7 +499,7 @@ class Importer:
         if root is None:
             raise NotFound(f"no namespace {self.ns!r}")
         self.conn.execute(text(STAGE_SQL))
-        self._stage(source)
+        self._stage(lines_of(source, self.max_line_bytes))
         self._report("resolve")
         staged = self._resolve(root)
         self._report("insert")
@@ -437,32 +517,40 @@ class Importer:
     def _stage(self, source: Iterable[bytes | str]) -> None:
         """Parse, validate and COPY every line; raise with every bad line at the end."""
         problems = _Problems()
-        dbapi = self.conn.connection.driver_connection
-        assert dbapi is not None
+        driver = Driver(self.conn)
         try:
-            self._copy(dbapi, source, problems)
+            # psycopg's errors raised as SQLAlchemy's (a statement timeout during the
+            # COPY is then typed like any other statement's).
+            with driver.errors(COPY_SQL, {}):
+                self._copy(driver.raw, source, problems)
         except _Abort:
             pass
         problems.raise_if_any()
         self._report("read")
 
     def _copy(self, dbapi: Any, source: Iterable[bytes | str], problems: _Problems) -> None:
-        max_depth = self.max_depth
+        max_depth, max_bytes = self.max_depth, self.max_line_bytes
         with dbapi.cursor() as cur, cur.copy(COPY_SQL) as copy:
-            for number, raw in enumerate(source, 1):
-                self.lines = number
-                self.bytes += len(raw)
-                if number % PROGRESS_EVERY == 0:
-                    self._report("read")
-                if not raw.strip():
-                    continue  # blank lines (a trailing newline, spacing) carry no node
-                try:
-                    row = parse_line(raw, max_depth)
-                except CoordinatorError as exc:
-                    problems.add(number, str(exc), type(exc))
-                    continue
-                if problems.kind is None:  # after a bad line only validate: nothing is kept
-                    copy.write_row((number, *row))
+            try:
+                for number, raw in enumerate(source, 1):
+                    self.lines = number
+                    self.bytes += len(raw)
+                    if number % PROGRESS_EVERY == 0:
+                        self._report("read")
+                    if not raw.strip():
+                        continue  # blank lines (a trailing newline, spacing) carry no node
+                    if len(raw) > max_bytes // 4 and line_bytes(raw) > max_bytes:
+                        problems.add(number, line_too_long(max_bytes), TooLarge)
+                        continue
+                    try:
+                        row = parse_line(raw, max_depth)
+                    except CoordinatorError as exc:
+                        problems.add(number, str(exc), type(exc))
+                        continue
+                    if problems.kind is None:  # after a bad line only validate: nothing kept
+                        copy.write_row((number, *row))
+            except LineTooLong as exc:  # the reader stopped inside that line
+                problems.add(exc.line, exc.reason, TooLarge)
             if problems.kind is not None:
                 # Ends the COPY with an error: the server discards what it received.
                 raise _Abort()

@@ -6,6 +6,12 @@ from dataclasses import dataclass
 
 from . import paths
 
+#: The longest line an import reads (bytes, without its end of line). The reader holds
+#: one line at a time, so this bounds an import's memory whatever its input; it must
+#: leave room for the longest file content allowed, as JSON (escapes can make a
+#: string up to six times longer), and its metadata.
+MAX_IMPORT_LINE_BYTES = 64 * 1024 * 1024
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -16,6 +22,8 @@ class Settings:
     max_retries: int = 8
     max_depth: int = paths.MAX_DEPTH
     max_group_ops: int = 1000
+    #: See ``MAX_IMPORT_LINE_BYTES``; a longer line refuses the import (``TooLarge``).
+    max_import_line_bytes: int = MAX_IMPORT_LINE_BYTES
     notify: bool = True
     #: A process's wake-ups to the indexer are at least this far apart (seconds); the
     #: first after a quiet spell goes at once (see coordinator/notifier.py). Each is a

@@ -192,22 +192,42 @@ def check_content(content: object) -> str:
     return content
 
 
-def _has_nul(value: object) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_nul(v) for v in value)
-    return False
+#: How deep metadata may nest: the metadata object is level 1, each object or array
+#: inside it one more. Real metadata has a few levels; the bound keeps every recursive
+#: reader of a stored value (Python's json, the HTTP layer's models and answers,
+#: Elasticsearch's parser) far from its own limit, and refuses a hostile value with a
+#: typed error before any of them meets it.
+MAX_METADATA_DEPTH = 100
+
+
+def metadata_too_deep(what: str = "metadata") -> InvalidContent:
+    return InvalidContent(f"{what} nested deeper than {MAX_METADATA_DEPTH} levels")
+
+
+def _check_metadata_values(metadata: dict[Any, Any]) -> None:
+    """Refuse NUL in any key or string, and nesting past ``MAX_METADATA_DEPTH``: one
+    walk with a stack of its own, since recursion would fail on the values it refuses."""
+    stack: list[tuple[Any, int]] = [(metadata, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_METADATA_DEPTH:
+            raise metadata_too_deep()
+        items = value.items() if isinstance(value, dict) else ((None, v) for v in value)
+        for key, item in items:
+            if (isinstance(key, str) and "\x00" in key) or (
+                isinstance(item, str) and "\x00" in item
+            ):
+                # jsonb cannot hold NUL; the text "\u0000" (a backslash and five
+                # letters) is fine.
+                raise InvalidContent("metadata contains NUL")
+            if isinstance(item, (dict, list, tuple)):
+                stack.append((item, depth + 1))
 
 
 def metadata_json(metadata: object) -> str:
     if not isinstance(metadata, dict):
         raise InvalidContent("metadata must be a JSON object")
-    # jsonb cannot hold NUL; the text "\u0000" (a backslash and five letters) is fine.
-    if _has_nul(metadata):
-        raise InvalidContent("metadata contains NUL")
+    _check_metadata_values(metadata)
     try:
         dumped = json.dumps(metadata, ensure_ascii=False, allow_nan=False)
         dumped.encode("utf-8")

@@ -3,6 +3,7 @@ the namespace's rows and the whole event log are byte-for-byte unchanged."""
 
 from __future__ import annotations
 
+import json
 import unicodedata
 import uuid
 from collections.abc import Callable, Iterator
@@ -52,6 +53,14 @@ BAD_NAMES: list[tuple[str, object]] = [
 BAD_COMPONENTS = [
     (label, n) for label, n in BAD_NAMES if label not in ("slash", "empty", "not a string")
 ]
+
+
+def nested(levels: int) -> dict[str, Any]:
+    """Metadata ``levels`` objects deep: {"a": {"a": ... {}}} (built without recursion)."""
+    value: dict[str, Any] = {}
+    for _ in range(levels - 1):
+        value = {"a": value}
+    return value
 
 
 def as_path(name: object, prefix: str = "/d/") -> object:
@@ -196,6 +205,13 @@ CASES += [
     ("metadata NUL key", lambda c, t: c.write_file("t", "/d/f", "", {"\x00": 1}), InvalidContent),
     ("metadata surrogate", lambda c, t: c.write_file("t", "/d/f", "", {"x": "\ud800"}),
      InvalidContent),
+    # Nested past the limit (deep enough to exhaust a recursive walk, too).
+    ("metadata too deep", lambda c, t: c.create_file("t", "/d/g", "", nested(101)),
+     InvalidContent),
+    ("metadata far too deep", lambda c, t: c.set_metadata("t", "/d/f", nested(5000)),
+     InvalidContent),
+    ("metadata too deep in a list", lambda c, t: c.write_file(
+        "t", "/d/f", "", {"x": json.loads("[" * 150 + "]" * 150)}), InvalidContent),
 ]
 
 BAD_NAMESPACES: list[Any] = [
@@ -227,6 +243,24 @@ def test_bad_input_is_refused_and_nothing_is_written(
         call(coord, tree)
     assert type(info.value) is error, f"{label}: {type(info.value).__name__}: {info.value}"
     assert (db_state(coord, "t"), db_state(coord, "other")) == before
+
+
+def test_metadata_nesting_limit_is_inclusive(coord: Coordinator, ns: str) -> None:
+    """100 levels of objects and arrays are stored and read back; 101 are refused by
+    create, write and set_metadata alike, with the same typed error."""
+    lists = {"l": json.loads("[" * 99 + "]" * 99)}  # the object, then 99 lists: 100
+    assert coord.create_file(ns, "/ok", "", nested(100)).node.metadata == nested(100)
+    assert coord.mkdir(ns, "/d").node.version == 1
+    coord.set_metadata(ns, "/d", lists)
+    assert coord.stat(ns, "/d").metadata == lists
+    too_deep = {"l": [lists["l"]]}
+    for call in (lambda: coord.create_file(ns, "/no", "", nested(101)),
+                 lambda: coord.write_file(ns, "/ok", "", nested(101)),
+                 lambda: coord.set_metadata(ns, "/ok", nested(101)),
+                 lambda: coord.set_metadata(ns, "/d", too_deep)):
+        with pytest.raises(InvalidContent, match="nested deeper than 100 levels"):
+            call()
+    assert coord.stat(ns, "/ok").metadata == nested(100)
 
 
 def test_name_limits_are_inclusive(coord: Coordinator, ns: str) -> None:

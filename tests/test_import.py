@@ -11,6 +11,8 @@ from __future__ import annotations
 import io
 import json
 import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -33,9 +35,11 @@ from coordinator import (
     InvalidName,
     NotADirectory,
     NotFound,
+    TooLarge,
+    Unavailable,
 )
 from coordinator.events import VERSION_KEY, Created, decode
-from coordinator.importer import contiguous_run, iter_lines
+from coordinator.importer import LineTooLong, contiguous_run, iter_lines
 from coordinator.results import POSITION_BLOCK
 from pathkeeper.cli.main import main as cli_main
 
@@ -177,6 +181,14 @@ def assert_refused(coord: Coordinator, ns: str, before: tuple[int, int]) -> None
         ('{"path": "/f", "kind": "file", "content": "a\\u0000"}', InvalidContent, "NUL"),
         ('{"path": "/f", "kind": "file", "metadata": [1]}', InvalidContent, "JSON object"),
         (b'{"path": "/\xff", "kind": "dir"}', InvalidImport, "UTF-8"),
+        # The metadata rule of create and set_metadata: past it, and past what a
+        # recursive parser can take at all.
+        ('{"path": "/d", "kind": "dir", "metadata": ' + '{"a": ' * 100 + "{}" + "}" * 100
+         + "}", InvalidContent, "nested deeper than 100 levels"),
+        ('{"path": "/d", "kind": "dir", "metadata": ' + '{"a": ' * 2000 + "{}" + "}" * 2000
+         + "}", InvalidContent, "JSON nested deeper than 100 levels"),
+        ('{"path": "/f", "kind": "file", "content": ' + "[" * 2000 + "]" * 2000 + "}",
+         InvalidContent, "JSON nested deeper than 100 levels"),
     ],
 )
 def test_a_bad_line_is_reported_with_its_number_and_nothing_is_written(
@@ -252,6 +264,119 @@ def test_too_deep(coord: Coordinator, ns: str) -> None:
     deep = "/" + "/".join(["d"] * 257)
     with pytest.raises(InvalidName, match="deeper than 256"):
         coord.import_nodes(ns, jl({"path": deep, "kind": "dir"}))
+
+
+# ------------------------------------------------------------------ long lines
+
+
+def body_chunks(body: bytes, size: int) -> Iterator[bytes]:
+    return (body[i:i + size] for i in range(0, len(body), size))
+
+
+def test_a_line_longer_than_the_limit_is_refused_with_its_number(
+    database_url: str, coord: Coordinator, ns: str
+) -> None:
+    """The line limit holds for every kind of source: lines given whole (each checked,
+    every bad line reported), a stream of chunks and a binary file (read in chunks:
+    reading stops at the long line, which is never held whole)."""
+    fits = json.dumps({"path": "/fits", "kind": "file", "content": "y" * 950})
+    long = json.dumps({"path": "/big", "kind": "file", "content": "x" * 1000})
+    lines = ['{"path": "/ok", "kind": "dir"}', long, "{bad"]
+    body = "\n".join(lines).encode()
+    with Coordinator.connect(database_url, max_import_line_bytes=1000) as small:
+        with pytest.raises(TooLarge) as info:
+            small.import_nodes(ns, lines)
+        assert info.value.lines[0] == (2, "longer than 1,000 bytes (the import's line limit)")
+        assert info.value.lines[1][0] == 3 and "not valid JSON" in info.value.lines[1][1]
+        assert "line 2: longer than 1,000 bytes" in str(info.value)
+        for source in (iter_lines(body_chunks(body, 100), 1000), io.BytesIO(body)):
+            with pytest.raises(TooLarge) as info:
+                small.import_nodes(ns, source)
+            assert [n for n, _ in info.value.lines] == [2]
+        assert_refused(coord, ns, (1, 1))
+        assert len(fits) <= 1000
+        assert small.import_nodes(ns, io.BytesIO(fits.encode() + b"\n")).created == 1
+
+
+def test_an_endless_line_is_refused_once_past_the_limit(
+    database_url: str, coord: Coordinator, ns: str
+) -> None:
+    """A line that never ends (no newline, ever) is refused once it passes the limit:
+    the reader holds at most the limit and one chunk of it, from a stream of chunks as
+    from a binary file."""
+    read = 0
+    head = b'{"path": "/ok", "kind": "dir"}\n{"path": "/f", "kind": "file", "content": "'
+
+    def endless() -> Iterator[bytes]:
+        nonlocal read
+        yield head
+        while True:
+            read += 65536
+            yield b"x" * 65536
+
+    with pytest.raises(LineTooLong) as info:
+        for _ in iter_lines(endless(), max_line_bytes=1 << 20):
+            pass
+    assert info.value.line == 2 and read <= (1 << 20) + 65536
+
+    class EndlessFile(io.RawIOBase):
+        def __init__(self) -> None:
+            self.given = 0
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, buffer: Any) -> int:
+            data = head if self.given == 0 else b"x" * len(buffer)
+            n = min(len(data), len(buffer))
+            buffer[:n] = data[:n]
+            self.given += n
+            return n
+
+    endless_file = EndlessFile()
+    with Coordinator.connect(database_url, max_import_line_bytes=1 << 20) as small:
+        with pytest.raises(TooLarge) as refused:
+            small.import_nodes(ns, endless_file)
+    assert [n for n, _ in refused.value.lines] == [2]
+    assert endless_file.given <= (1 << 20) + (1 << 17)
+    assert_refused(coord, ns, (1, 1))
+
+
+def test_a_long_line_from_many_chunks_is_assembled_whole(coord: Coordinator, ns: str) -> None:
+    content = "".join(chr(0x61 + i % 26) for i in range(3 * 1024 * 1024))
+    body = (json.dumps({"path": "/big", "kind": "file", "content": content}) + "\n"
+            + '{"path": "/after", "kind": "dir"}').encode()
+    assert coord.import_nodes(ns, iter_lines(body_chunks(body, 65536))).created == 2
+    assert coord.stat(ns, "/big").content == content
+
+
+# ------------------------------------------------------------------ timeouts
+
+
+def slow(lines: list[str], pause: float) -> Iterator[str]:
+    for line in lines:
+        time.sleep(pause)
+        yield line
+
+
+def test_an_import_has_a_timeout_of_its_own(database_url: str, coord: Coordinator,
+                                            ns: str) -> None:
+    """On a session with a short statement timeout (the HTTP service's), an import
+    whose input arrives slowly runs under its own timeout, not the session's; past
+    either, it is ``Unavailable`` saying so (never the driver's raw error), and nothing
+    is written."""
+    lines = jl(*({"path": f"/s/f{i}", "kind": "file"} for i in range(5)))
+    with Coordinator.connect(database_url, statement_timeout=0.5) as service:
+        with pytest.raises(Unavailable, match="statement timeout"):
+            service.import_nodes(ns, slow(lines, 0.25))
+        assert_refused(coord, ns, (1, 1))
+        with pytest.raises(Unavailable, match=r"import did not finish within 0\.6 s"):
+            service.import_nodes(ns, slow(lines, 0.25), timeout=0.6)
+        assert_refused(coord, ns, (1, 1))
+        assert service.import_nodes(ns, slow(lines, 0.25), timeout=30).created == 6
+        # The session's own timeout is back for what follows on the same connections.
+        with service.engine.connect() as conn:
+            assert conn.execute(text("SHOW statement_timeout")).scalar_one() == "500ms"
 
 
 # ------------------------------------------------------------------ events, blocks
@@ -384,6 +509,25 @@ def test_cli_import_file_and_stdin(database_url: str, coord: Coordinator, ns: st
     assert res.output.count("\n") == 1 and res.output.startswith("error: ")
     assert "line 2: not valid JSON" in res.output
     assert set(paths_of(coord, ns)) == {"/", "/a", "/a/b", "/c"}
+    deep = '{"path": "/deep", "kind": "dir", "metadata": ' + '{"a": ' * 2000 + "}" * 2001
+    res = runner.invoke(cli_main, ["import", "--database-url", database_url, ns, "-"],
+                        input='{"path": "/e", "kind": "dir"}\n' + deep + "\n")
+    assert res.exit_code == 2, res.output
+    assert res.output.count("\n") == 1 and res.output.startswith("error: ")
+    assert "line 2: JSON nested deeper than 100 levels" in res.output
+    assert set(paths_of(coord, ns)) == {"/", "/a", "/a/b", "/c"}
+
+
+def test_cli_import_refuses_a_line_past_its_limit(database_url: str, coord: Coordinator,
+                                                   ns: str) -> None:
+    long = json.dumps({"path": "/big", "kind": "file", "content": "x" * 2000})
+    res = CliRunner().invoke(
+        cli_main, ["import", "--database-url", database_url, "--max-line-bytes", "1000", ns,
+                   "-"], input='{"path": "/c", "kind": "dir"}\n' + long + "\n")
+    assert res.exit_code == 2, res.output
+    assert res.output.count("\n") == 1 and res.output.startswith("error: ")
+    assert "line 2: longer than 1,000 bytes" in res.output
+    assert_refused(coord, ns, (1, 1))
 
 
 def test_binary_file_object(coord: Coordinator, ns: str) -> None:

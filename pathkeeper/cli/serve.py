@@ -9,6 +9,7 @@ import sys
 
 import click
 
+from coordinator.settings import MAX_IMPORT_LINE_BYTES
 from indexer.contract import DEFAULT_ALIAS
 from pathkeeper.cli.options import DATABASE_URL_ENV, database_url_option
 
@@ -44,6 +45,11 @@ def is_loopback(host: str) -> bool:
               type=click.FloatRange(min=0, min_open=True),
               help="Seconds a request body may take to arrive (an import's: between two "
                    "chunks); then 408 and the connection is closed.")
+@click.option("--import-timeout", default=3600.0, show_default=True,
+              type=click.FloatRange(0, min_open=True),
+              help="Seconds an import may take, its upload included (503 beyond).")
+@click.option("--max-import-line-bytes", default=MAX_IMPORT_LINE_BYTES, show_default=True,
+              type=click.IntRange(1), help="The longest line an import reads (413 beyond).")
 @click.option("--idempotency-ttl", default=24 * 3600.0, show_default=True, type=float,
               help="Seconds an Idempotency-Key is remembered.")
 @click.option("--log-level", default="info", show_default=True)
@@ -55,6 +61,7 @@ def serve(
     database_url: str, es_url: str | None, host: str, port: int, no_auth: bool,
     index_alias: str, max_inflight: int, max_inflight_per_key: int, max_long_polls: int,
     max_long_polls_per_key: int, statement_timeout: float, body_timeout: float,
+    import_timeout: float, max_import_line_bytes: int,
     idempotency_ttl: float, log_level: str, workers: int,
 ) -> None:
     """Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs)."""
@@ -75,8 +82,9 @@ def serve(
         max_inflight=max_inflight, max_inflight_per_key=max_inflight_per_key,
         max_long_polls=max_long_polls, max_long_polls_per_key=max_long_polls_per_key,
         statement_timeout_seconds=statement_timeout, body_timeout_seconds=body_timeout,
+        import_timeout_seconds=import_timeout,
         idempotency_ttl_seconds=idempotency_ttl,
-    )
+    ).with_coordinator(max_import_line_bytes=max_import_line_bytes)
     if no_auth:
         click.secho("WARNING: authentication is disabled (--no-auth); local development only",
                     fg="red", bold=True, err=True)

@@ -17,6 +17,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from coordinator import errors as ce
+from coordinator.tree import metadata_too_deep
 
 #: Checked in order: subclasses before their bases.
 STATUS: list[tuple[type[ce.CoordinatorError], int]] = [
@@ -148,6 +149,10 @@ def install(app: Any, retry_after: int) -> None:
 
     async def on_http(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
+        if isinstance(exc.__cause__, RecursionError):
+            # A JSON body nested past what the parser can take: past the metadata's
+            # limit too, so the answer a create or an import line gets for that.
+            return coordinator_response(metadata_too_deep("JSON"), retry_after)
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return JSONResponse(
             body(code, str(exc.detail)), exc.status_code, headers=getattr(exc, "headers", None)

@@ -57,6 +57,11 @@ class ServiceSettings:
     max_anonymous_per_address: int = 4
     #: A statement running longer than this is cancelled by PostgreSQL -> 503.
     statement_timeout_seconds: float = 10.0
+    #: An import is a bulk load whose COPY lasts as long as its upload: instead of the
+    #: statement timeout above, its statements (the COPY included) get this long, and its
+    #: upload must have arrived within it; past it -> 503, nothing written. (An upload
+    #: that stalls is ended sooner by ``body_timeout_seconds``: 408.)
+    import_timeout_seconds: float = 3600.0
     #: Caps of the long polls (change feed ``wait``, search ``min_seq``).
     max_feed_wait_seconds: float = 30.0
     max_index_wait_seconds: float = 10.0

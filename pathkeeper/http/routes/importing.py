@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import anyio.from_thread
@@ -9,8 +10,9 @@ import anyio.to_thread
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from coordinator.importer import iter_lines
-from pathkeeper.http.deps import WRITE, CoordDep, NsParam
+from coordinator.errors import Unavailable
+from coordinator.importer import import_timed_out, iter_lines
+from pathkeeper.http.deps import WRITE, CoordDep, NsParam, SettingsDep
 from pathkeeper.http.operations import NAMESPACE_URL
 from pathkeeper.http.schemas import ImportOut
 
@@ -21,14 +23,29 @@ router = APIRouter(tags=["import"])
              dependencies=[Depends(WRITE)],
              openapi_extra={"requestBody": {"required": True, "content": {
                  "application/x-ndjson": {"schema": {"type": "string"}}}}})
-async def import_nodes(request: Request, ns: NsParam, coord: CoordDep) -> JSONResponse:
+async def import_nodes(request: Request, ns: NsParam, coord: CoordDep,
+                       settings: SettingsDep) -> JSONResponse:
     """Import JSON Lines (one node a line: ``{"path", "kind", "content", "metadata"}``,
     any order, missing parents created), streamed: the body is read as it arrives,
-    never held whole. All or nothing; bad lines are listed with their numbers."""
+    never held whole, one line at a time (a line longer than the coordinator's
+    ``max_import_line_bytes`` is refused with 413 once that much of it arrived). All or
+    nothing; bad lines are listed with their numbers. The import has its own timeout
+    (``import_timeout_seconds``, upload included: 503 with Retry-After, nothing
+    written); an upload that stalls is ended by the service's body timeout
+    (``body_timeout_seconds`` between two chunks: 408, see ``limits.py``)."""
     body = request.stream().__aiter__()
+    timeout = settings.import_timeout_seconds
+    deadline = time.monotonic() + timeout
 
     async def next_chunk() -> bytes:
-        return await body.__anext__()
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise import_timed_out(timeout)
+        try:
+            with anyio.fail_after(left):
+                return await body.__anext__()
+        except TimeoutError:
+            raise import_timed_out(timeout) from None
 
     def chunks() -> Iterator[bytes]:
         # Runs in the worker thread: each chunk is awaited on the event loop, so the
@@ -40,7 +57,8 @@ async def import_nodes(request: Request, ns: NsParam, coord: CoordDep) -> JSONRe
                 return
 
     result = await anyio.to_thread.run_sync(
-        lambda: coord.import_nodes(ns, iter_lines(chunks()))
+        lambda: coord.import_nodes(
+            ns, iter_lines(chunks(), coord.settings.max_import_line_bytes), timeout=timeout)
     )
     out = ImportOut(
         namespace=result.namespace, lines=result.lines, created=result.created,
