@@ -108,7 +108,8 @@ class Coordinator(NamespaceCommands):
         try:
             with self.engine.begin() as conn:
                 # A missing namespace shows up as NotFound when the first path is resolved.
-                uow = UnitOfWork(conn, ns, self.settings.max_depth)
+                uow = UnitOfWork(conn, ns, self.settings.max_depth,
+                                 self.settings.max_content_bytes)
                 try:
                     yield uow
                     uow.finish()
@@ -136,7 +137,7 @@ class Coordinator(NamespaceCommands):
         statement in autocommit (``coordinator.single_statement``): the same rule, event and errors
         as ``command.apply`` in a unit of work."""
         ns = paths.validate_namespace(namespace)
-        statement = single_statement.lone(ns, command, self.settings.max_depth)
+        statement = single_statement.lone(ns, command, self.settings)
         if statement is not None:
             return self._alone(statement)
         return self.run(ns, lambda uow: command.apply(uow.tree))
@@ -269,7 +270,8 @@ class Coordinator(NamespaceCommands):
             with self.engine.begin() as conn:
                 # The wake-up is sent after COMMIT, as for every write.
                 importer = Importer(
-                    conn, ns, max_depth=self.settings.max_depth, progress=progress
+                    conn, ns, max_depth=self.settings.max_depth,
+                    max_content_bytes=self.settings.max_content_bytes, progress=progress,
                 )
                 result = importer.run(source)
         except DBAPIError as exc:

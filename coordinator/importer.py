@@ -135,7 +135,9 @@ def fast_parts(path: object, max_depth: int) -> list[str]:
     return paths.split_path(path, max_depth)
 
 
-def parse_line(raw: bytes | str, max_depth: int) -> tuple[str, str, str, str, str | None, str, int]:
+def parse_line(
+    raw: bytes | str, max_depth: int, max_content_bytes: int = paths.MAX_CONTENT_BYTES
+) -> tuple[str, str, str, str, str | None, str, int]:
     """One input line as (path, parent_path, name, kind, content, metadata JSON, depth);
     raises a ``CoordinatorError`` saying what is wrong with it."""
     try:
@@ -157,7 +159,9 @@ def parse_line(raw: bytes | str, max_depth: int) -> tuple[str, str, str, str, st
     kind = obj.get("kind")
     if kind == "file":
         raw_content = obj.get("content", "")
-        content: str | None = check_content("" if raw_content is None else raw_content)
+        content: str | None = check_content(
+            "" if raw_content is None else raw_content, max_content_bytes
+        )
     elif kind == "dir":
         if obj.get("content") is not None:
             raise InvalidImport("a directory has no content")
@@ -396,11 +400,13 @@ class Importer:
         namespace: str,
         *,
         max_depth: int = paths.MAX_DEPTH,
+        max_content_bytes: int = paths.MAX_CONTENT_BYTES,
         progress: ProgressFn | None = None,
     ) -> None:
         self.conn = conn
         self.ns = namespace
         self.max_depth = max_depth
+        self.max_content_bytes = max_content_bytes
         self.progress = progress
         self.lines = 0
         self.bytes = 0
@@ -457,7 +463,7 @@ class Importer:
                 if not raw.strip():
                     continue  # blank lines (a trailing newline, spacing) carry no node
                 try:
-                    row = parse_line(raw, max_depth)
+                    row = parse_line(raw, max_depth, self.max_content_bytes)
                 except CoordinatorError as exc:
                     problems.add(number, str(exc), type(exc))
                     continue

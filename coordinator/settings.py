@@ -15,6 +15,9 @@ class Settings:
     idle_in_transaction_timeout: float = 30.0
     max_retries: int = 8
     max_depth: int = paths.MAX_DEPTH
+    #: The largest file content, in bytes of UTF-8 (see ``paths.MAX_CONTENT_BYTES``);
+    #: a larger one is refused with ``TooLarge`` on every write path.
+    max_content_bytes: int = paths.MAX_CONTENT_BYTES
     max_group_ops: int = 1000
     notify: bool = True
     #: A process's wake-ups to the indexer are at least this far apart (seconds); the

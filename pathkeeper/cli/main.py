@@ -15,7 +15,12 @@ import click
 
 from pathkeeper.cli.errors import OperatorErrors
 from pathkeeper.cli.indexer import indexer, search_node
-from pathkeeper.cli.options import DATABASE_URL_ENV, ES_URL_ENV, database_url_option
+from pathkeeper.cli.options import (
+    DATABASE_URL_ENV,
+    ES_URL_ENV,
+    database_url_option,
+    max_content_bytes_option,
+)
 from pathkeeper.cli.replay import reindex, replay, verify
 from pathkeeper.cli.retention import compact, snapshot
 from pathkeeper.cli.serve import keys, serve
@@ -75,11 +80,13 @@ def demo(
 
 @main.command("import")
 @database_url_option
+@max_content_bytes_option
 @click.option("--progress/--no-progress", default=None,
               help="A progress bar (default: when stderr is a terminal).")
 @click.argument("namespace")
 @click.argument("file", type=click.File("rb"))
-def import_(namespace: str, file: BinaryIO, database_url: str, progress: bool | None) -> None:
+def import_(namespace: str, file: BinaryIO, database_url: str, max_content_bytes: int,
+            progress: bool | None) -> None:
     """Import the nodes of FILE (JSON Lines, '-' for stdin) into NAMESPACE, all or nothing.
 
     One node a line: {"path": "/a/b", "kind": "dir"|"file", "content": "...",
@@ -89,7 +96,8 @@ def import_(namespace: str, file: BinaryIO, database_url: str, progress: bool | 
     from pathkeeper.cli.import_progress import progress_bar
 
     show = sys.stderr.isatty() if progress is None else progress
-    with Coordinator.connect(database_url) as coord, progress_bar(file, show) as on_progress:
+    with (Coordinator.connect(database_url, max_content_bytes=max_content_bytes) as coord,
+          progress_bar(file, show) as on_progress):
         result = coord.import_nodes(namespace, file, progress=on_progress)
     click.echo(
         f"imported {result.created} nodes ({result.lines} lines, {result.implied_dirs} "

@@ -6,11 +6,16 @@ import ipaddress
 import logging
 import os
 import sys
+from dataclasses import replace
 
 import click
 
 from indexer.contract import DEFAULT_ALIAS
-from pathkeeper.cli.options import DATABASE_URL_ENV, database_url_option
+from pathkeeper.cli.options import (
+    DATABASE_URL_ENV,
+    database_url_option,
+    max_content_bytes_option,
+)
 
 
 def is_loopback(host: str) -> bool:
@@ -40,6 +45,7 @@ def is_loopback(host: str) -> bool:
 @click.option("--max-long-polls-per-key", default=8, show_default=True, type=int,
               help="Of those, for one API key.")
 @click.option("--statement-timeout", default=10.0, show_default=True, type=float)
+@max_content_bytes_option
 @click.option("--idempotency-ttl", default=24 * 3600.0, show_default=True, type=float,
               help="Seconds an Idempotency-Key is remembered.")
 @click.option("--log-level", default="info", show_default=True)
@@ -50,7 +56,7 @@ def is_loopback(host: str) -> bool:
 def serve(
     database_url: str, es_url: str | None, host: str, port: int, no_auth: bool,
     index_alias: str, max_inflight: int, max_inflight_per_key: int, max_long_polls: int,
-    max_long_polls_per_key: int, statement_timeout: float,
+    max_long_polls_per_key: int, statement_timeout: float, max_content_bytes: int,
     idempotency_ttl: float, log_level: str, workers: int,
 ) -> None:
     """Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs)."""
@@ -73,6 +79,8 @@ def serve(
         statement_timeout_seconds=statement_timeout,
         idempotency_ttl_seconds=idempotency_ttl,
     )
+    settings = replace(settings, coordinator=replace(settings.coordinator,
+                                                     max_content_bytes=max_content_bytes))
     if no_auth:
         click.secho("WARNING: authentication is disabled (--no-auth); local development only",
                     fg="red", bold=True, err=True)
