@@ -27,7 +27,7 @@ import subprocess
 import tempfile
 import urllib.request
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -209,8 +209,12 @@ class LocalElasticsearch(LocalServer):
         *,
         version: str | None = None,
         heap: str | None = None,
+        settings: Mapping[str, str] | None = None,
     ) -> None:
+        """``settings``: more lines of ``elasticsearch.yml`` (e.g. a small
+        ``http.max_content_length`` to meet the server's request limit in a test)."""
         super().__init__(data_dir, port, startup_timeout)
+        self.settings = dict(settings or {})
         self.version = version or os.environ.get("PATHKEEPER_ES_VERSION", ELASTICSEARCH_VERSION)
         self.heap = heap or os.environ.get("PATHKEEPER_ES_HEAP", "1g")
         self.transport_port = 0
@@ -239,6 +243,7 @@ class LocalElasticsearch(LocalServer):
             f"path.data: {node / 'data'}",
             f"path.logs: {node / 'logs'}",
             "cluster.routing.allocation.disk.threshold_enabled: false",
+            *(f"{key}: {value}" for key, value in self.settings.items()),
             "",
         ]))
         for sub in ("data", "logs", "tmp"):
