@@ -39,19 +39,28 @@ class DeadLetter:
     retried_at: datetime | None
 
 
-def record(engine: Engine, consumer: str, rejected: Rejected) -> None:
-    """Store one rejected document."""
+_RECORD_SQL = (
+    "INSERT INTO dead_letters (namespace, consumer, position, node_id, error, document) "
+    "SELECT CAST(:ns AS text), CAST(:c AS text), CAST(:pos AS bigint), "
+    "CAST(:node AS uuid), CAST(:err AS text), CAST(:doc AS jsonb)"
+)
+
+
+def record(engine: Engine, consumer: str, rejected: Rejected, *, once: bool = False) -> None:
+    """Store one rejected document; with ``once``, not if a letter of the same node is
+    pending for ``consumer`` already (a rebuild meeting what the worker recorded)."""
     try:
         node_id: uuid.UUID | None = uuid.UUID(rejected.node_id)
     except ValueError:
         node_id = None
+    sql = _RECORD_SQL
+    if once:
+        sql += (" WHERE NOT EXISTS (SELECT 1 FROM dead_letters WHERE consumer = :c "
+                "AND namespace = :ns AND node_id IS NOT DISTINCT FROM CAST(:node AS uuid) "
+                "AND retried_at IS NULL)")
     with engine.begin() as conn:
         conn.execute(
-            text(
-                "INSERT INTO dead_letters "
-                "(namespace, consumer, position, node_id, error, document) "
-                "VALUES (:ns, :c, :pos, :node, :err, CAST(:doc AS jsonb))"
-            ),
+            text(sql),
             {
                 "ns": rejected.namespace,
                 "c": consumer,

@@ -708,9 +708,17 @@ class Worker:
 
     def _reject(self, rejected: Rejected) -> None:
         metrics.DEAD_LETTERS.labels(self.consumer).inc()
-        log(logger, logging.ERROR, "document_rejected", namespace=rejected.namespace,
-            node_id=rejected.node_id, version=rejected.version, status=rejected.status,
-            error=rejected.error)
+        if rejected.too_large:
+            # The search server's limit, not a broken document: a warning, and the
+            # partition goes on (``indexer.bulk``: halving isolated this one).
+            metrics.TOO_LARGE.labels(self.consumer).inc()
+            log(logger, logging.WARNING, "document_too_large", namespace=rejected.namespace,
+                node_id=rejected.node_id, version=rejected.version, size=rejected.size,
+                error=rejected.error)
+        else:
+            log(logger, logging.ERROR, "document_rejected", namespace=rejected.namespace,
+                node_id=rejected.node_id, version=rejected.version, status=rejected.status,
+                error=rejected.error)
         deadletters.record(self.engine, self.consumer, rejected)
 
     def report_held_back(self, partition: int, waited: float, writers: list[Writer]) -> None:

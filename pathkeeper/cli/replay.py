@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from indexer.bulk import Rejected
 from indexer.contract import DEFAULT_ALIAS
 from pathkeeper.cli.options import database_url_option, es_url_option
 
@@ -100,9 +101,24 @@ def _rebuild(
             click.echo(f"moved {result.checkpoints_moved} checkpoints of the live worker to "
                        f"position {result.final_position}: it reads on from the new index")
         click.echo(f"summary: {progress.summary.line()}")
-        return 0
+        return _report_too_large(result.too_large)
 
     _run(body)
+
+
+def _report_too_large(too_large: list[Rejected]) -> int:
+    """Name the documents a rebuild left out because the search server takes none of
+    them in a request: exit 1 (the index differs from PostgreSQL by them), as verify
+    does for drift. They are dead letters of the live worker now."""
+    if not too_large:
+        return 0
+    n = len(too_large)
+    noun = "document" if n == 1 else "documents"
+    click.echo(f"warning: {n} {noun} too large for the search server, left out of the index "
+               "(recorded as dead letters: pathkeeper indexer dead-letters):")
+    for r in too_large:
+        click.echo(f"  {r.namespace} {r.node_id} ({r.size} bytes)")
+    return EXIT_DRIFT
 
 
 @click.command("replay")
