@@ -93,6 +93,30 @@ def pending(engine: Engine, consumer: str | None = None, limit: int = 1000) -> l
     ]
 
 
+def pending_errors(
+    engine: Engine, consumer: str, nodes: list[tuple[str, str]]
+) -> dict[tuple[str, str], str]:
+    """Of ``nodes`` ((namespace, node id) pairs), those with a pending dead letter of
+    ``consumer``, and the newest letter's error."""
+    found: dict[tuple[str, str], str] = {}
+    for start in range(0, len(nodes), 1000):
+        chunk = nodes[start:start + 1000]
+        with engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT namespace, CAST(node_id AS text) AS node_id, error "
+                    "FROM dead_letters WHERE retried_at IS NULL AND consumer = :c "
+                    "AND CAST(node_id AS text) = ANY(CAST(:ids AS text[])) ORDER BY id"
+                ),
+                {"c": consumer, "ids": [node_id for _, node_id in chunk]},
+            ).all()
+        wanted = set(chunk)
+        for r in rows:
+            if (r.namespace, r.node_id) in wanted:
+                found[(r.namespace, r.node_id)] = r.error
+    return found
+
+
 def count_pending(engine: Engine, consumer: str | None = None) -> int:
     with engine.connect() as conn:
         return int(

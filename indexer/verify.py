@@ -35,9 +35,10 @@ from prometheus_client import Gauge
 from sqlalchemy import Connection, text
 
 from coordinator import Coordinator, Node, NotFound
+from coordinator.indexing import consumer_for
 from coordinator.subtree import subtree_cte
 
-from . import contract, elasticsearch_index, setfold
+from . import contract, deadletters, elasticsearch_index, setfold
 from .bulk import resolve_conflicts
 from .contract import (
     delete_action,
@@ -88,6 +89,10 @@ class VerifyReport:
     candidates: int = 0
     repaired: int = 0
     not_repaired: list[Drift] = field(default_factory=list)
+    #: Documents that differ because the worker (or a rebuild) could not write them:
+    #: they have a pending dead letter (``fields``: its error). Known and recorded, so
+    #: not drift; ``pathkeeper indexer dead-letters`` lists and retries them.
+    dead_lettered: list[Drift] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
@@ -291,6 +296,14 @@ def verify_index(
         if not candidates or not settled:
             # Without a live worker to wait for, what differs now is drift.
             break
+    letters = deadletters.pending_errors(
+        coord.engine, consumer_for(alias), [(d.namespace, d.node_id) for d in candidates]
+    )
+    report.dead_lettered = [
+        Drift(d.kind, d.namespace, d.node_id, (letters[(d.namespace, d.node_id)],))
+        for d in candidates if (d.namespace, d.node_id) in letters
+    ]
+    candidates = [d for d in candidates if (d.namespace, d.node_id) not in letters]
     report.drift = candidates
     if repair_drift and candidates:
         report.repaired, report.not_repaired = repair(coord, es, alias, candidates)

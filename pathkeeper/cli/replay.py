@@ -206,11 +206,14 @@ def verify(
                 es.close()
             click.echo(
                 f"index {alias}: {report.compared} documents compared, "
-                f"{len(report.drift)} drifted {report.by_kind()}"
+                f"{len(report.drift)} drifted {report.by_kind()}, "
+                f"{len(report.dead_lettered)} dead-lettered (pathkeeper indexer dead-letters)"
             )
             for d in report.drift[:50]:
                 extra = f" fields={','.join(d.fields)}" if d.fields else ""
                 click.echo(f"  {d.kind} {d.namespace} {d.node_id}{extra}")
+            for d in report.dead_lettered[:50]:
+                click.echo(f"  dead letter {d.namespace} {d.node_id}: {d.fields[0]}")
             if repair and report.drift:
                 click.echo(f"repaired {report.repaired}; not repaired (a newer version is "
                            f"indexed): {len(report.not_repaired)}")

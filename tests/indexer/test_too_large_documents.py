@@ -161,3 +161,31 @@ def test_rebuilds_skip_it_and_report_it(
     assert out.exit_code == 1, out.output
     assert "1 document too large for the search server, left out" in out.output
     assert f"big {huge}" in out.output
+
+
+def test_verify_says_a_dead_lettered_document_is_one_not_silent_drift(
+    coord: Coordinator, small_es: Elasticsearch, small_es_url: str, alias: str,
+    database_url: str,
+) -> None:
+    coord.create_namespace("big")
+    huge = _store_huge(coord, "big", "/huge")
+    fine = coord.create_file("big", "/fine", "fine")
+    result = rebuild(coord, small_es, source="snapshot", alias=alias)
+    assert [r.node_id for r in result.too_large] == [huge]
+    coord.write_file("big", "/fine", "changed behind the index's back")  # no worker runs
+    env = {"PATHKEEPER_DATABASE_URL": database_url, "PATHKEEPER_ES_URL": small_es_url}
+    out = CliRunner().invoke(main, ["verify", "--alias", alias, "--quiet", "--no-log"],
+                             env=env)
+    assert out.exit_code == 1, out.output  # /fine did drift
+    assert f"differs big {fine.node.id}" in out.output
+    assert f"missing big {huge}" not in out.output
+    assert "1 dead-lettered" in out.output
+    assert f"dead letter big {huge}: 413 document of" in out.output
+    # --repair rewrites the drift and leaves the dead letter alone (it cannot fit).
+    fixed = CliRunner().invoke(main, ["verify", "--alias", alias, "--quiet", "--no-log",
+                                      "--repair"], env=env)
+    assert fixed.exit_code == 0, fixed.output
+    again = CliRunner().invoke(main, ["verify", "--alias", alias, "--quiet", "--no-log"],
+                               env=env)
+    assert again.exit_code == 0 and "0 drifted" in again.output, again.output
+    assert "1 dead-lettered" in again.output
