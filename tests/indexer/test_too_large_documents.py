@@ -22,9 +22,11 @@ from sqlalchemy import text
 
 from coordinator import Coordinator
 from coordinator.indexing import consumer_for
+from coordinator.paths import MAX_CONTENT_BYTES
 from indexer import deadletters
 from indexer.bulk import Rejected, send
 from indexer.contract import index_action
+from indexer.elasticsearch_index import content_limit_problem, parse_byte_size, request_limit
 from indexer.replay import rebuild
 from pathkeeper.cli.main import main
 from pathkeeper.local.elasticsearch import LocalElasticsearch
@@ -135,6 +137,26 @@ def test_the_worker_dead_letters_it_and_the_partition_goes_on(
     fields = warned[0].fields  # type: ignore[attr-defined]
     assert fields["namespace"] == "big" and fields["node_id"] == huge
     assert fields["size"] > HUGE
+    # At start, the worker said the content limit (8 MiB) cannot fit this server's 1 MB.
+    said = [r.fields for r in caplog.records  # type: ignore[attr-defined]
+            if r.getMessage() == "content_limit_exceeds_search_server"]
+    assert said and said[0]["search_server_limit"] == 1 << 20
+    assert said[0]["max_content_bytes"] == MAX_CONTENT_BYTES
+
+
+def test_the_search_servers_request_limit_is_read_and_checked(es: Elasticsearch) -> None:
+    assert parse_byte_size("100mb") == 100 << 20
+    assert parse_byte_size("1gb") == 1 << 30 and parse_byte_size("512b") == 512
+    assert parse_byte_size("1.5KB") == 1536
+    with pytest.raises(ValueError):
+        parse_byte_size("lots")
+    # The shared node runs with Elasticsearch's default, which the default limit fits.
+    limit = request_limit(es)
+    assert limit == 100 << 20
+    assert content_limit_problem(limit, MAX_CONTENT_BYTES) is None
+    problem = content_limit_problem(limit, 20 << 20)
+    assert problem is not None and "http.max_content_length" in problem
+    assert content_limit_problem(None, 1 << 40) is None
 
 
 @pytest.mark.parametrize("command", ["replay", "reindex"])
