@@ -142,6 +142,12 @@ def test_the_worker_dead_letters_it_and_the_partition_goes_on(
             if r.getMessage() == "content_limit_exceeds_search_server"]
     assert said and said[0]["search_server_limit"] == 1 << 20
     assert said[0]["max_content_bytes"] == MAX_CONTENT_BYTES
+    # A retry meets the same limit; once the file fits, it writes it and clears the letters.
+    assert deadletters.retry(coord.engine, small_es, alias, consumer) == (0, len(letters))
+    coord.write_file("big", huge, "small again")
+    assert deadletters.retry(coord.engine, small_es, alias, consumer) == (len(letters), 0)
+    assert small_es.get(index=alias, id=huge, routing="big")["_source"]["path"] == "/e/huge"
+    assert deadletters.pending(coord.engine, consumer) == []
 
 
 def test_the_search_servers_request_limit_is_read_and_checked(es: Elasticsearch) -> None:
