@@ -179,8 +179,9 @@ def stream_answers(
     chunk the server refuses as too large is sent again by halves (``send_halving``),
     the actions no request can carry going to ``refused``, and streaming goes on."""
     source = iter(actions)
-    # Answers come back in the order the actions went out; keep the ones in flight
-    # (at most about one chunk, and the one read ahead) to know what each answer is about.
+    # Answers come back in the order the actions went out, except those retried after a
+    # 429 (``max_retries``), which come after the rest of their chunk: keep the actions
+    # in flight (about one chunk, and the one read ahead) to know what an answer is about.
     in_flight: deque[dict[str, Any]] = deque()
 
     def feed() -> Iterator[dict[str, Any]]:
@@ -195,7 +196,7 @@ def stream_answers(
                 raise_on_error=False, raise_on_exception=True, max_retries=max_retries,
                 initial_backoff=initial_backoff, max_backoff=max_backoff, **options,
             ):
-                yield in_flight.popleft(), ok, item
+                yield _answered(in_flight, item), ok, item
             return
         except ApiError as exc:
             if not _refused_as_too_large(exc):
@@ -206,6 +207,19 @@ def stream_answers(
             for action, item in answered:
                 _op, info = next(iter(item.items()))
                 yield action, 200 <= int(info.get("status", 500)) < 300, item
+
+
+def _answered(in_flight: deque[dict[str, Any]], item: dict[str, Any]) -> dict[str, Any]:
+    """Take the action ``item`` answers from ``in_flight``: the first, unless a retried
+    one's answer came later (then the one with the answer's id)."""
+    _op, info = next(iter(item.items()))
+    answered_id = str(info.get("_id"))
+    if str(in_flight[0].get("_id")) != answered_id:
+        for i, action in enumerate(in_flight):
+            if str(action.get("_id")) == answered_id:
+                del in_flight[i]
+                return action
+    return in_flight.popleft()
 
 
 def send(

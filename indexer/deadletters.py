@@ -5,10 +5,10 @@ checkpoint go on); it is written to ``dead_letters`` with the error, logged at
 ERROR and counted in ``pathkeeper_indexer_dead_letters_total``. One larger than the
 search server takes in a request (413) is logged at WARNING (``document_too_large``)
 and counted in ``pathkeeper_indexer_documents_too_large_total`` too; its letter holds
-no copy of the document. Rebuilds record the ones they leave out (``record(once=True)``). A retry reads the
-node's state now and writes it at the current safe position of the log (so it
-can only be newer than anything indexed before), or deletes its document if the
-node is gone.
+no copy of the document. Rebuilds record the ones they leave out (``record(once=True)``).
+A retry reads the node's state now and writes it at the current safe position of
+the log (so it can only be newer than anything indexed before), or deletes its
+document if the node is gone.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from elasticsearch import Elasticsearch, helpers
+from elasticsearch import Elasticsearch
 from prometheus_client import Gauge
 from sqlalchemy import Connection, text
 
@@ -38,8 +38,8 @@ from coordinator import Coordinator, Node, NotFound
 from coordinator.indexing import consumer_for
 from coordinator.subtree import subtree_cte
 
-from . import contract, deadletters, elasticsearch_index, setfold
-from .bulk import resolve_conflicts
+from . import bulk, contract, deadletters, elasticsearch_index, setfold
+from .bulk import CHUNK_BYTES, resolve_conflicts, stream_answers
 from .contract import (
     delete_action,
     differing_fields,
@@ -50,7 +50,7 @@ from .contract import (
 from .fold import DEFAULT_SPILL_THRESHOLD
 from .index_scan import stream_index_docs
 from .progress import Progress
-from .replay import ReplayError, current_bound, walk_nodes
+from .replay import ReplayError, current_bound, record_left_out, walk_nodes
 
 log = logging.getLogger("pathkeeper.verify")
 
@@ -233,7 +233,8 @@ def repair(
     """Rewrite exactly the drifted documents from PostgreSQL at version = a safe
     position read now, also those edited by hand to a higher version (see
     ``bulk.resolve_conflicts``); returns (repaired, not repaired: the live worker wrote
-    a newer version meanwhile)."""
+    a newer version meanwhile, or the document is larger than the search server takes
+    in a request and is a dead letter now)."""
     targets = elasticsearch_index.alias_targets(es, alias)
     if not targets:
         raise NotFound(f"alias {alias!r} does not exist")
@@ -248,10 +249,11 @@ def repair(
             actions.append(index_action(index, node, bound))
     done = 0
     conflicts: list[tuple[Drift, dict[str, Any]]] = []
-    # streaming_bulk answers in the order of the actions: pair each answer with its drift.
-    answers = helpers.streaming_bulk(es, actions, chunk_size=PAGE, raise_on_error=False,
-                                     max_retries=5)
-    for d, action, (ok, info) in zip(drift, actions, answers, strict=True):
+    drift_of = {(a["routing"], a["_id"]): d for d, a in zip(drift, actions, strict=True)}
+    too_large: list[dict[str, Any]] = []
+    for action, ok, info in stream_answers(es, actions, too_large, chunk_size=PAGE,
+                                           max_chunk_bytes=CHUNK_BYTES, max_retries=5):
+        d = drift_of[(action["routing"], action["_id"])]
         item = next(iter(info.values()))
         if ok or (item.get("status") == 404 and "delete" in info):
             done += 1
@@ -259,6 +261,10 @@ def repair(
             conflicts.append((d, action))
         else:
             raise ReplayError(f"repair of {d} failed: {info}")
+    # Larger than the search server takes (a drift the worker has not met yet): a dead
+    # letter, as the worker would record it, and not repaired.
+    left_out = [bulk.too_large(a) for a in too_large]
+    record_left_out(coord.engine, consumer_for(alias), left_out)
     # A version above ours: a newer write of the live worker, or a document edited by
     # hand (its version ran ahead of the seq it stores). Only the second is replaced;
     # a stored seq past every committed position is made up, so it is replaced too.
@@ -266,6 +272,7 @@ def repair(
                                  newest_legit=current_bound(coord.engine))
     done += sum(replaced)
     refused = [d for (d, _), r in zip(conflicts, replaced, strict=True) if not r]
+    refused += [drift_of[(r.namespace, r.node_id)] for r in left_out]
     es.indices.refresh(index=index)
     return done, refused
 

@@ -216,7 +216,8 @@ def verify(
                 click.echo(f"  dead letter {d.namespace} {d.node_id}: {d.fields[0]}")
             if repair and report.drift:
                 click.echo(f"repaired {report.repaired}; not repaired (a newer version is "
-                           f"indexed): {len(report.not_repaired)}")
+                           f"indexed, or too large for the search server: a dead letter "
+                           f"now): {len(report.not_repaired)}")
             drift = bool(report.drift) and not (repair and not report.not_repaired)
             if check_log:
                 log_report = verify_log(coord, namespaces=namespaces or None, progress=progress)

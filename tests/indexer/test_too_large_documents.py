@@ -217,3 +217,26 @@ def test_verify_says_a_dead_lettered_document_is_one_not_silent_drift(
                                env=env)
     assert again.exit_code == 0 and "0 drifted" in again.output, again.output
     assert "1 dead-lettered" in again.output
+
+
+def test_verify_repair_dead_letters_a_drift_too_large_to_write(
+    coord: Coordinator, small_es: Elasticsearch, small_es_url: str, alias: str,
+    database_url: str,
+) -> None:
+    coord.create_namespace("big")
+    grown = coord.create_file("big", "/grows", "small when indexed").node.id
+    rebuild(coord, small_es, source="snapshot", alias=alias)
+    with coord.engine.begin() as conn:  # grows past the server's limit, no worker running
+        conn.execute(text("UPDATE nodes SET content = repeat('x', :n) WHERE id = :id"),
+                     {"n": HUGE, "id": grown})
+    env = {"PATHKEEPER_DATABASE_URL": database_url, "PATHKEEPER_ES_URL": small_es_url}
+    out = CliRunner().invoke(main, ["verify", "--alias", alias, "--quiet", "--no-log",
+                                    "--repair"], env=env)
+    assert out.exit_code == 1, out.output  # drift it could not repair
+    assert f"differs big {grown}" in out.output and "not repaired" in out.output
+    letters = deadletters.pending(coord.engine, consumer_for(alias))
+    assert [(d.node_id, d.error[:3]) for d in letters] == [(grown, "413")]
+    again = CliRunner().invoke(main, ["verify", "--alias", alias, "--quiet", "--no-log"],
+                               env=env)
+    assert again.exit_code == 0, again.output
+    assert f"dead letter big {grown}: 413" in again.output
