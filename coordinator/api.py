@@ -107,7 +107,8 @@ class Coordinator(NamespaceCommands):
         try:
             with self.engine.begin() as conn:
                 # A missing namespace shows up as NotFound when the first path is resolved.
-                uow = UnitOfWork(conn, ns, self.settings.max_depth)
+                uow = UnitOfWork(conn, ns, self.settings.max_depth,
+                                 self.settings.max_content_bytes)
                 try:
                     yield uow
                     uow.finish()
@@ -135,7 +136,7 @@ class Coordinator(NamespaceCommands):
         statement in autocommit (``coordinator.single_statement``): the same rule, event and errors
         as ``command.apply`` in a unit of work."""
         ns = paths.validate_namespace(namespace)
-        statement = single_statement.lone(ns, command, self.settings.max_depth)
+        statement = single_statement.lone(ns, command, self.settings)
         if statement is not None:
             return self._alone(statement)
         return self.run(ns, lambda uow: command.apply(uow.tree))
@@ -280,7 +281,8 @@ class Coordinator(NamespaceCommands):
                 # The wake-up is sent after COMMIT, as for every write.
                 importer = Importer(
                     conn, ns, max_depth=self.settings.max_depth,
-                    max_line_bytes=self.settings.max_import_line_bytes, progress=progress,
+                    max_line_bytes=self.settings.max_import_line_bytes,
+                    max_content_bytes=self.settings.max_content_bytes, progress=progress,
                 )
                 result = importer.run(source)
         except DBAPIError as exc:

@@ -72,7 +72,7 @@ class AsyncStatements:
     def statement(self, ns: str, command: Command) -> Lone | None:
         """``command`` as the one statement ``execute`` sends; None for a command that is
         not one (run it with the ``Coordinator``)."""
-        return lone(paths.validate_namespace(ns), command, self.settings.max_depth)
+        return lone(paths.validate_namespace(ns), command, self.settings)
 
     async def execute(self, statement: Lone) -> MutationResult:
         """``statement`` as a transaction of its own, retried on transient races until

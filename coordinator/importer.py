@@ -142,7 +142,9 @@ def fast_parts(path: object, max_depth: int) -> list[str]:
     return paths.split_path(path, max_depth)
 
 
-def parse_line(raw: bytes | str, max_depth: int) -> tuple[str, str, str, str, str | None, str, int]:
+def parse_line(
+    raw: bytes | str, max_depth: int, max_content_bytes: int = paths.MAX_CONTENT_BYTES
+) -> tuple[str, str, str, str, str | None, str, int]:
     """One input line as (path, parent_path, name, kind, content, metadata JSON, depth);
     raises a ``CoordinatorError`` saying what is wrong with it."""
     try:
@@ -168,7 +170,9 @@ def parse_line(raw: bytes | str, max_depth: int) -> tuple[str, str, str, str, st
     kind = obj.get("kind")
     if kind == "file":
         raw_content = obj.get("content", "")
-        content: str | None = check_content("" if raw_content is None else raw_content)
+        content: str | None = check_content(
+            "" if raw_content is None else raw_content, max_content_bytes
+        )
     elif kind == "dir":
         if obj.get("content") is not None:
             raise InvalidImport("a directory has no content")
@@ -475,12 +479,14 @@ class Importer:
         *,
         max_depth: int = paths.MAX_DEPTH,
         max_line_bytes: int = MAX_IMPORT_LINE_BYTES,
+        max_content_bytes: int = paths.MAX_CONTENT_BYTES,
         progress: ProgressFn | None = None,
     ) -> None:
         self.conn = conn
         self.ns = namespace
         self.max_depth = max_depth
         self.max_line_bytes = max_line_bytes
+        self.max_content_bytes = max_content_bytes
         self.progress = progress
         self.lines = 0
         self.bytes = 0
@@ -543,7 +549,7 @@ class Importer:
                         problems.add(number, line_too_long(max_bytes), TooLarge)
                         continue
                     try:
-                        row = parse_line(raw, max_depth)
+                        row = parse_line(raw, max_depth, self.max_content_bytes)
                     except CoordinatorError as exc:
                         problems.add(number, str(exc), type(exc))
                         continue

@@ -15,6 +15,12 @@ from .errors import InvalidName, InvalidPath
 MAX_NAME_BYTES = 255
 MAX_PATH_BYTES = 4096
 MAX_DEPTH = 256
+#: A file's content, in bytes of UTF-8 as stored (``Settings.max_content_bytes``). Every
+#: file is one document in the search index, and a document must fit in one request to
+#: it (Elasticsearch's ``http.max_content_length``, 100 MB by default): JSON escaping
+#: can make content up to six times larger (a control character is ``\u0001``), and
+#: 8 MiB stays below that limit even then.
+MAX_CONTENT_BYTES = 8 * 1024 * 1024
 
 # The depth and length limits are for paths that name a NEW node (mkdir, create, the
 # destination of a move). An O(1) directory move can take existing descendants past

@@ -21,6 +21,9 @@ class Settings:
     idle_in_transaction_timeout: float = 30.0
     max_retries: int = 8
     max_depth: int = paths.MAX_DEPTH
+    #: The largest file content, in bytes of UTF-8 (see ``paths.MAX_CONTENT_BYTES``);
+    #: a larger one is refused with ``TooLarge`` on every write path.
+    max_content_bytes: int = paths.MAX_CONTENT_BYTES
     max_group_ops: int = 1000
     #: See ``MAX_IMPORT_LINE_BYTES``; a longer line refuses the import (``TooLarge``).
     max_import_line_bytes: int = MAX_IMPORT_LINE_BYTES

@@ -49,6 +49,7 @@ from .db import Driver, driver_sql
 from .eventlog import CLAIM_SQL
 from .events import Created, Deleted, MetadataSet, Moved, Written, payload_sql
 from .results import Committed, MutationResult, Node
+from .settings import Settings
 from .tree import (
     CREATE_CALL,
     DELETE_CALL,
@@ -183,10 +184,11 @@ class Lone:
         return MutationResult(node, None if event is None else Committed(int(row.base)))
 
 
-def lone(ns: str, command: Command, max_depth: int) -> Lone | None:
-    """``command`` on namespace ``ns`` (validated) as its one statement; None for a
-    command that is not one (a ``mkdir`` with ``parents``: several creates, Python's
-    rules)."""
+def lone(ns: str, command: Command, settings: Settings) -> Lone | None:
+    """``command`` on namespace ``ns`` (validated) as its one statement, within the
+    limits of ``settings``; None for a command that is not one (a ``mkdir`` with
+    ``parents``: several creates, Python's rules)."""
+    max_depth = settings.max_depth
     if isinstance(command, Rename):
         rename = RenameCall.of(ns, command.ref, command.name, command.if_version)
         return Lone(RENAME_LOGGED_SQL, rename.params, rename)
@@ -195,7 +197,7 @@ def lone(ns: str, command: Command, max_depth: int) -> Lone | None:
         return Lone(MOVE_LOGGED_SQL, move.params, move)
     if isinstance(command, WriteFile):
         write = WriteCall.of_content(ns, command.ref, command.content, command.metadata,
-                                     command.if_version)
+                                     command.if_version, settings.max_content_bytes)
         return Lone(WRITE_LOGGED_SQL, write.params, write)
     if isinstance(command, SetMetadata):
         write = WriteCall.of_metadata(ns, command.ref, command.metadata, command.if_version)
@@ -205,7 +207,7 @@ def lone(ns: str, command: Command, max_depth: int) -> Lone | None:
         return Lone(DELETE_LOGGED_SQL, delete.params, delete)
     if isinstance(command, CreateFile):
         create = CreateCall.file(ns, command.path, command.content, command.metadata,
-                                 max_depth)
+                                 max_depth, settings.max_content_bytes)
     elif isinstance(command, Mkdir) and not command.parents:
         create = CreateCall.dir(ns, command.path, max_depth)
     else:

@@ -51,6 +51,7 @@ from .errors import (
     InvalidContent,
     NotADirectory,
     NotFound,
+    TooLarge,
 )
 from .eventlog import EventAppender
 from .events import Created, Deleted, MetadataSet, Moved, Written
@@ -180,15 +181,19 @@ def parse_id(ref: object) -> uuid.UUID:
         raise NotFound(f"no node with id {ref!r}") from exc
 
 
-def check_content(content: object) -> str:
+def check_content(content: object, max_bytes: int = paths.MAX_CONTENT_BYTES) -> str:
+    """``content`` if a file may hold it, else ``InvalidContent`` or, past ``max_bytes``
+    bytes of UTF-8, ``TooLarge``: the one content rule of every write path."""
     if not isinstance(content, str):
         raise InvalidContent("content must be a string")
     if "\x00" in content:
         raise InvalidContent("content contains NUL")
     try:
-        content.encode("utf-8")
+        size = len(content.encode("utf-8"))
     except UnicodeEncodeError as exc:
         raise InvalidContent("content is not valid Unicode") from exc
+    if size > max_bytes:
+        raise TooLarge(f"content is {size} bytes, more than the limit of {max_bytes}")
     return content
 
 
@@ -386,8 +391,9 @@ class WriteCall(NodeCall):
 
     @classmethod
     def of_content(cls, ns: str, ref: object, content: object,
-                   metadata: dict[str, Any] | None, if_version: int | None) -> WriteCall:
-        body = check_content(content)
+                   metadata: dict[str, Any] | None, if_version: int | None,
+                   max_content_bytes: int = paths.MAX_CONTENT_BYTES) -> WriteCall:
+        body = check_content(content, max_content_bytes)
         md = metadata_json(metadata) if metadata is not None else None
         return cls(*cls.target(ns, ref), body, md, if_version)
 
@@ -495,10 +501,10 @@ class CreateCall:
 
     @classmethod
     def file(cls, ns: str, path: object, content: object, metadata: dict[str, Any] | None,
-             max_depth: int) -> CreateCall:
+             max_depth: int, max_content_bytes: int = paths.MAX_CONTENT_BYTES) -> CreateCall:
         parent, name = paths.parent_and_name(path, max_depth)
         md = metadata_json(metadata if metadata is not None else {})
-        return cls(ns, parent, name, "file", check_content(content), md)
+        return cls(ns, parent, name, "file", check_content(content, max_content_bytes), md)
 
     @classmethod
     def dir(cls, ns: str, path: object, max_depth: int) -> CreateCall:
@@ -596,12 +602,14 @@ class TreeTx:
         namespace: str,
         appender: EventAppender,
         max_depth: int = paths.MAX_DEPTH,
+        max_content_bytes: int = paths.MAX_CONTENT_BYTES,
     ) -> None:
         self.conn = conn
         self.db = Driver(conn)
         self.ns = namespace
         self.events = appender
         self.max_depth = max_depth
+        self.max_content_bytes = max_content_bytes
 
     # ----------------------------------------------------------------- reads
 
@@ -771,7 +779,7 @@ class TreeTx:
         self, path: object, content: str = "", metadata: dict[str, Any] | None = None
     ) -> MutationResult:
         parent_parts, name = paths.parent_and_name(path, self.max_depth)
-        body = check_content(content)
+        body = check_content(content, self.max_content_bytes)
         md = metadata_json(metadata if metadata is not None else {})
         row = self._insert(self._parent_dir(parent_parts), name, "file", body, md)
         return self._created(row, paths.join_path([*parent_parts, name]))
@@ -785,7 +793,9 @@ class TreeTx:
     ) -> MutationResult:
         """Replace a file's content (and its metadata, if given): the rule runs in the
         server (``pathkeeper_write``, see its migration)."""
-        return self._write(WriteCall.of_content(self.ns, ref, content, metadata, if_version))
+        return self._write(WriteCall.of_content(
+            self.ns, ref, content, metadata, if_version, self.max_content_bytes
+        ))
 
     def set_metadata(
         self, ref: object, metadata: dict[str, Any], if_version: int | None = None

@@ -32,12 +32,13 @@ class UnitOfWork:
         conn: Connection,
         namespace: str,
         max_depth: int = paths.MAX_DEPTH,
+        max_content_bytes: int = paths.MAX_CONTENT_BYTES,
     ) -> None:
         self.conn = conn
         self.namespace = namespace
         # The wake-up is the caller's, after COMMIT (see coordinator/notifier.py).
         self.events = EventAppender(conn, notify=False)
-        self.tree = TreeTx(conn, namespace, self.events, max_depth)
+        self.tree = TreeTx(conn, namespace, self.events, max_depth, max_content_bytes)
         self._hooks: list[Callable[[], None]] = []
         self._finished = False
         #: COMMIT was sent (by ``finish``): from then on a lost connection may or may not

@@ -18,18 +18,23 @@ Per item (the official ``streaming_bulk`` helper, ``raise_on_error=False``):
 * any other 4xx: the document can never be applied (e.g. rejected by the
   mapping): handed to ``on_reject`` (the dead-letter table) and the batch goes on.
 
-A transport error or an error answer to the whole request propagates to the
+A request the server refuses whole as larger than its limit (413,
+``http.max_content_length``) is split in halves, each sent again, until the one
+document that cannot fit in any request is alone: that one is handed to
+``on_reject`` (status 413, its size) and the rest goes on (``send_halving``).
+Any other transport error or error answer to the whole request propagates to the
 caller, which retries the batch.
 """
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from elasticsearch import ConflictError, Elasticsearch, NotFoundError
+from elasticsearch import ApiError, ConflictError, Elasticsearch, NotFoundError
 from elasticsearch.helpers import expand_action, streaming_bulk
 
 from .contract import supersedes
@@ -40,6 +45,8 @@ Alive = Callable[[str, str], bool]
 
 CHUNK_ACTIONS = 1000
 CHUNK_BYTES = 8 * 1024 * 1024
+#: The status of a request larger than the server takes (``http.max_content_length``).
+REQUEST_TOO_LARGE = 413
 
 
 class Retryable(Exception):
@@ -57,6 +64,12 @@ class Rejected:
     status: int
     error: str
     document: dict[str, Any] | None
+    #: Bytes of the action as sent, for one too large for any request (status 413).
+    size: int | None = None
+
+    @property
+    def too_large(self) -> bool:
+        return self.status == REQUEST_TOO_LARGE
 
 
 @dataclass
@@ -96,6 +109,126 @@ def _error_text(info: dict[str, Any]) -> str:
     return str(err)
 
 
+def _lines(actions: Iterable[dict[str, Any]]) -> list[Any]:
+    """The lines of a ``_bulk`` body for ``actions``, as ``streaming_bulk`` sends them."""
+    lines: list[Any] = []
+    for action in actions:
+        meta, source = expand_action(dict(action))
+        lines.append(meta)
+        if source is not None:
+            lines.append(source)
+    return lines
+
+
+def action_bytes(action: dict[str, Any]) -> int:
+    """The bytes ``action`` takes in a ``_bulk`` body (its lines and their newlines)."""
+    return sum(len(json.dumps(line, ensure_ascii=False, separators=(",", ":"), default=str)
+                   .encode("utf-8")) + 1 for line in _lines([action]))
+
+
+def too_large(action: dict[str, Any]) -> Rejected:
+    """The rejection of an action no request to the server can carry. Its document is
+    not kept (it is what is too large; the node's row is where a retry reads it)."""
+    size = action_bytes(action)
+    return Rejected(
+        namespace=str(action.get("routing", "")), node_id=str(action["_id"]),
+        version=int(action["version"]), status=REQUEST_TOO_LARGE,
+        error=f"document of {size} bytes is larger than the search server takes in one "
+              "request (http.max_content_length)",
+        document=None, size=size,
+    )
+
+
+def _refused_as_too_large(exc: Exception) -> bool:
+    return isinstance(exc, ApiError) and exc.meta.status == REQUEST_TOO_LARGE
+
+
+def send_halving(
+    es: Elasticsearch, actions: list[dict[str, Any]], refused: list[dict[str, Any]],
+    **options: Any,
+) -> tuple[list[tuple[dict[str, Any], dict[str, Any]]], int]:
+    """One ``_bulk`` request of ``actions`` (``options``: the request's, e.g.
+    ``require_alias``): each action with its answer item, and Elasticsearch's time
+    (``took``, ms). A request the server refuses as too large is split in halves, each
+    sent the same way, until an action that is refused alone: that one goes to
+    ``refused``, with no item. Halving costs a few requests, and only when a document
+    is larger than the limit or a batch sums past it."""
+    if not actions:
+        return [], 0
+    try:
+        resp = es.bulk(operations=_lines(actions), **options)
+    except ApiError as exc:
+        if not _refused_as_too_large(exc):
+            raise
+        if len(actions) == 1:
+            refused.append(actions[0])
+            return [], 0
+        mid = len(actions) // 2
+        first, took1 = send_halving(es, actions[:mid], refused, **options)
+        second, took2 = send_halving(es, actions[mid:], refused, **options)
+        return first + second, took1 + took2
+    return list(zip(actions, resp["items"], strict=True)), int(resp.get("took", 0))
+
+
+def stream_answers(
+    es: Elasticsearch,
+    actions: Iterable[dict[str, Any]],
+    refused: list[dict[str, Any]],
+    *,
+    chunk_size: int,
+    max_chunk_bytes: int,
+    max_retries: int = 0,
+    initial_backoff: float = 2,
+    max_backoff: float = 600,
+    **options: Any,
+) -> Iterator[tuple[dict[str, Any], bool, dict[str, Any]]]:
+    """``streaming_bulk`` of ``actions`` in chunks, as (action, ok, answer item); a
+    chunk the server refuses as too large is sent again by halves (``send_halving``),
+    the actions no request can carry going to ``refused``, and streaming goes on."""
+    source = iter(actions)
+    # Answers come back in the order the actions went out, except those retried after a
+    # 429 (``max_retries``), which come after the rest of their chunk: keep the actions
+    # in flight (about one chunk, and the one read ahead) to know what an answer is about.
+    in_flight: deque[dict[str, Any]] = deque()
+
+    def feed() -> Iterator[dict[str, Any]]:
+        for action in source:
+            in_flight.append(action)
+            yield action
+
+    while True:
+        try:
+            for ok, item in streaming_bulk(
+                es, feed(), chunk_size=chunk_size, max_chunk_bytes=max_chunk_bytes,
+                raise_on_error=False, raise_on_exception=True, max_retries=max_retries,
+                initial_backoff=initial_backoff, max_backoff=max_backoff, **options,
+            ):
+                yield _answered(in_flight, item), ok, item
+            return
+        except ApiError as exc:
+            if not _refused_as_too_large(exc):
+                raise
+            pending = list(in_flight)
+            in_flight.clear()
+            answered, _took = send_halving(es, pending, refused, **options)
+            for action, item in answered:
+                _op, info = next(iter(item.items()))
+                yield action, 200 <= int(info.get("status", 500)) < 300, item
+
+
+def _answered(in_flight: deque[dict[str, Any]], item: dict[str, Any]) -> dict[str, Any]:
+    """Take the action ``item`` answers from ``in_flight``: the first, unless a retried
+    one's answer came later (then the one with the answer's id)."""
+    _op, info = next(iter(item.items()))
+    answered_id = str(info.get("_id"))
+    if str(in_flight[0].get("_id")) != answered_id:
+        for i, action in enumerate(in_flight):
+            if str(action.get("_id")) == answered_id:
+                del in_flight[i]
+                return action
+    return in_flight.popleft()
+
+
 def send(
     es: Elasticsearch,
     actions: Iterable[dict[str, Any]],
@@ -112,24 +245,26 @@ def send(
     Raises ``Retryable`` on the first transient per-item failure.
     """
     stats = BulkStats()
-    # Answers come back in the order the actions went out; keep the ones in flight
-    # (at most about one chunk) to know what a failed answer was about.
-    in_flight: deque[dict[str, Any]] = deque()
     conflicts: list[dict[str, Any]] = []
-
-    def feed() -> Iterator[dict[str, Any]]:
-        for action in actions:
-            in_flight.append(action)
-            yield action
-
-    for ok, item in streaming_bulk(
-        es, feed(), chunk_size=chunk_size, max_chunk_bytes=max_chunk_bytes,
-        raise_on_error=False, raise_on_exception=True, max_retries=0,
+    refused: list[dict[str, Any]] = []
+    for action, ok, item in stream_answers(
+        es, actions, refused, chunk_size=chunk_size, max_chunk_bytes=max_chunk_bytes,
         # Fail (and retry) rather than auto-create a concrete index named like the alias.
         require_alias=True,
     ):
-        _sort_out(stats, conflicts, in_flight.popleft(), ok, item, on_reject)
+        _sort_out(stats, conflicts, action, ok, item, on_reject)
+        _reject_too_large(stats, refused, on_reject)
+    _reject_too_large(stats, refused, on_reject)
     return _settle(es, stats, conflicts, alive)
+
+
+def _reject_too_large(
+    stats: BulkStats, refused: list[dict[str, Any]], on_reject: Callable[[Rejected], None]
+) -> None:
+    for action in refused:
+        stats.rejected += 1
+        on_reject(too_large(action))
+    refused.clear()
 
 
 def send_request(
@@ -145,21 +280,15 @@ def send_request(
     in the server and the client from the work itself)."""
     stats = BulkStats()
     conflicts: list[dict[str, Any]] = []
-    if not actions:
-        return stats
-    lines: list[Any] = []
-    for action in actions:  # as streaming_bulk would send them
-        meta, source = expand_action(dict(action))
-        lines.append(meta)
-        if source is not None:
-            lines.append(source)
-    resp = es.bulk(operations=lines, require_alias=True)
+    refused: list[dict[str, Any]] = []
+    answered, took = send_halving(es, actions, refused, require_alias=True)
     if timings is not None:
-        timings["es_took"] = resp.get("took", 0) / 1000
-    for action, item in zip(actions, resp["items"], strict=True):
+        timings["es_took"] = took / 1000
+    for action, item in answered:
         _op, info = next(iter(item.items()))
         status = int(info.get("status", 500))
         _sort_out(stats, conflicts, action, 200 <= status < 300, item, on_reject)
+    _reject_too_large(stats, refused, on_reject)
     return _settle(es, stats, conflicts, alive)
 
 

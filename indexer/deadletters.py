@@ -2,10 +2,13 @@
 
 A rejected document does not stop the worker (the rest of the batch and the
 checkpoint go on); it is written to ``dead_letters`` with the error, logged at
-ERROR and counted in ``pathkeeper_indexer_dead_letters_total``. A retry reads the
-node's state now and writes it at the current safe position of the log (so it
-can only be newer than anything indexed before), or deletes its document if the
-node is gone.
+ERROR and counted in ``pathkeeper_indexer_dead_letters_total``. One larger than the
+search server takes in a request (413) is logged at WARNING (``document_too_large``)
+and counted in ``pathkeeper_indexer_documents_too_large_total`` too; its letter holds
+no copy of the document. Rebuilds record the ones they leave out (``record(once=True)``).
+A retry reads the node's state now and writes it at the current safe position of
+the log (so it can only be newer than anything indexed before), or deletes its
+document if the node is gone.
 """
 
 from __future__ import annotations
@@ -39,19 +42,28 @@ class DeadLetter:
     retried_at: datetime | None
 
 
-def record(engine: Engine, consumer: str, rejected: Rejected) -> None:
-    """Store one rejected document."""
+_RECORD_SQL = (
+    "INSERT INTO dead_letters (namespace, consumer, position, node_id, error, document) "
+    "SELECT CAST(:ns AS text), CAST(:c AS text), CAST(:pos AS bigint), "
+    "CAST(:node AS uuid), CAST(:err AS text), CAST(:doc AS jsonb)"
+)
+
+
+def record(engine: Engine, consumer: str, rejected: Rejected, *, once: bool = False) -> None:
+    """Store one rejected document; with ``once``, not if a letter of the same node is
+    pending for ``consumer`` already (a rebuild meeting what the worker recorded)."""
     try:
         node_id: uuid.UUID | None = uuid.UUID(rejected.node_id)
     except ValueError:
         node_id = None
+    sql = _RECORD_SQL
+    if once:
+        sql += (" WHERE NOT EXISTS (SELECT 1 FROM dead_letters WHERE consumer = :c "
+                "AND namespace = :ns AND node_id IS NOT DISTINCT FROM CAST(:node AS uuid) "
+                "AND retried_at IS NULL)")
     with engine.begin() as conn:
         conn.execute(
-            text(
-                "INSERT INTO dead_letters "
-                "(namespace, consumer, position, node_id, error, document) "
-                "VALUES (:ns, :c, :pos, :node, :err, CAST(:doc AS jsonb))"
-            ),
+            text(sql),
             {
                 "ns": rejected.namespace,
                 "c": consumer,
@@ -82,6 +94,30 @@ def pending(engine: Engine, consumer: str | None = None, limit: int = 1000) -> l
         )
         for r in rows
     ]
+
+
+def pending_errors(
+    engine: Engine, consumer: str, nodes: list[tuple[str, str]]
+) -> dict[tuple[str, str], str]:
+    """Of ``nodes`` ((namespace, node id) pairs), those with a pending dead letter of
+    ``consumer``, and the newest letter's error."""
+    found: dict[tuple[str, str], str] = {}
+    for start in range(0, len(nodes), 1000):
+        chunk = nodes[start:start + 1000]
+        with engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT namespace, CAST(node_id AS text) AS node_id, error "
+                    "FROM dead_letters WHERE retried_at IS NULL AND consumer = :c "
+                    "AND CAST(node_id AS text) = ANY(CAST(:ids AS text[])) ORDER BY id"
+                ),
+                {"c": consumer, "ids": [node_id for _, node_id in chunk]},
+            ).all()
+        wanted = set(chunk)
+        for r in rows:
+            if (r.namespace, r.node_id) in wanted:
+                found[(r.namespace, r.node_id)] = r.error
+    return found
 
 
 def count_pending(engine: Engine, consumer: str | None = None) -> int:

@@ -13,6 +13,7 @@ same ``bulk``/``search`` calls there, which the OpenSearch client has.)
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from elasticsearch import BadRequestError, Elasticsearch, NotFoundError
@@ -27,6 +28,53 @@ from .contract import (
     index_settings,
     missing_fields,
 )
+
+#: The setting that bounds one request to the server, a document's bulk action included.
+REQUEST_LIMIT_SETTING = "http.max_content_length"
+#: JSON escaping at its worst: a control character of content is six bytes (``\u0001``).
+JSON_ESCAPE_WORST = 6
+_UNITS = {"b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30,
+          "gb": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "p": 1 << 50, "pb": 1 << 50}
+
+
+def parse_byte_size(value: str) -> int:
+    """Bytes of an Elasticsearch byte-size setting (``100mb``, ``1gb``, ``512b``);
+    ``ValueError`` for anything else."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", value)
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _UNITS:
+        raise ValueError(f"not a byte size: {value!r}")
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def request_limit(es: Elasticsearch) -> int | None:
+    """The server's ``http.max_content_length`` in bytes (a node setting, reported
+    among the defaults when set in its configuration file); None if it says none."""
+    found = es.cluster.get_settings(
+        include_defaults=True, filter_path=f"*.{REQUEST_LIMIT_SETTING}"
+    ).body
+    for scope in ("transient", "persistent", "defaults"):
+        value: Any = found.get(scope)
+        for key in REQUEST_LIMIT_SETTING.split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+        if value is not None:
+            return parse_byte_size(str(value))
+    return None
+
+
+def content_limit_problem(limit: int | None, max_content_bytes: int) -> str | None:
+    """Why a file of ``max_content_bytes`` might not fit in one request to a server
+    whose ``request_limit`` is ``limit`` (JSON-escaped at its worst), or None if it
+    fits (or the server names no limit). Such a document is dead-lettered when met,
+    never retried forever (``indexer.bulk``); this says so before it happens."""
+    if limit is None or max_content_bytes * JSON_ESCAPE_WORST <= limit:
+        return None
+    return (
+        f"the content limit ({max_content_bytes} bytes) times {JSON_ESCAPE_WORST} (JSON "
+        f"escaping at its worst) is more than the search server's {REQUEST_LIMIT_SETTING} "
+        f"({limit} bytes): a file near the limit may be too large to index and go to the "
+        "dead letters; lower --max-content-bytes or raise the server's setting"
+    )
 
 
 class MappingOutdated(Exception):

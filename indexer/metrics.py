@@ -23,6 +23,12 @@ DOCUMENTS = Counter(
 DEAD_LETTERS = Counter(
     "pathkeeper_indexer_dead_letters_total", "Documents rejected for good", ["consumer"]
 )
+TOO_LARGE = Counter(
+    "pathkeeper_indexer_documents_too_large_total",
+    "Documents larger than the search server takes in one request "
+    "(http.max_content_length): dead-lettered, counted in dead_letters_total too",
+    ["consumer"],
+)
 DEAD_LETTERS_PENDING = Gauge(
     "pathkeeper_indexer_dead_letters_pending", "Dead letters not yet retried", ["consumer"]
 )

@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from elasticsearch import Elasticsearch, helpers
+from elasticsearch import Elasticsearch
 from sqlalchemy import Connection, Engine, text
 
 from coordinator import Coordinator, Event, Node
@@ -67,9 +67,9 @@ from coordinator.indexing import consumer_for
 from coordinator.subtree import subtree_cte
 from coordinator.tree import node_of
 
-from . import checkpoints, contract, elasticsearch_index, setfold
+from . import bulk, checkpoints, contract, deadletters, elasticsearch_index, setfold
 from .applier import Applier
-from .bulk import Alive, Rejected, resolve_conflicts
+from .bulk import Alive, Rejected, resolve_conflicts, stream_answers
 from .contract import building_marker, delete_action, index_action, is_indexed
 from .fold import DEFAULT_SPILL_THRESHOLD, Folder
 from .prefetch import prefetched
@@ -311,53 +311,62 @@ def bulk_index(
     progress: Progress,
     *,
     alive: Alive | None = None,
+    too_large: list[Rejected] | None = None,
 ) -> tuple[int, int]:
     """Stream ``actions`` through the bulk helper; returns (written, version conflicts).
 
     With ``alive``, a version conflict is judged as the worker judges it
     (``bulk.resolve_conflicts``): a document edited or deleted by hand is written
     anyway and counted as written; one at least as new stays and is counted as a
-    conflict. Any other failure raises ``ReplayError`` (a rebuild must not be swapped
+    conflict. A document larger than the search server takes in one request can never
+    be written: it is left out and added to ``too_large`` (``indexer.bulk``; the caller
+    reports it). Any other failure raises ``ReplayError`` (a rebuild must not be swapped
     in with holes)."""
     ok = conflicts = 0
-    # The actions awaiting an answer, by id (one action per document), to hand a
-    # conflicting one to resolve_conflicts; the helper's answers carry only the id.
-    sent: dict[str, dict[str, Any]] = {}
+    conflicting: list[dict[str, Any]] = []
     refused: list[dict[str, Any]] = []
-
-    def feed() -> Iterator[dict[str, Any]]:
-        for action in actions:
-            if alive is not None:
-                sent[str(action["_id"])] = action
-            yield action
 
     def settle() -> None:
         nonlocal ok, conflicts
-        replaced = resolve_conflicts(es, refused, alive=alive)
+        replaced = resolve_conflicts(es, conflicting, alive=alive)
         ok += sum(replaced)
         conflicts += len(replaced) - sum(replaced)
-        refused.clear()
+        conflicting.clear()
 
-    for success, info in helpers.streaming_bulk(
-        es, feed(), chunk_size=BULK_CHUNK, max_chunk_bytes=BULK_BYTES,
-        raise_on_error=False, raise_on_exception=True, max_retries=5,
-        initial_backoff=0.5, max_backoff=10,
+    for action, success, info in stream_answers(
+        es, actions, refused, chunk_size=BULK_CHUNK, max_chunk_bytes=BULK_BYTES,
+        max_retries=5, initial_backoff=0.5, max_backoff=10,
     ):
         item = next(iter(info.values()))
-        action = sent.pop(str(item.get("_id")), None)
         if success:
             ok += 1
-        elif item.get("status") == 409 and action is not None:
-            refused.append(action)
-            if len(refused) >= BULK_CHUNK:
+        elif item.get("status") == 409 and alive is not None:
+            conflicting.append(action)
+            if len(conflicting) >= BULK_CHUNK:
                 settle()
         elif item.get("status") == 404 and next(iter(info)) == "delete":
             ok += 1  # deleting what is not there: the goal is reached
         else:
             raise ReplayError(f"bulk write failed: {info}")
         progress.advance(1)
+        progress.advance(_left_out(refused, too_large))
+    progress.advance(_left_out(refused, too_large))
     settle()
     return ok, conflicts
+
+
+def _left_out(refused: list[dict[str, Any]], into: list[Rejected] | None) -> int:
+    """Move the actions no request could carry from ``refused`` into ``into`` (as
+    rejections); how many. Without ``into``, a rebuild cannot leave one out: error."""
+    n = len(refused)
+    for action in refused:
+        rejected = bulk.too_large(action)
+        if into is None:
+            raise ReplayError(f"bulk write failed: {rejected.node_id}: {rejected.error}")
+        log.warning("left out %s %s: %s", rejected.namespace, rejected.node_id, rejected.error)
+        into.append(rejected)
+    refused.clear()
+    return n
 
 
 # ----------------------------------------------------------------- the tail
@@ -422,6 +431,14 @@ def catch_up(
 # ------------------------------------------------------------------ rebuild
 
 
+def record_left_out(engine: Engine, consumer: str, too_large: list[Rejected]) -> None:
+    """Record the documents a rebuild left out as dead letters of the live ``consumer``
+    (once a node: the worker may have recorded it already), so ``indexer dead-letters``
+    lists them and ``--retry`` writes them once the search server takes them."""
+    for rejected in too_large:
+        deadletters.record(engine, consumer, rejected, once=True)
+
+
 @dataclass
 class RebuildResult:
     """What a replay or reindex did."""
@@ -439,6 +456,9 @@ class RebuildResult:
     cleaned_up: list[str] = field(default_factory=list)
     dry_run: bool = False
     rejected: int = 0
+    #: Documents larger than the search server takes in one request: left out of the
+    #: index, recorded as dead letters of the live consumer, reported by the command.
+    too_large: list[Rejected] = field(default_factory=list)
     #: Partitions of the live consumer whose checkpoint moved to ``final_position``.
     checkpoints_moved: int = 0
     seconds: float = 0.0
@@ -502,7 +522,7 @@ def rebuild(
         progress.phase("load documents", unit="documents")
         docs = prefetched((index_action(index, n, v0) for n in nodes), BULK_CHUNK)
         try:
-            result.documents, _ = bulk_index(es, docs, progress)
+            result.documents, _ = bulk_index(es, docs, progress, too_large=result.too_large)
         finally:
             docs.close()  # the prefetching thread is done with the fold before it closes
         elasticsearch_index.finish_loading(es, index, replicas)
@@ -526,9 +546,12 @@ def rebuild(
         live = worker_batch_apply(engine, es, alias, rejected)
         cursor, n = catch_up(coord, cursor, live, progress, until=current_bound(engine))
         result.tail_events += n
+        result.too_large += [r for r in rejected if r.too_large]
         result.rejected = len(rejected)
         for r in rejected:
-            log.error("document rejected during the tail: %s", r)
+            if not r.too_large:
+                log.error("document rejected during the tail: %s", r)
+        record_left_out(engine, consumer or consumer_for(alias), result.too_large)
         result.final_position = cursor
         result.checkpoints_moved = checkpoints.advance_all(
             engine, consumer or consumer_for(alias), cursor)
@@ -590,7 +613,9 @@ def rebuild_namespaces(
         # Conflicts judged as the worker judges them: a document edited or deleted by
         # hand is rewritten, one the live worker wrote after V0 stays.
         alive = partial(node_exists, engine)
-        result.documents, _ = bulk_index(es, actions(), progress, alive=alive)
+        result.documents, _ = bulk_index(es, actions(), progress, alive=alive,
+                                         too_large=result.too_large)
+        record_left_out(engine, consumer_for(alias), result.too_large)
         es.indices.refresh(index=index)
         from .index_scan import stream_index_docs
 

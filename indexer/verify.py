@@ -31,15 +31,16 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from elasticsearch import Elasticsearch, helpers
+from elasticsearch import Elasticsearch
 from prometheus_client import Gauge
 from sqlalchemy import Connection, text
 
 from coordinator import Coordinator, Node, NotFound
+from coordinator.indexing import consumer_for
 from coordinator.subtree import subtree_cte
 
-from . import contract, elasticsearch_index, setfold
-from .bulk import resolve_conflicts
+from . import bulk, contract, deadletters, elasticsearch_index, setfold
+from .bulk import CHUNK_BYTES, resolve_conflicts, stream_answers
 from .contract import (
     delete_action,
     differing_fields,
@@ -50,7 +51,7 @@ from .contract import (
 from .fold import DEFAULT_SPILL_THRESHOLD
 from .index_scan import stream_index_docs
 from .progress import Progress
-from .replay import ReplayError, current_bound, walk_nodes
+from .replay import ReplayError, current_bound, record_left_out, walk_nodes
 from .snapshot import node_exists
 
 log = logging.getLogger("pathkeeper.verify")
@@ -90,6 +91,10 @@ class VerifyReport:
     candidates: int = 0
     repaired: int = 0
     not_repaired: list[Drift] = field(default_factory=list)
+    #: Documents that differ because the worker (or a rebuild) could not write them:
+    #: they have a pending dead letter (``fields``: its error). Known and recorded, so
+    #: not drift; ``pathkeeper indexer dead-letters`` lists and retries them.
+    dead_lettered: list[Drift] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
@@ -230,7 +235,8 @@ def repair(
     """Rewrite exactly the drifted documents from PostgreSQL at version = a safe
     position read now, also those edited by hand to a higher version (see
     ``bulk.resolve_conflicts``); returns (repaired, not repaired: the live worker wrote
-    a newer version meanwhile)."""
+    a newer version meanwhile, or the document is larger than the search server takes
+    in a request and is a dead letter now)."""
     targets = elasticsearch_index.alias_targets(es, alias)
     if not targets:
         raise NotFound(f"alias {alias!r} does not exist")
@@ -245,10 +251,11 @@ def repair(
             actions.append(index_action(index, node, bound))
     done = 0
     conflicts: list[tuple[Drift, dict[str, Any]]] = []
-    # streaming_bulk answers in the order of the actions: pair each answer with its drift.
-    answers = helpers.streaming_bulk(es, actions, chunk_size=PAGE, raise_on_error=False,
-                                     max_retries=5)
-    for d, action, (ok, info) in zip(drift, actions, answers, strict=True):
+    drift_of = {(a["routing"], a["_id"]): d for d, a in zip(drift, actions, strict=True)}
+    too_large: list[dict[str, Any]] = []
+    for action, ok, info in stream_answers(es, actions, too_large, chunk_size=PAGE,
+                                           max_chunk_bytes=CHUNK_BYTES, max_retries=5):
+        d = drift_of[(action["routing"], action["_id"])]
         item = next(iter(info.values()))
         if ok or (item.get("status") == 404 and "delete" in info):
             done += 1
@@ -256,6 +263,10 @@ def repair(
             conflicts.append((d, action))
         else:
             raise ReplayError(f"repair of {d} failed: {info}")
+    # Larger than the search server takes (a drift the worker has not met yet): a dead
+    # letter, as the worker would record it, and not repaired.
+    left_out = [bulk.too_large(a) for a in too_large]
+    record_left_out(coord.engine, consumer_for(alias), left_out)
     # A version above ours: a newer write of the live worker, or a document edited by
     # hand (its version ran ahead of the seq it stores). Only the second is replaced;
     # a stored seq past every committed position is made up, so it is replaced too.
@@ -264,6 +275,7 @@ def repair(
                                  alive=partial(node_exists, coord.engine))
     done += sum(replaced)
     refused = [d for (d, _), r in zip(conflicts, replaced, strict=True) if not r]
+    refused += [drift_of[(r.namespace, r.node_id)] for r in left_out]
     es.indices.refresh(index=index)
     return done, refused
 
@@ -294,6 +306,14 @@ def verify_index(
         if not candidates or not settled:
             # Without a live worker to wait for, what differs now is drift.
             break
+    letters = deadletters.pending_errors(
+        coord.engine, consumer_for(alias), [(d.namespace, d.node_id) for d in candidates]
+    )
+    report.dead_lettered = [
+        Drift(d.kind, d.namespace, d.node_id, (letters[(d.namespace, d.node_id)],))
+        for d in candidates if (d.namespace, d.node_id) in letters
+    ]
+    candidates = [d for d in candidates if (d.namespace, d.node_id) not in letters]
     report.drift = candidates
     if repair_drift and candidates:
         report.repaired, report.not_repaired = repair(coord, es, alias, candidates)

@@ -60,8 +60,9 @@ from types import FrameType
 from typing import Any
 
 import psycopg
+from elasticsearch import ApiError
 
-from coordinator import Coordinator
+from coordinator import Coordinator, paths
 from coordinator.errors import CursorExpired, NotMigrated
 from coordinator.eventlog import Partition, Writer, notified_partitions, wait_for_bound
 from coordinator.indexing import consumer_for, wait_indexed
@@ -78,9 +79,11 @@ from .elasticsearch_index import (
     MappingOutdated,
     alias_targets,
     check_mapping,
+    content_limit_problem,
     ensure_alias,
     missing_alias_message,
     our_indices,
+    request_limit,
 )
 from .leases import Leases
 from .logs import log
@@ -131,6 +134,9 @@ class WorkerConfig:
     #: workers, one takes it). None (the default): never.
     snapshot_cron: str | None = None
     compact_retain: timedelta | None = None
+    #: The writers' content limit (``coordinator.Settings.max_content_bytes``): checked
+    #: at start against the search server's request limit (a warning if it cannot fit).
+    max_content_bytes: int = paths.MAX_CONTENT_BYTES
 
     @property
     def consumer_name(self) -> str:
@@ -708,11 +714,34 @@ class Worker:
 
     # ------------------------------------------------------------ helpers
 
+    def _check_request_limit(self) -> None:
+        """Warn when a file the writers accept may not fit in one request to the search
+        server. A server that does not let us read its settings only gets a note."""
+        try:
+            limit = request_limit(self.es)
+        except ApiError as exc:
+            log(logger, logging.WARNING, "search_server_limit_unknown",
+                error=f"{type(exc).__name__}: {exc}")
+            return
+        problem = content_limit_problem(limit, self.config.max_content_bytes)
+        if problem is not None:
+            log(logger, logging.WARNING, "content_limit_exceeds_search_server",
+                max_content_bytes=self.config.max_content_bytes,
+                search_server_limit=limit, problem=problem)
+
     def _reject(self, rejected: Rejected) -> None:
         metrics.DEAD_LETTERS.labels(self.consumer).inc()
-        log(logger, logging.ERROR, "document_rejected", namespace=rejected.namespace,
-            node_id=rejected.node_id, version=rejected.version, status=rejected.status,
-            error=rejected.error)
+        if rejected.too_large:
+            # The search server's limit, not a broken document: a warning, and the
+            # partition goes on (``indexer.bulk``: halving isolated this one).
+            metrics.TOO_LARGE.labels(self.consumer).inc()
+            log(logger, logging.WARNING, "document_too_large", namespace=rejected.namespace,
+                node_id=rejected.node_id, version=rejected.version, size=rejected.size,
+                error=rejected.error)
+        else:
+            log(logger, logging.ERROR, "document_rejected", namespace=rejected.namespace,
+                node_id=rejected.node_id, version=rejected.version, status=rejected.status,
+                error=rejected.error)
         deadletters.record(self.engine, self.consumer, rejected)
 
     def report_held_back(self, partition: int, waited: float, writers: list[Writer]) -> None:
@@ -798,6 +827,7 @@ class Worker:
                     return False
                 index = ensure_alias(self.es, self.config.alias, indexed=self._indexed_before())
                 check_mapping(self.es, index, self.config.alias)
+                self._check_request_limit()
                 checkpoints.ensure_layout(self.engine, self.consumer, self.config.partitions)
                 if self.config.once:
                     self.target = wait_for_bound(self.engine, wait=60.0)

@@ -10,7 +10,13 @@ import click
 
 from coordinator.indexing import consumer_for
 from indexer.contract import DEFAULT_ALIAS
-from pathkeeper.cli.options import ES_URL_ENV, check_duration, database_url_option, es_url_option
+from pathkeeper.cli.options import (
+    ES_URL_ENV,
+    check_duration,
+    database_url_option,
+    es_url_option,
+    max_content_bytes_option,
+)
 
 alias_option = click.option(
     "--alias", default=DEFAULT_ALIAS, show_default=True, help="Index alias the worker writes to."
@@ -63,12 +69,13 @@ def indexer() -> None:
               help="After each scheduled snapshot, compact the log keeping events younger "
                    "than this (7d, 12h, 30m, 0); never past a consumer's checkpoint. "
                    "Needs --snapshot-cron.")
+@max_content_bytes_option
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def run(
     database_url: str, es_url: str, alias: str, consumer: str, partitions: int, once: bool,
     batch_events: int, chunk_size: int, poll_interval: float, metrics_port: int | None,
     verify_cron: str | None, snapshot_cron: str | None, compact_retain: timedelta | None,
-    verbose: bool,
+    max_content_bytes: int, verbose: bool,
 ) -> None:
     """Run the worker until SIGTERM (or, with --once, until caught up)."""
     if compact_retain is not None and snapshot_cron is None:
@@ -82,6 +89,7 @@ def run(
         partitions=partitions, once=once, batch_events=batch_events, chunk_size=chunk_size,
         poll_interval=poll_interval, metrics_port=metrics_port, verify_cron=verify_cron,
         snapshot_cron=snapshot_cron, compact_retain=compact_retain,
+        max_content_bytes=max_content_bytes,
     )
     from indexer.checkpoints import LayoutMismatch
     from indexer.elasticsearch_index import IndexMissing, MappingOutdated

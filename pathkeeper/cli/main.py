@@ -18,7 +18,12 @@ from coordinator.settings import MAX_IMPORT_LINE_BYTES
 from pathkeeper.cli.errors import OperatorErrors
 from pathkeeper.cli.indexer import indexer, search_node
 from pathkeeper.cli.namespaces import ns, tree
-from pathkeeper.cli.options import DATABASE_URL_ENV, ES_URL_ENV, database_url_option
+from pathkeeper.cli.options import (
+    DATABASE_URL_ENV,
+    ES_URL_ENV,
+    database_url_option,
+    max_content_bytes_option,
+)
 from pathkeeper.cli.replay import reindex, replay, verify
 from pathkeeper.cli.retention import compact, snapshot
 from pathkeeper.cli.serve import keys, serve
@@ -116,14 +121,15 @@ def demo(
 
 @main.command("import")
 @database_url_option
+@max_content_bytes_option
 @click.option("--progress/--no-progress", default=None,
               help="A progress bar (default: when stderr is a terminal).")
 @click.option("--max-line-bytes", default=MAX_IMPORT_LINE_BYTES, show_default=True,
               type=click.IntRange(1), help="The longest line read (longer: refused).")
 @click.argument("namespace")
 @click.argument("file", type=click.File("rb"))
-def import_(namespace: str, file: BinaryIO, database_url: str, progress: bool | None,
-            max_line_bytes: int) -> None:
+def import_(namespace: str, file: BinaryIO, database_url: str, max_content_bytes: int,
+            progress: bool | None, max_line_bytes: int) -> None:
     """Import the nodes of FILE (JSON Lines, '-' for stdin) into NAMESPACE, all or nothing.
 
     One node a line: {"path": "/a/b", "kind": "dir"|"file", "content": "...",
@@ -133,8 +139,9 @@ def import_(namespace: str, file: BinaryIO, database_url: str, progress: bool | 
     from pathkeeper.cli.import_progress import progress_bar
 
     show = sys.stderr.isatty() if progress is None else progress
-    with Coordinator.connect(database_url, max_import_line_bytes=max_line_bytes) as coord, \
-            progress_bar(file, show) as on_progress:
+    with (Coordinator.connect(database_url, max_import_line_bytes=max_line_bytes,
+                              max_content_bytes=max_content_bytes) as coord,
+          progress_bar(file, show) as on_progress):
         result = coord.import_nodes(namespace, file, progress=on_progress)
     events = ("no events" if result.first_seq is None
               else f"events {result.first_seq}..{result.last_seq}")

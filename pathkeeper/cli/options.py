@@ -7,8 +7,11 @@ from datetime import timedelta
 
 import click
 
+from coordinator.paths import MAX_CONTENT_BYTES
+
 DATABASE_URL_ENV = "PATHKEEPER_DATABASE_URL"
 ES_URL_ENV = "PATHKEEPER_ES_URL"
+MAX_CONTENT_BYTES_ENV = "PATHKEEPER_MAX_CONTENT_BYTES"
 
 database_url_option = click.option(
     "--database-url",
@@ -21,6 +24,16 @@ es_url_option = click.option(
     envvar=ES_URL_ENV,
     required=True,
     help=f"Elasticsearch URL (env {ES_URL_ENV}).",
+)
+max_content_bytes_option = click.option(
+    "--max-content-bytes",
+    envvar=MAX_CONTENT_BYTES_ENV,
+    type=click.IntRange(min=1),
+    default=MAX_CONTENT_BYTES,
+    show_default=True,
+    help="The largest file content, in bytes of UTF-8: larger ones are refused on every "
+         f"write path, and the indexer checks that it fits the search server's request "
+         f"limit (env {MAX_CONTENT_BYTES_ENV}).",
 )
 
 

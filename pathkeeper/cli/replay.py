@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from indexer.bulk import Rejected
 from indexer.contract import DEFAULT_ALIAS
 from pathkeeper.cli.options import database_url_option, es_url_option
 
@@ -128,9 +129,24 @@ def _rebuild(
             click.echo(f"moved {result.checkpoints_moved} checkpoints of the live worker to "
                        f"position {result.final_position}: it reads on from the new index")
         click.echo(f"summary: {progress.summary.line()}")
-        return 0
+        return _report_too_large(result.too_large)
 
     _run(body)
+
+
+def _report_too_large(too_large: list[Rejected]) -> int:
+    """Name the documents a rebuild left out because the search server takes none of
+    them in a request: exit 1 (the index differs from PostgreSQL by them), as verify
+    does for drift. They are dead letters of the live worker now."""
+    if not too_large:
+        return 0
+    n = len(too_large)
+    noun = "document" if n == 1 else "documents"
+    click.echo(f"warning: {n} {noun} too large for the search server, left out of the index "
+               "(recorded as dead letters: pathkeeper indexer dead-letters):")
+    for r in too_large:
+        click.echo(f"  {r.namespace} {r.node_id} ({r.size} bytes)")
+    return EXIT_DRIFT
 
 
 @click.command("replay")
@@ -219,14 +235,18 @@ def verify(
                 es.close()
             click.echo(
                 f"index {alias}: {report.compared} documents compared, "
-                f"{len(report.drift)} drifted {report.by_kind()}"
+                f"{len(report.drift)} drifted {report.by_kind()}, "
+                f"{len(report.dead_lettered)} dead-lettered (pathkeeper indexer dead-letters)"
             )
             for d in report.drift[:50]:
                 extra = f" fields={','.join(d.fields)}" if d.fields else ""
                 click.echo(f"  {d.kind} {d.namespace} {d.node_id}{extra}")
+            for d in report.dead_lettered[:50]:
+                click.echo(f"  dead letter {d.namespace} {d.node_id}: {d.fields[0]}")
             if repair and report.drift:
                 click.echo(f"repaired {report.repaired}; not repaired (a newer version is "
-                           f"indexed): {len(report.not_repaired)}")
+                           f"indexed, or too large for the search server: a dead letter "
+                           f"now): {len(report.not_repaired)}")
             drift = bool(report.drift) and not (repair and not report.not_repaired)
             if check_log:
                 log_report = verify_log(coord, namespaces=namespaces or None, progress=progress)

@@ -11,7 +11,11 @@ import click
 
 from coordinator.settings import MAX_IMPORT_LINE_BYTES
 from indexer.contract import DEFAULT_ALIAS
-from pathkeeper.cli.options import DATABASE_URL_ENV, database_url_option
+from pathkeeper.cli.options import (
+    DATABASE_URL_ENV,
+    database_url_option,
+    max_content_bytes_option,
+)
 
 
 def is_loopback(host: str) -> bool:
@@ -50,6 +54,7 @@ def is_loopback(host: str) -> bool:
               help="Seconds an import may take, its upload included (503 beyond).")
 @click.option("--max-import-line-bytes", default=MAX_IMPORT_LINE_BYTES, show_default=True,
               type=click.IntRange(1), help="The longest line an import reads (413 beyond).")
+@max_content_bytes_option
 @click.option("--idempotency-ttl", default=24 * 3600.0, show_default=True, type=float,
               help="Seconds an Idempotency-Key is remembered.")
 @click.option("--log-level", default="info", show_default=True)
@@ -61,7 +66,7 @@ def serve(
     database_url: str, es_url: str | None, host: str, port: int, no_auth: bool,
     index_alias: str, max_inflight: int, max_inflight_per_key: int, max_long_polls: int,
     max_long_polls_per_key: int, statement_timeout: float, body_timeout: float,
-    import_timeout: float, max_import_line_bytes: int,
+    import_timeout: float, max_import_line_bytes: int, max_content_bytes: int,
     idempotency_ttl: float, log_level: str, workers: int,
 ) -> None:
     """Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs)."""
@@ -84,7 +89,8 @@ def serve(
         statement_timeout_seconds=statement_timeout, body_timeout_seconds=body_timeout,
         import_timeout_seconds=import_timeout,
         idempotency_ttl_seconds=idempotency_ttl,
-    ).with_coordinator(max_import_line_bytes=max_import_line_bytes)
+    ).with_coordinator(max_import_line_bytes=max_import_line_bytes,
+                       max_content_bytes=max_content_bytes)
     if no_auth:
         click.secho("WARNING: authentication is disabled (--no-auth); local development only",
                     fg="red", bold=True, err=True)

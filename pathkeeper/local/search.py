@@ -17,6 +17,7 @@ from pathkeeper.local.search_node import ENGINES, LocalSearchNode
 from pathkeeper.local.server import LocalServer, LocalServerError
 
 SEARCH_ENV = "PATHKEEPER_SEARCH"
+VERSION_ENV = "PATHKEEPER_SEARCH_VERSION"
 KINDS = (*ENGINES, "noida")
 
 
@@ -31,11 +32,14 @@ def search_kind() -> str:
 def new_local_search(data_dir: str | Path | None = None, port: int = 0, *,
                      engine: str | None = None, version: str | None = None) -> LocalServer:
     """A local search server, not yet started: of ``engine`` (and ``version``) when
-    given, else of the configured kind."""
-    kind = engine or search_kind()
-    if kind == "noida":
+    given, else of the configured kind and version (``PATHKEEPER_SEARCH``,
+    ``PATHKEEPER_SEARCH_VERSION``)."""
+    if engine is None:
+        engine = search_kind()
+        version = version or os.environ.get(VERSION_ENV, "").strip() or None
+    if engine == "noida":
         return LocalNoida(data_dir, port)
-    return LocalSearchNode(data_dir, port, engine=kind, version=version)
+    return LocalSearchNode(data_dir, port, engine=engine, version=version)
 
 
 __all__ = ["LocalServer", "LocalServerError", "new_local_search", "search_kind"]

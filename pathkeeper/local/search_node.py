@@ -94,8 +94,6 @@ DEFAULT_VERSION = {"elasticsearch": "8.19.21", "opensearch": "3.3.0"}
 #: The engine and version the whole test suite runs on by default.
 ELASTICSEARCH_VERSION = DEFAULT_VERSION["elasticsearch"]
 CENTRAL = "https://repo1.maven.org/maven2"
-#: Names the version of the local node when the caller does not.
-VERSION_ENV = "PATHKEEPER_SEARCH_VERSION"
 
 
 def release(engine: str, version: str | None = None) -> Release:
@@ -291,7 +289,7 @@ def _run_as() -> pwd.struct_passwd | None:
 
 class LocalSearchNode(LocalServer):
     """A running single search node (see ``LocalServer``) of ``engine`` and ``version``
-    (default: ``PATHKEEPER_SEARCH_VERSION``, else the engine's default version)."""
+    (default: the engine's default version)."""
 
     health_path = "/_cluster/health?wait_for_status=yellow&timeout=1s"
 
@@ -309,7 +307,7 @@ class LocalSearchNode(LocalServer):
         """``settings``: more lines of the node's configuration (e.g. a small
         ``http.max_content_length`` to meet the server's request limit in a test)."""
         super().__init__(data_dir, port, startup_timeout)
-        self.release = release(engine, version or os.environ.get(VERSION_ENV) or None)
+        self.release = release(engine, version)
         self.label = f"{self.release.engine.label} {self.release.version}"
         self.settings = dict(settings or {})
         self.heap = heap or os.environ.get("PATHKEEPER_ES_HEAP", "1g")

@@ -10,7 +10,6 @@ import anyio.to_thread
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from coordinator.errors import Unavailable
 from coordinator.importer import import_timed_out, iter_lines
 from pathkeeper.http.deps import WRITE, CoordDep, NsParam, SettingsDep
 from pathkeeper.http.operations import NAMESPACE_URL
