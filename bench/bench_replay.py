@@ -48,9 +48,8 @@ from coordinator.migrate import upgrade
 from coordinator.results import POSITION_BLOCK
 from indexer import elasticsearch_index, setfold
 from indexer.contract import index_action, is_indexed
-from indexer.fold import DEFAULT_SPILL_THRESHOLD, Folder
 from indexer.progress import Progress
-from indexer.replay import BULK_BYTES, BULK_CHUNK, current_bound, rebuild, scan_events
+from indexer.replay import BULK_BYTES, BULK_CHUNK, current_bound, rebuild
 from indexer.retention import take_snapshot
 from indexer.verify import verify_index, verify_log
 from pathkeeper.local.search import new_local_search
@@ -132,24 +131,7 @@ def generate(url: str, ns: str, dirs: int, files: int, changes: int) -> int:
     return n
 
 
-def fold_all(url: str, ns: str, spill_threshold: int = 10**12,
-             limit: int | None = None) -> tuple[Folder, float]:
-    """Fold ``ns``'s events (the first ``limit``); returns the folder (caller closes) and
-    the seconds it took."""
-    coord = Coordinator.connect(url)
-    folder = Folder(coord.engine, spill_threshold)
-    started = time.monotonic()
-    with coord.engine.connect() as conn:
-        for i, event in enumerate(scan_events(conn, until=current_bound(coord.engine),
-                                              namespaces=[ns])):
-            if limit is not None and i >= limit:
-                break
-            folder.apply(event)
-        conn.rollback()
-    return folder, time.monotonic() - started
-
-
-def materialize_nodes(url: str, folder: Folder | setfold.SetFold, ns: str) -> int:
+def materialize_nodes(url: str, folder: setfold.SetFold, ns: str) -> int:
     """Write ``nodes`` (and ``namespaces``) as the fold says, so that reindex and verify
     have a table to read; returns the node count."""
     tree = folder.trees[ns]
@@ -176,7 +158,7 @@ def materialize_nodes(url: str, folder: Folder | setfold.SetFold, ns: str) -> in
     return len(rows)
 
 
-def raw_bulk(es: Elasticsearch, folder: Folder | setfold.SetFold, ns: str, index: str,
+def raw_bulk(es: Elasticsearch, folder: setfold.SetFold, ns: str, index: str,
              alias: str | None = None) -> tuple[int, float]:
     """The documents of ``ns`` as replay writes them, bulk-loaded with the same client
     settings into an index created the same way; only the bulk is timed."""
@@ -264,12 +246,12 @@ def set_fold(url: str, ns: str, until: int, snapshots: bool = False
 
 
 def fold_part(args: argparse.Namespace, url: str, report: Callable[..., None]) -> None:
-    """For a namespace below and one above the spill size: raw read vs set fold,
+    """For a namespace below and one above the old spill size: raw read vs set fold,
     alternating, ``--rounds`` times; --until half-way; from a snapshot; streaming the
     result; the old sequential fold on a sample of the small one; verify_log of the big
     one."""
-    sizes = [("below spill size", "fs", args.small_nodes, args.small_events),
-             ("above spill size", "fb", args.big_nodes, args.big_events)]
+    sizes = [("below old spill size", "fs", args.small_nodes, args.small_events),
+             ("above old spill size", "fb", args.big_nodes, args.big_events)]
     engine = create_engine(sqlalchemy_url(url))
     for label, ns, nodes, events in sizes:
         dirs = max(1, nodes // 100)
@@ -330,21 +312,12 @@ def fold_part(args: argparse.Namespace, url: str, report: Callable[..., None]) -
                    f"{n / fold_s:,.0f} log events/s equivalent")
         with engine.begin() as conn:  # the next namespace's numbers start from the log again
             conn.execute(text("DELETE FROM log_snapshots"))
-    # The old sequential fold, on a sample of the small namespace (it is slow).
-    folder, secs = fold_all(url, "fs", limit=args.spill_sample)
-    report("sequential fold (indexer.fold), in memory", f"{folder.events:,} events",
-           f"{secs:.1f}", f"{folder.events / secs:,.0f} events/s")
-    folder.close()
-    folder, secs = fold_all(url, "fs", 1000, args.spill_sample // 4)
-    report("sequential fold, spilled to PostgreSQL", f"{folder.events:,} events",
-           f"{secs:.1f}", f"{folder.events / secs:,.0f} events/s")
-    folder.close()
     # verify_log of the big namespace: nodes written from the fold, in SQL (setup only).
     materialize_sql(url, "fb")
     coord = Coordinator.connect(url)
     rep = verify_log(coord, namespaces=["fb"])
     assert rep.ok, (rep.drift[:3], rep.anomalies[:3])
-    report("verify_log (set fold + join with nodes), above spill size",
+    report("verify_log (set fold + join with nodes), above old spill size",
            f"{rep.events:,} events, {rep.nodes:,} nodes", f"{rep.seconds:.1f}",
            f"{rep.events / rep.seconds:,.0f} events/s")
     coord.close()
@@ -559,13 +532,11 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=100_000,
                         help="live documents the replay history ends with")
     parser.add_argument("--verify-nodes", type=int, default=200_000)
-    parser.add_argument("--spill-sample", type=int, default=100_000,
-                        help="events folded by the old sequential fold (it is slower)")
-    parser.add_argument("--small-nodes", type=int, default=DEFAULT_SPILL_THRESHOLD // 5,
-                        help="nodes of the namespace below the spill size")
-    parser.add_argument("--small-events", type=int, default=DEFAULT_SPILL_THRESHOLD)
+    parser.add_argument("--small-nodes", type=int, default=100_000,
+                        help="nodes of the namespace below the old spill size")
+    parser.add_argument("--small-events", type=int, default=500_000)
     parser.add_argument("--big-nodes", type=int, default=1_000_000,
-                        help="nodes of the namespace above the spill size")
+                        help="nodes of the namespace above the old spill size")
     parser.add_argument("--big-events", type=int, default=5_000_000)
     parser.add_argument("--rounds", type=int, default=2,
                         help="rounds of raw read / fold / raw bulk / replay (medians)")

@@ -9,7 +9,7 @@ The procedure (``rebuild``), for alias A (e.g. ``pathkeeper-nodes``):
    hold the lease, no living process is building them);
 2. pick a bound V0: a safe position of the log (every event <= V0 is committed,
    see ``coordinator.eventlog``), or ``--until``;
-3. compute the state as of V0: fold the events <= V0 (replay, ``indexer.fold``,
+3. compute the state as of V0: fold the events <= V0 (replay, ``indexer.setfold``,
    never reading ``nodes``) or read ``nodes`` in one REPEATABLE READ snapshot
    opened *after* V0 was taken (reindex: every event <= V0 is in the snapshot;
    events after V0 that are also in it are re-applied by the tail, harmlessly);
@@ -71,7 +71,6 @@ from . import bulk, checkpoints, contract, deadletters, elasticsearch_index, set
 from .applier import Applier
 from .bulk import Alive, Rejected, resolve_conflicts, stream_answers
 from .contract import building_marker, delete_action, index_action, is_indexed
-from .fold import DEFAULT_SPILL_THRESHOLD, Folder
 from .prefetch import prefetched
 from .progress import Progress
 from .setfold import SetFold
@@ -200,14 +199,10 @@ def fold_log(
     until: int,
     namespaces: Sequence[str] | None,
     progress: Progress,
-    spill_threshold: int = DEFAULT_SPILL_THRESHOLD,
 ) -> SetFold:
     """Fold the log as of ``until`` (replay's source), from the newest snapshot at or below
     it plus the events after it, by PostgreSQL (``indexer.setfold``); the caller closes
-    the result. Raises ``ReplayError`` if compaction deleted events it would need.
-    ``spill_threshold`` is kept for callers of the sequential fold: the set fold keeps
-    every namespace in PostgreSQL whatever its size."""
-    del spill_threshold
+    the result. Raises ``ReplayError`` if compaction deleted events it would need."""
     progress.phase("fold events", unit="events")
     try:
         folded = setfold.fold(engine, until=until, namespaces=namespaces)
@@ -225,7 +220,7 @@ def fold_log(
     return folded
 
 
-def folded_nodes(folder: SetFold | Folder) -> Iterator[Node]:
+def folded_nodes(folder: SetFold) -> Iterator[Node]:
     """Every indexed node of a folded log."""
     for ns in folder.namespaces():
         for node in folder.trees[ns].nodes():
@@ -240,13 +235,11 @@ def state_nodes(
     until: int,
     namespaces: Sequence[str] | None,
     progress: Progress,
-    spill_threshold: int,
 ) -> Iterator[Node]:
     """The nodes as of ``until``: from the log (folded now, before anything is written)
     or from a snapshot (opened lazily, when the caller starts reading)."""
     if source == "events":
-        folder = stack.enter_context(fold_log(engine, until, namespaces, progress,
-                                              spill_threshold))
+        folder = stack.enter_context(fold_log(engine, until, namespaces, progress))
         return folded_nodes(folder)
     return snapshot_nodes(engine, namespaces)
 
@@ -475,7 +468,6 @@ def rebuild(
     dry_run: bool = False,
     keep_old: bool = False,
     progress: Progress | None = None,
-    spill_threshold: int = DEFAULT_SPILL_THRESHOLD,
     after_load: Callable[[str], None] | None = None,
     consumer: str | None = None,
 ) -> RebuildResult:
@@ -506,7 +498,7 @@ def rebuild(
             progress.note(f"--until {until} is past the safe end of the log; using {bound}")
         result = RebuildResult(source, alias, None, v0, v0, dry_run=dry_run)
         rejected: list[Rejected] = []
-        nodes = state_nodes(stack, source, engine, v0, namespaces, progress, spill_threshold)
+        nodes = state_nodes(stack, source, engine, v0, namespaces, progress)
         if dry_run:
             result.documents = sum(1 for _ in nodes)
             result.seconds = time.monotonic() - started
@@ -572,7 +564,6 @@ def rebuild_namespaces(
     alias: str = contract.DEFAULT_ALIAS,
     dry_run: bool = False,
     progress: Progress | None = None,
-    spill_threshold: int = DEFAULT_SPILL_THRESHOLD,
 ) -> RebuildResult:
     """Rebuild only ``namespaces``, in place in the index behind ``alias``.
 
@@ -590,7 +581,7 @@ def rebuild_namespaces(
     with ReplayLease(engine, alias), ExitStack() as stack:
         v0 = current_bound(engine)
         result = RebuildResult(source, alias, None, v0, v0, dry_run=dry_run)
-        nodes = state_nodes(stack, source, engine, v0, wanted, progress, spill_threshold)
+        nodes = state_nodes(stack, source, engine, v0, wanted, progress)
         if dry_run:
             result.documents = sum(1 for _ in nodes)
             result.seconds = time.monotonic() - started

@@ -48,7 +48,6 @@ from .contract import (
     index_action,
     is_indexed,
 )
-from .fold import DEFAULT_SPILL_THRESHOLD
 from .index_scan import stream_index_docs
 from .progress import Progress
 from .replay import ReplayError, current_bound, record_left_out, walk_nodes
@@ -352,7 +351,6 @@ def verify_log(
     coord: Coordinator,
     *,
     namespaces: Sequence[str] | None = None,
-    spill_threshold: int = DEFAULT_SPILL_THRESHOLD,
     progress: Progress | None = None,
 ) -> LogReport:
     """Fold the log and compare it with ``nodes`` (ids, parents, names, kinds, content,
@@ -360,9 +358,7 @@ def verify_log(
 
     The fold is ``indexer.setfold`` (the newest stored snapshot plus the events after
     it), run in the same REPEATABLE READ transaction as the read of ``nodes``, and the
-    comparison is one join in PostgreSQL: only differences come back to Python.
-    ``spill_threshold`` is ignored (kept for callers of the sequential fold)."""
-    del spill_threshold
+    comparison is one join in PostgreSQL: only differences come back to Python."""
     progress = progress or Progress(enabled=False)
     started = time.monotonic()
     report = LogReport()

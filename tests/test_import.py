@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from reliability.dbcheck import (
     counts,
     fold_log,
-    indexer_fold_rows,
+    setfold_rows,
     table_rows,
     tree_violations,
 )
@@ -51,10 +51,10 @@ def jl(*objs: dict[str, Any]) -> list[str]:
 def check_log_explains_table(coord: Coordinator, ns: str) -> None:
     """The stored tree is valid and both folds of the log rebuild it exactly."""
     assert tree_violations(coord.engine, ns) == []
-    fold, events = fold_log(coord)  # strict: payload paths must be the real paths
+    fold, _events = fold_log(coord)  # strict: payload paths must be the real paths
     stored = table_rows(coord.engine, ns)
     assert fold.trees[ns].rows() == stored
-    assert indexer_fold_rows(events, ns) == stored
+    assert setfold_rows(coord.engine, ns) == stored
 
 
 def paths_of(coord: Coordinator, ns: str) -> dict[str, tuple[str, str | None]]:

@@ -9,7 +9,7 @@ from sqlalchemy import Engine, text
 from coordinator import Coordinator, Event
 from coordinator.results import block_end
 from indexer import setfold
-from indexer.fold import fold as indexer_fold
+from indexer.replay import current_bound
 
 from .fold_check import Fold
 
@@ -115,33 +115,35 @@ def fold_log(
         cursor = nxt
 
 
-def indexer_fold_rows(events: list[Event], ns: str) -> dict[str, Row]:
-    """The table as ``indexer.fold`` (the replay's fold, strict) rebuilds it from ``events``."""
-    with indexer_fold(events, strict=True) as folder:
-        return {
-            n.id: (n.parent_id, n.name, n.kind, n.version, n.content, dict(n.metadata))
-            for n in folder.trees[ns].nodes_by_id()
-        }
+def setfold_rows(engine: Engine, ns: str) -> dict[str, Row]:
+    """The table as ``indexer.setfold`` (replay's and verify's fold, in PostgreSQL)
+    rebuilds it from the whole committed log, without snapshots."""
+    with setfold.fold(engine, until=current_bound(engine), namespaces=[ns],
+                      use_snapshots=False) as got:
+        if ns not in got.namespaces():
+            return {}
+        return {n.id: (n.parent_id, n.name, n.kind, n.version, n.content, dict(n.metadata))
+                for n in got.trees[ns].nodes_by_id()}
 
 
 def set_fold_violations(engine: Engine, events: list[Event], ns: str,
                         table: dict[str, Row], samples: int = 12) -> list[str]:
-    """``indexer.setfold`` (replay's and verify's fold, in PostgreSQL) against the
-    sequential ``indexer.fold`` of the same prefix of the log, at a sample of the
+    """``indexer.setfold`` (replay's and verify's fold, in PostgreSQL) against this
+    suite's own fold (``fold_check``) of the same prefix of the log, at a sample of the
     transaction boundaries of ``events``, and against ``nodes`` at the end."""
     out: list[str] = []
     ends = sorted({block_end(e.position) for e in events})
     for until in [*ends[:: max(1, len(ends) // samples)], ends[-1]]:
-        with indexer_fold([e for e in events if e.position <= until], strict=True) as ref:
-            want = {n.id: (n.parent_id, n.name, n.kind, n.version, n.content,
-                           dict(n.metadata), n.path) for n in ref.trees[ns].nodes_by_id()}
+        ref = Fold(strict_paths=False)
+        ref.apply_all([e for e in events if e.position <= until])
+        want = ref.trees[ns].rows_with_paths() if ns in ref.trees else {}
         with setfold.fold(engine, until=until, namespaces=[ns], use_snapshots=False) as got:
             have = {n.id: (n.parent_id, n.name, n.kind, n.version, n.content,
                            dict(n.metadata), n.path) for n in got.trees[ns].nodes_by_id()}
             if got.anomalies.count:
                 out.append(f"setfold as of {until}: anomalies {got.anomalies.first[:3]}")
         if have != want:
-            out.append(f"setfold as of {until} differs from indexer.fold of the same prefix")
+            out.append(f"setfold as of {until} differs from fold_check of the same prefix")
     if {k: v[:6] for k, v in have.items()} != table:
         out.append("setfold of the whole log differs from the nodes table")
     return out

@@ -28,7 +28,7 @@ from coordinator import Coordinator
 from coordinator.errors import CoordinatorError, Unavailable
 from indexer.worker import Worker
 
-from .dbcheck import fold_log, indexer_fold_rows, table_rows, tree_violations
+from .dbcheck import fold_log, setfold_rows, table_rows, tree_violations
 from .history_check import Call, Ev, Report, check_history
 from .history_client import describe, random_call
 
@@ -124,14 +124,14 @@ def check_run(
     events = events_of(coord, ns)
     report = check_history(calls, events, setup_seqs)
     report.violations += tree_violations(coord.engine, ns)
-    fold, read = fold_log(coord, [ns], strict_paths=False)
+    fold, _read = fold_log(coord, [ns], strict_paths=False)
     if fold.applied != len(events):
         report.violations.append(f"read_events gave {fold.applied} of {len(events)} events")
     table = table_rows(coord.engine, ns)
     if fold.trees[ns].rows() != table:
         report.violations.append("the folded event log differs from the nodes table")
-    if indexer_fold_rows(read, ns) != table:
-        report.violations.append("indexer.fold of the event log differs from the nodes table")
+    if setfold_rows(coord.engine, ns) != table:
+        report.violations.append("setfold of the event log differs from the nodes table")
     report.counters["stale_payload_paths"] = len(fold.stale_paths)
     report.counters["nodes_at_end"] = len(fold.trees[ns].nodes)
     return report

@@ -14,8 +14,9 @@ may carry the old path at a later position than the rename). With
 ``strict_paths`` (sequential histories) a payload path that is not the node's
 path in log order is an error; otherwise it is counted in ``stale_paths``.
 
-This is the test's own fold; the indexer's replay has its own, so the two check
-each other rather than sharing a mistake.
+This is the test's own fold, written from the events' wire form (not from
+``coordinator.events``), so it and the production fold (``indexer.setfold``, the same
+log folded set at a time in PostgreSQL) check each other rather than share a mistake.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ class EventLike(Protocol):
     def node_id(self) -> str | None: ...
     @property
     def payload(self) -> dict[str, Any]: ...
+
+
+#: Every payload's version, as stored (version 1 of every event is all there is).
+PAYLOAD_VERSION_KEY = "v"
 
 
 class FoldError(AssertionError):
@@ -73,6 +78,12 @@ class FTree:
     def rows(self) -> dict[str, tuple[str | None, str, str, int, str | None, dict[str, Any]]]:
         return {i: n.row() for i, n in self.nodes.items()}
 
+    def rows_with_paths(
+        self,
+    ) -> dict[str, tuple[str | None, str, str, int, str | None, dict[str, Any], str]]:
+        """``rows`` and each node's path."""
+        return {i: (*n.row(), self.path_of(i)) for i, n in self.nodes.items()}
+
 
 class Fold:
     """Trees per namespace, built by applying events in position order."""
@@ -95,6 +106,8 @@ class Fold:
         handler = getattr(self, "_" + e.type, None)
         if handler is None:
             raise FoldError(f"unknown event type {e.type!r} at {e.position}")
+        if e.payload.get(PAYLOAD_VERSION_KEY, 1) != 1:
+            raise FoldError(f"unknown payload version of {e.type!r} at {e.position}")
         try:
             handler(e, e.payload)
         except (KeyError, TypeError) as exc:
@@ -151,7 +164,17 @@ class Fold:
         self._expect(node.kind == "file" and p["id"] == e.node_id, e, "not a file")
         self._expect(p["version"] == node.version + 1, e, f"version after {node.version}")
         self._path(tree, node.id, p["path"], e)
-        node.content, node.metadata, node.version = p["content"], p["metadata"], p["version"]
+        node.content, node.version = p["content"], p["version"]
+        if p.get("metadata") is not None:  # absent or None: unchanged
+            node.metadata = p["metadata"]
+
+    def _metadata_set(self, e: EventLike, p: dict[str, Any]) -> None:
+        tree = self._tree(e)
+        node = tree.nodes[p["id"]]
+        self._expect(p["id"] == e.node_id, e, "id")
+        self._expect(p["version"] == node.version + 1, e, f"version after {node.version}")
+        self._path(tree, node.id, p["path"], e)
+        node.metadata, node.version = p["metadata"], p["version"]
 
     def _moved(self, e: EventLike, p: dict[str, Any]) -> None:
         tree = self._tree(e)

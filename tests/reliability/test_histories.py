@@ -35,8 +35,8 @@ from coordinator import Coordinator
 
 from .dbcheck import (
     fold_log,
-    indexer_fold_rows,
     set_fold_violations,
+    setfold_rows,
     table_rows,
     tree_violations,
 )
@@ -138,8 +138,8 @@ def run_history(
     table = table_rows(coord.engine, NS)
     if fold.trees[NS].rows() != table:
         violations.append("the folded event log differs from the nodes table")
-    if indexer_fold_rows(read, NS) != table:
-        violations.append("indexer.fold of the event log differs from the nodes table")
+    if setfold_rows(coord.engine, NS) != table:
+        violations.append("setfold of the event log differs from the nodes table")
     # Replay's and verify's fold (set-based, in PostgreSQL) agrees with the sequential one
     # at transaction boundaries of this concurrent history, and with the table at its end.
     violations += set_fold_violations(coord.engine, read, NS, table)

@@ -34,7 +34,7 @@ from coordinator import Coordinator
 from coordinator.errors import CoordinatorError
 from coordinator.results import POSITION_BLOCK, MutationResult, Node
 
-from .dbcheck import indexer_fold_rows
+from .dbcheck import setfold_rows
 from .fold_check import Fold
 from .model import MResult, Namespace, View
 
@@ -310,14 +310,13 @@ class TreeMachine(RuleBasedStateMachine):
 
 
     def teardown(self) -> None:
-        """At the end of an example, the replay's own fold (``indexer.fold``) must
-        rebuild the same tree from the same events."""
-        events, _ = self.coord.read_events(None, limit=100_000, namespaces=[self.ns], wait=30)
+        """At the end of an example, replay's and verify's fold (``indexer.setfold``)
+        must rebuild the same tree from the same log."""
         table = {
             n.id: (n.parent_id, n.name, n.kind, n.version, n.content, n.metadata)
             for n in self.coord.walk(self.ns)
         }
-        assert indexer_fold_rows(events, self.ns) == table, "indexer.fold differs from tree"
+        assert setfold_rows(self.coord.engine, self.ns) == table, "setfold differs from tree"
 
 
 def test_coordinator_agrees_with_model(coord: Coordinator, long_run: bool) -> None:
