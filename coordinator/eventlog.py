@@ -12,12 +12,12 @@ The mechanism (no writer ever waits for another writer or for a reader):
   is the base of a block owned by this transaction alone; its events use
   ``base, base+1, ...``. So a transaction's events form one contiguous range.
   In that same statement, before ``nextval``, it (a) forces its transaction id
-  (``pg_current_xact_id()``), then (b) takes the *position lock*, a
-  transaction-level advisory lock in shared mode
-  (``pg_advisory_xact_lock_shared(POSITION_LOCK_CLASS, oid of the sequence)``).
-  Writers never conflict on it (all take it shared; nobody takes it exclusive).
-  It only marks, in ``pg_locks`` and in this database, the transactions that may
-  hold a block: nothing else takes it.
+  (``pg_current_xact_id()``), then (b) takes the *position lock*: ROW SHARE on the
+  empty table ``pathkeeper_locks.position_lock`` (``POSITION_LOCK_SQL``, a
+  ``LOCK TABLE`` in a function of migration 0010), held until the transaction ends.
+  Writers never conflict on it (ROW SHARE conflicts only with EXCLUSIVE and ACCESS
+  EXCLUSIVE, which nothing of ours takes). It only marks, in ``pg_locks`` and in this
+  database, the transactions that may hold a block: nothing else takes it.
 * Imports (``coordinator/importer.py``) are the one writer with more events than a
   block holds: in the same kind of claiming statement (id, then lock, then
   ``nextval``) they take several values and use a run of consecutive ones, so their
@@ -39,10 +39,12 @@ The mechanism (no writer ever waits for another writer or for a reader):
      ``pg_locks``). Every transaction that holds such a block took the lock, and
      had its id, before its ``nextval``, so before step 1: it either ended before
      step 2 (committed: visible to any later statement; aborted: never visible),
-     or is listed, with its id. (The lock is in the server's shared lock table
-     before ``nextval`` changes the sequence's page, and ``pg_locks`` reads that
-     table under the same kind of locks: a reader that saw the new value in
-     step 1 sees the lock in step 2);
+     or is listed, with its id. (The lock is recorded before ``nextval`` changes
+     the sequence's page, and ``pg_locks`` reads it under the same kind of locks:
+     a reader that saw the new value in step 1 sees the lock in step 2. ROW SHARE
+     is a weak relation lock, usually recorded in the writer's own fast-path
+     slots rather than in the shared lock table; ``pg_locks`` reads those too,
+     each backend's under the lightweight lock the writer took to record it);
   3. wait until every listed transaction has ended: until none of them holds the
      position lock under its virtual id nor any of its transaction ids. Either
      goes away only at the end of the transaction, after its commit became
@@ -81,6 +83,28 @@ one past the latest *completed* transaction id, and running transactions with an
 id at or above it are not listed. A writer that got its id after the last commit
 would be missed, and the reader would move past its block (the test
 ``test_open_transaction_with_the_newest_id_is_not_skipped`` caught exactly this).
+
+Why a lock on a table of ours and not an advisory lock (what it was): an advisory lock
+of any key can be taken by any role that can connect, and ours was public (a constant
+and the sequence's oid). A role with no privilege on our tables took it in shared mode
+and the reader waited for it as for a writer, for as long as its session lived; in
+exclusive mode every writer's claim waited for it and failed at ``lock_timeout``. A
+table lock needs privileges, and the lock table is in a schema of its own on which
+PUBLIC has nothing: a role without USAGE on it cannot even name the table, so it can
+take no lock on it in any mode, not even the ones PostgreSQL takes while parsing a
+statement, before it checks privileges (``PREPARE ... SELECT ... FOR UPDATE`` would
+hold ROW SHARE on a table of the public schema with no privilege at all, an
+``INSERT`` prepared the same way ROW EXCLUSIVE). What a role can reach by the table's
+oid alone (``pg_relation_size``) is ACCESS SHARE, for one call: it conflicts with no
+writer and is not the mode the reader looks for. So the reader needs no list of roles to
+tell writers from outsiders: only a role that may write our tables (the owner, or one
+granted USAGE on the schema and UPDATE on the table, which is a writer) can hold the
+lock, and filtering ``pg_locks`` by role instead would still have let an outsider's
+exclusive lock stop every write. ``tests/test_foreign_role_locks.py`` has a role with
+nothing but CONNECT try each of these. A superuser, or the owner, can of course still
+stop anything: they are not outsiders. Another installation in another schema of the
+same database shares the lock table: its readers and ours wait for each other's
+writers, which is safe (waiting is never wrong), only slower.
 
 Why the statement forces the id explicitly, and in a WHERE clause: ``pg_current_xact_id()``
 is STABLE, and an unused stable output column of a subquery is replaced by NULL
@@ -157,15 +181,17 @@ def block_end(position: int) -> int:
     return (position // POSITION_BLOCK) * POSITION_BLOCK + POSITION_BLOCK - 1
 
 
-#: Writers hold ``pg_advisory_xact_lock_shared(POSITION_LOCK_CLASS, <oid of the sequence>)``
-#: from just before they take their block until their transaction ends ("Pathkeeper
-#: Position Sequence"). The sequence's oid as the second key keeps two installations in
-#: different schemas of one database apart.
-POSITION_LOCK_CLASS = 0x504B5053
-_SEQ_OID = "CAST(CAST('event_position_seq' AS regclass) AS oid)"
-#: The call a writer makes before ``nextval('event_position_seq')`` (see the docstring).
-POSITION_LOCK_SQL = (
-    f"pg_advisory_xact_lock_shared({POSITION_LOCK_CLASS}, CAST({_SEQ_OID} AS integer))"
+#: Writers hold ROW SHARE on this table (migration 0010; it never holds rows) from just
+#: before they take their block until their transaction ends: the *position lock*.
+POSITION_LOCK_TABLE = "pathkeeper_locks.position_lock"
+#: The call a writer makes before ``nextval('event_position_seq')`` (see the docstring):
+#: ``LOCK TABLE`` in a function, so that it fits in the writer's one claiming statement.
+POSITION_LOCK_SQL = "pathkeeper_locks.take_position_lock()"
+# The lock table's oid, found through the catalogs: a session that may read the log but
+# has no USAGE on the lock's schema (a monitoring role) can still list its holders.
+_LOCK_TABLE_OID = (
+    "(SELECT c.oid FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace "
+    "WHERE s.nspname = 'pathkeeper_locks' AND c.relname = 'position_lock')"
 )
 
 #: The claim a writer makes before its ``nextval``, as a subquery. The subqueries run
@@ -326,9 +352,9 @@ def notified_partitions(payload: str | None, count: int) -> set[int] | None:
 
 # Rows of pg_locks that are a writer's hold on the position lock, in this database.
 _IS_POSITION_LOCK = (
-    "locktype = 'advisory' AND granted AND mode = 'ShareLock' "
+    "locktype = 'relation' AND granted AND mode = 'RowShareLock' "
     "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
-    f"AND classid = {POSITION_LOCK_CLASS} AND objid = {_SEQ_OID} AND objsubid = 2"
+    f"AND relation = {_LOCK_TABLE_OID}"
 )
 _IS_XID_LOCK = "locktype = 'transactionid' AND mode = 'ExclusiveLock' AND granted"
 
@@ -338,7 +364,7 @@ _IS_XID_LOCK = "locktype = 'transactionid' AND mode = 'ExclusiveLock' AND grante
 HOLDERS_SQL = text(
     f"""
     WITH l AS MATERIALIZED (
-        SELECT locktype, database, classid, objid, objsubid, transactionid,
+        SELECT locktype, database, relation, transactionid,
                virtualtransaction, mode, granted
         FROM pg_locks
     ), holders AS (

@@ -1,0 +1,157 @@
+"""Roles with no business with our tables cannot stop the log, writes or snapshots.
+
+The position lock (``coordinator/eventlog.py``) and the scheduled snapshot's lock
+(``indexer/retention.py``) are locks a role with nothing but CONNECT must not be able to
+take, in any mode. Each test creates such a role in the throwaway cluster, has it try
+every way we know to take them (the keys and calls our own code uses, the tables by name,
+the parse-time locks of PREPARE), keeps its transaction or session open, and checks that
+our writes, log reads and snapshots go on as if it were not there."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+import pytest
+from sqlalchemy import text
+
+from coordinator import Coordinator
+from coordinator.db import libpq_url
+from coordinator.eventlog import POSITION_LOCK_SQL, writers_in_flight
+from indexer import retention
+from indexer.retention import scheduled_snapshot, snapshot_lock
+from pathkeeper.local.postgres import LocalPostgres
+
+#: The advisory key the position lock had (a constant and the sequence's oid): public.
+OLD_POSITION_LOCK_CLASS = 0x504B5053
+
+SHARED = (
+    f"SELECT pg_advisory_xact_lock_shared({OLD_POSITION_LOCK_CLASS}, "
+    "CAST(CAST(CAST('event_position_seq' AS regclass) AS oid) AS integer))",
+    f"SELECT {POSITION_LOCK_SQL}",
+    "LOCK TABLE pathkeeper_locks.position_lock IN ROW SHARE MODE",
+    "PREPARE shared_at_parse AS SELECT FROM pathkeeper_locks.position_lock FOR UPDATE",
+    "SELECT pg_relation_size(c.oid) FROM pg_class c JOIN pg_namespace n "
+    "ON n.oid = c.relnamespace WHERE n.nspname = 'pathkeeper_locks'",
+)
+EXCLUSIVE = (
+    f"SELECT pg_advisory_xact_lock({OLD_POSITION_LOCK_CLASS}, "
+    "CAST(CAST(CAST('event_position_seq' AS regclass) AS oid) AS integer))",
+    "LOCK TABLE pathkeeper_locks.position_lock IN ACCESS EXCLUSIVE MODE",
+    "PREPARE exclusive_at_parse AS INSERT INTO pathkeeper_locks.position_lock DEFAULT VALUES",
+)
+#: The advisory key the scheduled snapshot's lock had: public too.
+OLD_SNAPSHOT_LOCK_CLASS = 0x534E4150
+
+SNAPSHOT = (
+    f"SELECT pg_advisory_lock({OLD_SNAPSHOT_LOCK_CLASS}, 0)",
+    "LOCK TABLE pathkeeper_locks.snapshot_lock IN ACCESS EXCLUSIVE MODE",
+)
+
+
+@pytest.fixture
+def outsider(database_url: str, pg_cluster: LocalPostgres) -> Iterator[str]:
+    """A libpq URL of our database for a fresh role that has CONNECT and nothing else."""
+    role = f"outsider_{uuid.uuid4().hex[:12]}"
+    url = libpq_url(database_url)
+    dbname = url.rsplit("/", 1)[-1].split("?")[0]
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN".encode())
+        admin.execute(f"REVOKE ALL ON DATABASE {dbname} FROM PUBLIC".encode())
+        admin.execute(f"GRANT CONNECT ON DATABASE {dbname} TO {role}".encode())
+    yield role
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (role,)
+        )
+        admin.execute(f"DROP OWNED BY {role}".encode())
+        admin.execute(f"DROP ROLE {role}".encode())
+
+
+@contextmanager
+def outsider_trying(database_url: str, role: str, attempts: tuple[str, ...]) -> Iterator[list[str]]:
+    """A session of ``role`` with an open transaction in which it tried each of
+    ``attempts`` (each in a savepoint, so one refused does not end the others); the
+    session's own advisory locks stay too. Yields the attempts that succeeded."""
+    with psycopg.connect(libpq_url(database_url), user=role, autocommit=True) as conn:
+        assert conn.execute("SELECT current_user").fetchone() == (role,)
+        took: list[str] = []
+        conn.execute("BEGIN")
+        for sql in attempts:
+            conn.execute("SAVEPOINT attempt")
+            try:
+                conn.execute(sql.encode())
+            except psycopg.Error:
+                conn.execute("ROLLBACK TO SAVEPOINT attempt")
+            else:
+                conn.execute("RELEASE SAVEPOINT attempt")
+                took.append(sql)
+        try:
+            yield took
+        finally:
+            conn.execute("ROLLBACK")
+
+
+def test_the_outsider_has_only_connect(database_url: str, outsider: str) -> None:
+    with psycopg.connect(libpq_url(database_url), user=outsider, autocommit=True) as conn, \
+            pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute("SELECT count(*) FROM events")
+
+
+@pytest.mark.parametrize("mode", ["shared", "exclusive"])
+def test_a_role_without_privileges_stops_neither_writes_nor_reads(
+    coord: Coordinator, database_url: str, outsider: str, mode: str
+) -> None:
+    coord.create_namespace("t")
+    events, start = coord.read_events(wait=5.0)
+    attempts = SHARED if mode == "shared" else EXCLUSIVE
+    with outsider_trying(database_url, outsider, attempts):
+        began = time.monotonic()
+        made = coord.mkdir("t", "/during")  # the coordinator's lock_timeout is 5 s
+        assert time.monotonic() - began < 2.0
+        events, cursor = coord.read_events(after=start, wait=0.5)
+        assert [e.position for e in events] == [made.seq]
+        assert made.seq is not None and cursor >= made.seq
+        assert writers_in_flight(coord.engine) == []
+
+
+def test_a_role_without_privileges_cannot_hold_the_snapshot_lock(
+    coord: Coordinator, database_url: str, outsider: str
+) -> None:
+    coord.create_namespace("s")
+    coord.mkdir("s", "/a")
+    with outsider_trying(database_url, outsider, SNAPSHOT):
+        run = scheduled_snapshot(coord.engine)
+    assert run.outcome == "taken", run
+
+
+def skipped(reason: str) -> float:
+    counter = retention.SNAPSHOT_SKIPPED
+    value: float = counter.labels(reason=reason)._value.get()  # type: ignore[attr-defined]
+    return value
+
+
+def test_a_skipped_snapshot_is_counted_and_logged_as_a_warning_naming_the_holder(
+    coord: Coordinator, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="pathkeeper.retention")
+    coord.create_namespace("s")
+    before = skipped("lock_held")
+    with snapshot_lock(coord.engine) as held:
+        assert held
+        with coord.engine.connect() as conn:
+            holder = int(conn.execute(text(
+                "SELECT pid FROM pg_locks WHERE locktype = 'relation' AND granted AND "
+                "relation = CAST('pathkeeper_locks.snapshot_lock' AS regclass)"
+            )).scalar_one())
+        run = scheduled_snapshot(coord.engine)
+    assert run.outcome == "skipped"
+    assert skipped("lock_held") == before + 1
+    [record] = [r for r in caplog.records if r.getMessage() == "snapshot_skipped"]
+    assert record.levelno == logging.WARNING
+    fields = record.fields  # type: ignore[attr-defined]
+    assert fields["reason"] == run.reason and f"pid {holder}" in run.reason, run.reason
