@@ -155,3 +155,40 @@ def test_a_skipped_snapshot_is_counted_and_logged_as_a_warning_naming_the_holder
     assert record.levelno == logging.WARNING
     fields = record.fields  # type: ignore[attr-defined]
     assert fields["reason"] == run.reason and f"pid {holder}" in run.reason, run.reason
+
+
+def test_a_writer_of_another_role_with_the_grants_is_still_waited_for(
+    coord: Coordinator, database_url: str, outsider: str
+) -> None:
+    """Nothing in the reader depends on who the writer is: a second role granted what a
+    writer needs (the lock's schema and table, our tables and sequence) takes a block in
+    a transaction kept open, and a later write is not handed out before it commits."""
+    coord.create_namespace("t")
+    events, start = coord.read_events(wait=5.0)
+    url = libpq_url(database_url)
+    with psycopg.connect(url, autocommit=True) as admin:
+        for grant in (
+            f"GRANT USAGE ON SCHEMA pathkeeper_locks TO {outsider}",
+            f"GRANT UPDATE ON pathkeeper_locks.position_lock TO {outsider}",
+            f"GRANT EXECUTE ON FUNCTION {POSITION_LOCK_SQL.removesuffix('()')}() TO {outsider}",
+            f"GRANT INSERT, SELECT ON events TO {outsider}",
+            f"GRANT USAGE ON SEQUENCE event_position_seq TO {outsider}",
+        ):
+            admin.execute(grant.encode())
+    with psycopg.connect(url, user=outsider, autocommit=True) as writer:
+        writer.execute("BEGIN")
+        writer.execute("SELECT pg_current_xact_id()")
+        writer.execute(f"SELECT {POSITION_LOCK_SQL}".encode())
+        row = writer.execute(
+            "INSERT INTO events (namespace, position, type, payload) "
+            "SELECT 't', nextval('event_position_seq'), 'created', "
+            "'{\"id\": \"x\", \"path\": \"/granted\"}' RETURNING position"
+        ).fetchone()
+        assert row is not None
+        later = coord.mkdir("t", "/later")
+        events, cursor = coord.read_events(after=start, wait=0.3)
+        assert events == [] and cursor == start
+        assert [w.pid for w in writers_in_flight(coord.engine)] == [writer.info.backend_pid]
+        writer.execute("COMMIT")
+    events, cursor = coord.read_events(after=start, wait=5.0)
+    assert [e.position for e in events] == [row[0], later.seq]
