@@ -24,6 +24,26 @@ The mechanism (no writer ever waits for another writer or for a reader):
   events are still one contiguous range, made visible by one commit. A reader with
   a ``limit`` may return such a range over several reads, each of whole blocks.
   Nothing else changes: the lock is taken before every ``nextval``.
+  An import holds the position lock through its events insert and its commit, seconds
+  for hundreds of thousands of lines, and a reader waits for it. Its transaction writes
+  events of one namespace only, so before its claim it *marks* itself with that
+  namespace: ``IMPORT_MARK_SQL``, a shared transaction-level advisory lock keyed on the
+  namespace's hash (the one partitions are cut by). A reader that reads only some
+  namespaces or one partition (the worker's partitions, the change feed) does not wait,
+  in step 3, for a holder whose marks are all outside what it reads: no event of that
+  transaction can be one it reads, so moving its cursor past those blocks loses nothing.
+  A reader of the import's partition or namespace, or of the whole log, waits as before.
+  The mark is advisory, so an outsider can take its keys, but that gains nothing: taking
+  one shared marks no holder of the position lock (which an outsider cannot be), and
+  holding one exclusive only makes our import's *try* fail, leaving it unmarked, i.e.
+  waited for by every reader, as without marks. The mark is taken before the position
+  lock, so a reader that lists the holder (one read of ``pg_locks``) lists its mark too.
+  Why not cut the import into pieces that each take and release blocks: a block's
+  positions cannot be released before the commit that makes them visible (readers
+  would pass them), and events claimed before the insert only make readers wait longer;
+  a tenant's write that came later is after the import's blocks in the one order of the
+  log, so a reader of both waits for the import whatever the pieces. What the mark
+  does is keep the wait to the readers that read the import's events.
 * Waking readers: the coordinator sends ``pg_notify`` after COMMIT, not in this
   statement, so notifying commits do not serialize on the notify lock: from a thread
   of its own (``coordinator/notifier.py``), at most once per interval;
@@ -61,7 +81,8 @@ The mechanism (no writer ever waits for another writer or for a reader):
 
 Who is waited for, and who is not. The reader waits only for writers of this
 database that took the position lock, i.e. for transactions in their last
-statement or between it and their COMMIT; plus, harmlessly, writers that took it
+statement or between it and their COMMIT (less imports of namespaces it does not
+read, see "Imports" above); plus, harmlessly, writers that took it
 after step 1 (their blocks are above L; waiting for them is conservative). It does
 not wait for: transactions of other databases of the same server, transactions of
 this database on other tables (or on ours, before their last statement), prepared
@@ -192,6 +213,17 @@ POSITION_LOCK_SQL = "pathkeeper_locks.take_position_lock()"
 _LOCK_TABLE_OID = (
     "(SELECT c.oid FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace "
     "WHERE s.nspname = 'pathkeeper_locks' AND c.relname = 'position_lock')"
+)
+
+#: An import marks its transaction with the namespace it writes, before its claim:
+#: ``pg_try_advisory_xact_lock_shared(IMPORT_MARK_CLASS, <the namespace's hash>)``, the
+#: hash partitions are taken from (``Partition.SQL``). Readers that read neither that
+#: namespace nor its partition do not wait for a holder of the position lock that holds
+#: such a mark (and no mark of theirs). See the docstring ("Imports").
+IMPORT_MARK_CLASS = 0x504B494D  # "PKIM"
+IMPORT_MARK_SQL = (
+    f"pg_try_advisory_xact_lock_shared({IMPORT_MARK_CLASS}, "
+    "CAST(hashtext(CAST(:ns AS text))::bigint & 2147483647 AS integer))"
 )
 
 #: The claim a writer makes before its ``nextval``, as a subquery. The subqueries run
@@ -358,23 +390,45 @@ _IS_POSITION_LOCK = (
 )
 _IS_XID_LOCK = "locktype = 'transactionid' AND mode = 'ExclusiveLock' AND granted"
 
+_IS_IMPORT_MARK = (
+    "locktype = 'advisory' AND granted AND mode = 'ShareLock' AND objsubid = 2 "
+    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+    f"AND classid = {IMPORT_MARK_CLASS}"
+)
+# A namespace hash (objid of a mark) the reader reads: in :nss (if given) and in the
+# partition :p_index of :p_count (if given).
+_IN_SCOPE = (
+    "(CAST(:nss AS text[]) IS NULL OR CAST(m.objid AS bigint) IN ("
+    "SELECT hashtext(n)::bigint & 2147483647 FROM unnest(CAST(:nss AS text[])) AS n)) "
+    "AND (CAST(:p_count AS integer) IS NULL "
+    "OR mod(CAST(m.objid AS bigint), CAST(:p_count AS integer)) = CAST(:p_index AS integer))"
+)
+
 # Step 2: the writers holding the position lock now, by virtual transaction id, and the
-# transaction ids they hold. One read of pg_locks (MATERIALIZED: pg_locks is a function
-# call, and two calls would be two different moments).
+# transaction ids they hold; without those marked as importing only namespaces the reader
+# does not read (:everything false). One read of pg_locks (MATERIALIZED: pg_locks is a
+# function call, and two calls would be two different moments).
 HOLDERS_SQL = text(
     f"""
     WITH l AS MATERIALIZED (
-        SELECT locktype, database, relation, transactionid,
+        SELECT locktype, database, relation, classid, objid, objsubid, transactionid,
                virtualtransaction, mode, granted
         FROM pg_locks
     ), holders AS (
         SELECT DISTINCT virtualtransaction FROM l WHERE {_IS_POSITION_LOCK}
+    ), waited AS (
+        SELECT h.virtualtransaction FROM holders h
+        WHERE CAST(:everything AS boolean)
+           OR NOT EXISTS (SELECT FROM l m WHERE m.virtualtransaction = h.virtualtransaction
+                          AND {_IS_IMPORT_MARK})
+           OR EXISTS (SELECT FROM l m WHERE m.virtualtransaction = h.virtualtransaction
+                      AND {_IS_IMPORT_MARK} AND {_IN_SCOPE})
     )
-    SELECT array_agg(DISTINCT h.virtualtransaction),
+    SELECT array_agg(DISTINCT w.virtualtransaction),
            array_agg(DISTINCT CAST(x.transactionid AS text))
                FILTER (WHERE x.transactionid IS NOT NULL)
-    FROM holders h
-    LEFT JOIN l x ON x.virtualtransaction = h.virtualtransaction AND x.{_IS_XID_LOCK}
+    FROM waited w
+    LEFT JOIN l x ON x.virtualtransaction = w.virtualtransaction AND x.{_IS_XID_LOCK}
     """
 )
 
@@ -485,13 +539,19 @@ def wait_for_bound(
     engine: Engine,
     wait: float = 5.0,
     *,
+    namespaces: Sequence[str] | None = None,
+    partition: Partition | None = None,
     on_slow: Callable[[list[Writer]], None] | None = None,
     report_after: float = REPORT_AFTER,
 ) -> int:
     """The highest position below which no event can still appear (steps 1-4 of the
     module docstring). Waits up to ``wait`` seconds for writers in flight, then raises
     ``BoundTimeout`` naming them. ``on_slow`` is called once, with the writers still
-    waited for, when the wait has lasted ``report_after`` seconds."""
+    waited for, when the wait has lasted ``report_after`` seconds.
+
+    With ``namespaces`` and/or ``partition``, the bound holds for the events of those
+    namespaces (of that partition) only: an import marked with a namespace outside them
+    may still commit events below it. Only a reader that reads that scope may use it."""
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         last_value, is_called = conn.execute(
             text("SELECT last_value, is_called FROM event_position_seq")
@@ -500,7 +560,12 @@ def wait_for_bound(
             return 0
         bound = int(last_value) + POSITION_BLOCK - 1
         # A separate statement, hence a list taken after the read above.
-        vxids, xids = conn.execute(HOLDERS_SQL).one()
+        vxids, xids = conn.execute(HOLDERS_SQL, {
+            "everything": namespaces is None and partition is None,
+            "nss": None if namespaces is None else list(namespaces),
+            "p_count": None if partition is None else partition.count,
+            "p_index": None if partition is None else partition.index,
+        }).one()
         if not vxids:
             return bound
         holders, ids = list(vxids), list(xids or [])
@@ -530,12 +595,15 @@ def safe_bound(
     engine: Engine,
     wait: float = 5.0,
     *,
+    namespaces: Sequence[str] | None = None,
+    partition: Partition | None = None,
     on_slow: Callable[[list[Writer]], None] | None = None,
     report_after: float = REPORT_AFTER,
 ) -> int | None:
     """``wait_for_bound``, or None on timeout."""
     try:
-        return wait_for_bound(engine, wait, on_slow=on_slow, report_after=report_after)
+        return wait_for_bound(engine, wait, namespaces=namespaces, partition=partition,
+                              on_slow=on_slow, report_after=report_after)
     except BoundTimeout:
         return None
 
@@ -588,7 +656,10 @@ def read_events(
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise InvalidArgument(f"limit must be a whole number of at least 1, not {limit!r}")
     cursor = after or 0
-    bound = safe_bound(engine, wait, on_slow=on_slow, report_after=report_after)
+    # Only events of these namespaces (partition) are read, so imports of others need
+    # not be waited for.
+    bound = safe_bound(engine, wait, namespaces=namespaces, partition=partition,
+                       on_slow=on_slow, report_after=report_after)
     if bound is None:
         return [], cursor
     if until is not None:
