@@ -65,18 +65,16 @@ def main(argv: list[str] | None = None) -> int:
         acked: dict[int, float] = {}
         seen: dict[str, dict[int, float]] = {r: {} for r in readers}
         phases: dict[str, float] = {}
-        importing = threading.Event()
-        stop = threading.Event()
+        stop = threading.Event()  # the writers
+        last: list[int] = []  # the last write's position, once the writers stopped
 
         def progress(p: ImportProgress) -> None:
             phases.setdefault(p.phase, time.monotonic())
 
         def importer() -> None:
-            importing.set()
             phases["start"] = time.monotonic()
             coord.import_nodes("big", lines(args.lines), progress=progress)
             phases["committed"] = time.monotonic()
-            importing.clear()
 
         def writer(ns: str) -> None:
             i = 0
@@ -89,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def reader(name: str) -> None:
             cursor = start
-            while not stop.is_set():
+            while not last or cursor < last[0]:  # until it read past the last write
                 events, cursor = coord.read_events(
                     after=cursor, limit=100_000, wait=60.0, contents=False,
                     **readers[name],  # type: ignore[arg-type]
@@ -97,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
                 now = time.monotonic()
                 for e in events:
                     seen[name].setdefault(e.position, now)
+                if not events:
+                    time.sleep(0.005)  # caught up: poll (the worker waits for a wake-up)
 
         threads = [threading.Thread(target=reader, args=(r,), daemon=True) for r in readers]
         threads += [threading.Thread(target=writer, args=(ns,), daemon=True) for ns in (far, near)]
@@ -106,10 +106,13 @@ def main(argv: list[str] | None = None) -> int:
         run = threading.Thread(target=importer)
         run.start()
         run.join()
-        time.sleep(2.0)
+        time.sleep(1.0)
         stop.set()
-        for t in threads:
-            t.join(120)
+        for t in threads[len(readers):]:
+            t.join(60)
+        last.append(max(acked))
+        for t in threads[:len(readers)]:
+            t.join(600)
         began, ended = phases["start"], phases["committed"]
         locked = ended - phases.get("events", ended)
         print(f"import {ended - began:.2f} s; events phase and commit (position lock held) "

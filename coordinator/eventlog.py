@@ -645,7 +645,9 @@ def read_events(
     Whole transactions only: the batch may exceed ``limit`` to finish the last
     transaction it started. ``until`` caps the positions read (for replays as of
     a past position). Waits up to ``wait`` seconds for writers in flight (then returns
-    no events and the same cursor); ``on_slow`` as in ``wait_for_bound``. A cursor below
+    no events and the same cursor); ``on_slow`` as in ``wait_for_bound``. With
+    ``namespaces`` or ``partition`` it does not wait for imports of other namespaces,
+    so the cursor it returns is a cursor for those namespaces (that partition) only. A cursor below
     the compaction horizon raises ``CursorExpired`` (``indexer.retention``).
 
     ``contents=False`` reads every payload's ``content`` as null, for readers that only
