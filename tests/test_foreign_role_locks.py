@@ -21,7 +21,7 @@ from sqlalchemy import text
 
 from coordinator import Coordinator
 from coordinator.db import libpq_url
-from coordinator.eventlog import POSITION_LOCK_SQL, writers_in_flight
+from coordinator.eventlog import IMPORT_MARK_CLASS, POSITION_LOCK_SQL, writers_in_flight
 from indexer import retention
 from indexer.retention import scheduled_snapshot, snapshot_lock
 from pathkeeper.local.postgres import LocalPostgres
@@ -192,3 +192,33 @@ def test_a_writer_of_another_role_with_the_grants_is_still_waited_for(
         writer.execute("COMMIT")
     events, cursor = coord.read_events(after=start, wait=5.0)
     assert [e.position for e in events] == [row[0], later.seq]
+
+
+def test_a_role_without_privileges_gains_nothing_from_the_import_mark_keys(
+    coord: Coordinator, database_url: str, outsider: str
+) -> None:
+    """The import's namespace mark is an advisory lock, so an outsider can take its keys.
+    Held exclusive, our import's try fails: the import still runs and commits, unmarked,
+    so every reader waits for it (what all did before marks; never a gap). Held shared
+    for another namespace, it marks no holder of the position lock: nothing changes."""
+    from test_import_readers import import_held_open, namespaces_apart
+
+    big, small = namespaces_apart(coord)
+    coord.create_namespace(big)
+    coord.create_namespace(small)
+    _, start = coord.read_events(wait=5.0)
+    keys = (
+        f"SELECT pg_advisory_xact_lock({IMPORT_MARK_CLASS}, "
+        f"CAST(hashtext('{big}')::bigint & 2147483647 AS integer))",
+        f"SELECT pg_advisory_xact_lock_shared({IMPORT_MARK_CLASS}, "
+        f"CAST(hashtext('{small}')::bigint & 2147483647 AS integer))",
+    )
+    with outsider_trying(database_url, outsider, keys) as took:
+        assert took == list(keys)  # advisory: anyone can
+        with import_held_open(coord, big, 100):
+            made = coord.mkdir(small, "/during")
+            assert coord.read_events(after=start, namespaces=[small], wait=0.3) == ([], start)
+            assert coord.read_events(after=start, wait=0.3) == ([], start)
+        events, _ = coord.read_events(after=start, limit=10_000, wait=5.0)
+    assert [e.namespace for e in events] == [big] * (100 + 2) + [small]
+    assert events[-1].position == made.seq
