@@ -19,6 +19,11 @@ EXCLUSIVE and ACCESS EXCLUSIVE), a function so that a writer can take it inside 
 claiming statement. It runs with the caller's privileges: only a role that may write
 our tables (the owner, or one granted USAGE on the schema and UPDATE on the table) can
 take it.
+
+Upgrading: writers of the code before this revision take the advisory lock, which readers
+of this revision no longer look at (and the other way round). Stop every writer and log
+reader of the older code (services, workers) before starting this code's readers; an
+older writer still in flight could otherwise have its block passed by a newer reader.
 """
 
 from __future__ import annotations
