@@ -148,6 +148,11 @@ def test_a_skipped_snapshot_is_counted_and_logged_as_a_warning_naming_the_holder
                 "SELECT pid FROM pg_locks WHERE locktype = 'relation' AND granted AND "
                 "relation = CAST('pathkeeper_locks.snapshot_lock' AS regclass)"
             )).scalar_one())
+            # The holder's open transaction has no id and no snapshot: it holds back no
+            # vacuum however long a snapshot runs.
+            assert conn.execute(text(
+                "SELECT backend_xid, backend_xmin FROM pg_stat_activity WHERE pid = :pid"
+            ), {"pid": holder}).one() == (None, None)
         run = scheduled_snapshot(coord.engine)
     assert run.outcome == "skipped"
     assert skipped("lock_held") == before + 1
