@@ -12,18 +12,38 @@ The mechanism (no writer ever waits for another writer or for a reader):
   is the base of a block owned by this transaction alone; its events use
   ``base, base+1, ...``. So a transaction's events form one contiguous range.
   In that same statement, before ``nextval``, it (a) forces its transaction id
-  (``pg_current_xact_id()``), then (b) takes the *position lock*, a
-  transaction-level advisory lock in shared mode
-  (``pg_advisory_xact_lock_shared(POSITION_LOCK_CLASS, oid of the sequence)``).
-  Writers never conflict on it (all take it shared; nobody takes it exclusive).
-  It only marks, in ``pg_locks`` and in this database, the transactions that may
-  hold a block: nothing else takes it.
+  (``pg_current_xact_id()``), then (b) takes the *position lock*: ROW SHARE on the
+  empty table ``pathkeeper_locks.position_lock`` (``POSITION_LOCK_SQL``, a
+  ``LOCK TABLE`` in a function of migration 0010), held until the transaction ends.
+  Writers never conflict on it (ROW SHARE conflicts only with EXCLUSIVE and ACCESS
+  EXCLUSIVE, which nothing of ours takes). It only marks, in ``pg_locks`` and in this
+  database, the transactions that may hold a block: nothing else takes it.
 * Imports (``coordinator/importer.py``) are the one writer with more events than a
   block holds: in the same kind of claiming statement (id, then lock, then
   ``nextval``) they take several values and use a run of consecutive ones, so their
   events are still one contiguous range, made visible by one commit. A reader with
   a ``limit`` may return such a range over several reads, each of whole blocks.
   Nothing else changes: the lock is taken before every ``nextval``.
+  An import holds the position lock through its events insert and its commit, seconds
+  for hundreds of thousands of lines, and a reader waits for it. Its transaction writes
+  events of one namespace only, so before its claim it *marks* itself with that
+  namespace: ``IMPORT_MARK_SQL``, a shared transaction-level advisory lock keyed on the
+  namespace's hash (the one partitions are cut by). A reader that reads only some
+  namespaces or one partition (the worker's partitions, the change feed) does not wait,
+  in step 3, for a holder whose marks are all outside what it reads: no event of that
+  transaction can be one it reads, so moving its cursor past those blocks loses nothing.
+  A reader of the import's partition or namespace, or of the whole log, waits as before.
+  The mark is advisory, so an outsider can take its keys, but that gains nothing: taking
+  one shared marks no holder of the position lock (which an outsider cannot be), and
+  holding one exclusive only makes our import's *try* fail, leaving it unmarked, i.e.
+  waited for by every reader, as without marks. The mark is taken before the position
+  lock, so a reader that lists the holder (one read of ``pg_locks``) lists its mark too.
+  Why not cut the import into pieces that each take and release blocks: a block's
+  positions cannot be released before the commit that makes them visible (readers
+  would pass them), and events claimed before the insert only make readers wait longer;
+  a tenant's write that came later is after the import's blocks in the one order of the
+  log, so a reader of both waits for the import whatever the pieces. What the mark
+  does is keep the wait to the readers that read the import's events.
 * Waking readers: the coordinator sends ``pg_notify`` after COMMIT, not in this
   statement, so notifying commits do not serialize on the notify lock: from a thread
   of its own (``coordinator/notifier.py``), at most once per interval;
@@ -39,10 +59,12 @@ The mechanism (no writer ever waits for another writer or for a reader):
      ``pg_locks``). Every transaction that holds such a block took the lock, and
      had its id, before its ``nextval``, so before step 1: it either ended before
      step 2 (committed: visible to any later statement; aborted: never visible),
-     or is listed, with its id. (The lock is in the server's shared lock table
-     before ``nextval`` changes the sequence's page, and ``pg_locks`` reads that
-     table under the same kind of locks: a reader that saw the new value in
-     step 1 sees the lock in step 2);
+     or is listed, with its id. (The lock is recorded before ``nextval`` changes
+     the sequence's page, and ``pg_locks`` reads it under the same kind of locks:
+     a reader that saw the new value in step 1 sees the lock in step 2. ROW SHARE
+     is a weak relation lock, usually recorded in the writer's own fast-path
+     slots rather than in the shared lock table; ``pg_locks`` reads those too,
+     each backend's under the lightweight lock the writer took to record it);
   3. wait until every listed transaction has ended: until none of them holds the
      position lock under its virtual id nor any of its transaction ids. Either
      goes away only at the end of the transaction, after its commit became
@@ -59,7 +81,8 @@ The mechanism (no writer ever waits for another writer or for a reader):
 
 Who is waited for, and who is not. The reader waits only for writers of this
 database that took the position lock, i.e. for transactions in their last
-statement or between it and their COMMIT; plus, harmlessly, writers that took it
+statement or between it and their COMMIT (less imports of namespaces it does not
+read, see "Imports" above); plus, harmlessly, writers that took it
 after step 1 (their blocks are above L; waiting for them is conservative). It does
 not wait for: transactions of other databases of the same server, transactions of
 this database on other tables (or on ours, before their last statement), prepared
@@ -81,6 +104,28 @@ one past the latest *completed* transaction id, and running transactions with an
 id at or above it are not listed. A writer that got its id after the last commit
 would be missed, and the reader would move past its block (the test
 ``test_open_transaction_with_the_newest_id_is_not_skipped`` caught exactly this).
+
+Why a lock on a table of ours and not an advisory lock (what it was): an advisory lock
+of any key can be taken by any role that can connect, and ours was public (a constant
+and the sequence's oid). A role with no privilege on our tables took it in shared mode
+and the reader waited for it as for a writer, for as long as its session lived; in
+exclusive mode every writer's claim waited for it and failed at ``lock_timeout``. A
+table lock needs privileges, and the lock table is in a schema of its own on which
+PUBLIC has nothing: a role without USAGE on it cannot even name the table, so it can
+take no lock on it in any mode, not even the ones PostgreSQL takes while parsing a
+statement, before it checks privileges (``PREPARE ... SELECT ... FOR UPDATE`` would
+hold ROW SHARE on a table of the public schema with no privilege at all, an
+``INSERT`` prepared the same way ROW EXCLUSIVE). What a role can reach by the table's
+oid alone (``pg_relation_size``) is ACCESS SHARE, for one call: it conflicts with no
+writer and is not the mode the reader looks for. So the reader needs no list of roles to
+tell writers from outsiders: only a role that may write our tables (the owner, or one
+granted USAGE on the schema and UPDATE on the table, which is a writer) can hold the
+lock, and filtering ``pg_locks`` by role instead would still have let an outsider's
+exclusive lock stop every write. ``tests/test_foreign_role_locks.py`` has a role with
+nothing but CONNECT try each of these. A superuser, or the owner, can of course still
+stop anything: they are not outsiders. Another installation in another schema of the
+same database shares the lock table: its readers and ours wait for each other's
+writers, which is safe (waiting is never wrong), only slower.
 
 Why the statement forces the id explicitly, and in a WHERE clause: ``pg_current_xact_id()``
 is STABLE, and an unused stable output column of a subquery is replaced by NULL
@@ -116,15 +161,28 @@ from .results import POSITION_BLOCK, Event, Start, block_end
 NOTIFY_CHANNEL = "pathkeeper_events"
 
 
-#: Writers hold ``pg_advisory_xact_lock_shared(POSITION_LOCK_CLASS, <oid of the sequence>)``
-#: from just before they take their block until their transaction ends ("Pathkeeper
-#: Position Sequence"). The sequence's oid as the second key keeps two installations in
-#: different schemas of one database apart.
-POSITION_LOCK_CLASS = 0x504B5053
-_SEQ_OID = "CAST(CAST('event_position_seq' AS regclass) AS oid)"
-#: The call a writer makes before ``nextval('event_position_seq')`` (see the docstring).
-POSITION_LOCK_SQL = (
-    f"pg_advisory_xact_lock_shared({POSITION_LOCK_CLASS}, CAST({_SEQ_OID} AS integer))"
+#: Writers hold ROW SHARE on this table (migration 0010; it never holds rows) from just
+#: before they take their block until their transaction ends: the *position lock*.
+POSITION_LOCK_TABLE = "pathkeeper_locks.position_lock"
+#: The call a writer makes before ``nextval('event_position_seq')`` (see the docstring):
+#: ``LOCK TABLE`` in a function, so that it fits in the writer's one claiming statement.
+POSITION_LOCK_SQL = "pathkeeper_locks.take_position_lock()"
+# The lock table's oid, found through the catalogs: a session that may read the log but
+# has no USAGE on the lock's schema (a monitoring role) can still list its holders.
+_LOCK_TABLE_OID = (
+    "(SELECT c.oid FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace "
+    "WHERE s.nspname = 'pathkeeper_locks' AND c.relname = 'position_lock')"
+)
+
+#: An import marks its transaction with the namespace it writes, before its claim:
+#: ``pg_try_advisory_xact_lock_shared(IMPORT_MARK_CLASS, <the namespace's hash>)``, the
+#: hash partitions are taken from (``Partition.SQL``). Readers that read neither that
+#: namespace nor its partition do not wait for a holder of the position lock that holds
+#: such a mark (and no mark of theirs). See the docstring ("Imports").
+IMPORT_MARK_CLASS = 0x504B494D  # "PKIM"
+IMPORT_MARK_SQL = (
+    f"pg_try_advisory_xact_lock_shared({IMPORT_MARK_CLASS}, "
+    "CAST(hashtext(CAST(:ns AS text))::bigint & 2147483647 AS integer))"
 )
 
 #: The claim a writer makes before its ``nextval``, as a subquery. The subqueries run
@@ -271,29 +329,51 @@ def notified_partitions(payload: str | None, count: int) -> set[int] | None:
 
 # Rows of pg_locks that are a writer's hold on the position lock, in this database.
 _IS_POSITION_LOCK = (
-    "locktype = 'advisory' AND granted AND mode = 'ShareLock' "
+    "locktype = 'relation' AND granted AND mode = 'RowShareLock' "
     "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
-    f"AND classid = {POSITION_LOCK_CLASS} AND objid = {_SEQ_OID} AND objsubid = 2"
+    f"AND relation = {_LOCK_TABLE_OID}"
 )
 _IS_XID_LOCK = "locktype = 'transactionid' AND mode = 'ExclusiveLock' AND granted"
 
+_IS_IMPORT_MARK = (
+    "locktype = 'advisory' AND granted AND mode = 'ShareLock' AND objsubid = 2 "
+    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+    f"AND classid = {IMPORT_MARK_CLASS}"
+)
+# A namespace hash (objid of a mark) the reader reads: in :nss (if given) and in the
+# partition :p_index of :p_count (if given).
+_IN_SCOPE = (
+    "(CAST(:nss AS text[]) IS NULL OR CAST(m.objid AS bigint) IN ("
+    "SELECT hashtext(n)::bigint & 2147483647 FROM unnest(CAST(:nss AS text[])) AS n)) "
+    "AND (CAST(:p_count AS integer) IS NULL "
+    "OR mod(CAST(m.objid AS bigint), CAST(:p_count AS integer)) = CAST(:p_index AS integer))"
+)
+
 # Step 2: the writers holding the position lock now, by virtual transaction id, and the
-# transaction ids they hold. One read of pg_locks (MATERIALIZED: pg_locks is a function
-# call, and two calls would be two different moments).
+# transaction ids they hold; without those marked as importing only namespaces the reader
+# does not read (:everything false). One read of pg_locks (MATERIALIZED: pg_locks is a
+# function call, and two calls would be two different moments).
 HOLDERS_SQL = text(
     f"""
     WITH l AS MATERIALIZED (
-        SELECT locktype, database, classid, objid, objsubid, transactionid,
+        SELECT locktype, database, relation, classid, objid, objsubid, transactionid,
                virtualtransaction, mode, granted
         FROM pg_locks
     ), holders AS (
         SELECT DISTINCT virtualtransaction FROM l WHERE {_IS_POSITION_LOCK}
+    ), waited AS (
+        SELECT h.virtualtransaction FROM holders h
+        WHERE CAST(:everything AS boolean)
+           OR NOT EXISTS (SELECT FROM l m WHERE m.virtualtransaction = h.virtualtransaction
+                          AND {_IS_IMPORT_MARK})
+           OR EXISTS (SELECT FROM l m WHERE m.virtualtransaction = h.virtualtransaction
+                      AND {_IS_IMPORT_MARK} AND {_IN_SCOPE})
     )
-    SELECT array_agg(DISTINCT h.virtualtransaction),
+    SELECT array_agg(DISTINCT w.virtualtransaction),
            array_agg(DISTINCT CAST(x.transactionid AS text))
                FILTER (WHERE x.transactionid IS NOT NULL)
-    FROM holders h
-    LEFT JOIN l x ON x.virtualtransaction = h.virtualtransaction AND x.{_IS_XID_LOCK}
+    FROM waited w
+    LEFT JOIN l x ON x.virtualtransaction = w.virtualtransaction AND x.{_IS_XID_LOCK}
     """
 )
 
@@ -404,13 +484,19 @@ def wait_for_bound(
     engine: Engine,
     wait: float = 5.0,
     *,
+    namespaces: Sequence[str] | None = None,
+    partition: Partition | None = None,
     on_slow: Callable[[list[Writer]], None] | None = None,
     report_after: float = REPORT_AFTER,
 ) -> int:
     """The highest position below which no event can still appear (steps 1-4 of the
     module docstring). Waits up to ``wait`` seconds for writers in flight, then raises
     ``BoundTimeout`` naming them. ``on_slow`` is called once, with the writers still
-    waited for, when the wait has lasted ``report_after`` seconds."""
+    waited for, when the wait has lasted ``report_after`` seconds.
+
+    With ``namespaces`` and/or ``partition``, the bound holds for the events of those
+    namespaces (of that partition) only: an import marked with a namespace outside them
+    may still commit events below it. Only a reader that reads that scope may use it."""
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         last_value, is_called = conn.execute(
             text("SELECT last_value, is_called FROM event_position_seq")
@@ -419,7 +505,12 @@ def wait_for_bound(
             return 0
         bound = int(last_value) + POSITION_BLOCK - 1
         # A separate statement, hence a list taken after the read above.
-        vxids, xids = conn.execute(HOLDERS_SQL).one()
+        vxids, xids = conn.execute(HOLDERS_SQL, {
+            "everything": namespaces is None and partition is None,
+            "nss": None if namespaces is None else list(namespaces),
+            "p_count": None if partition is None else partition.count,
+            "p_index": None if partition is None else partition.index,
+        }).one()
         if not vxids:
             return bound
         holders, ids = list(vxids), list(xids or [])
@@ -449,12 +540,15 @@ def safe_bound(
     engine: Engine,
     wait: float = 5.0,
     *,
+    namespaces: Sequence[str] | None = None,
+    partition: Partition | None = None,
     on_slow: Callable[[list[Writer]], None] | None = None,
     report_after: float = REPORT_AFTER,
 ) -> int | None:
     """``wait_for_bound``, or None on timeout."""
     try:
-        return wait_for_bound(engine, wait, on_slow=on_slow, report_after=report_after)
+        return wait_for_bound(engine, wait, namespaces=namespaces, partition=partition,
+                              on_slow=on_slow, report_after=report_after)
     except BoundTimeout:
         return None
 
@@ -521,12 +615,14 @@ def read_events(
     Whole transactions only: the batch may exceed ``limit`` to finish the last
     transaction it started. ``until`` caps the positions read (for replays as of
     a past position). Waits up to ``wait`` seconds for writers in flight (then returns
-    no events and the same cursor); ``on_slow`` as in ``wait_for_bound``. A cursor below
-    the compaction horizon raises ``CursorExpired`` (``indexer.retention``), one past the
-    end of the log ``CursorAhead``. ``after`` may also be a ``Start``: ``"horizon"``
-    reads from the oldest event kept, ``"now"`` returns no events and the end of the
-    log as it is now (every transaction that could still commit below it has ended; if
-    one does not end within ``wait``, ``Unavailable``).
+    no events and the same cursor); ``on_slow`` as in ``wait_for_bound``. With
+    ``namespaces`` or ``partition`` it does not wait for imports of other namespaces,
+    so the cursor it returns is a cursor for those namespaces (that partition) only. A
+    cursor below the compaction horizon raises ``CursorExpired`` (``indexer.retention``),
+    one past the end of the log ``CursorAhead``. ``after`` may also be a ``Start``:
+    ``"horizon"`` reads from the oldest event kept, ``"now"`` returns no events and the
+    end of the log as it is now (every transaction that could still commit below it has
+    ended; if one does not end within ``wait``, ``Unavailable``).
 
     ``contents=False`` reads every payload's ``content`` as null, for readers that only
     plan from the events (the indexer reads nodes from PostgreSQL): an import's
@@ -537,7 +633,9 @@ def read_events(
         raise InvalidArgument(f"limit must be a whole number of at least 1, not {limit!r}")
     if after == "now":
         try:
-            return [], wait_for_bound(engine, wait, on_slow=on_slow, report_after=report_after)
+            return [], wait_for_bound(engine, wait, namespaces=namespaces,
+                                      partition=partition, on_slow=on_slow,
+                                      report_after=report_after)
         except BoundTimeout as exc:
             raise Unavailable(f"cannot find the end of the event log: {exc}") from exc
     if after == "horizon":
@@ -547,7 +645,10 @@ def read_events(
         cursor = after or 0
     else:
         raise InvalidArgument(f"after must be a position, None, 'now' or 'horizon', not {after!r}")
-    bound = safe_bound(engine, wait, on_slow=on_slow, report_after=report_after)
+    # Only events of these namespaces (partition) are read, so imports of others need
+    # not be waited for.
+    bound = safe_bound(engine, wait, namespaces=namespaces, partition=partition,
+                       on_slow=on_slow, report_after=report_after)
     if bound is None:
         if cursor:
             with engine.connect() as conn:

@@ -34,6 +34,12 @@ How, and why this way:
    unchanged, only more than one ``nextval``). Its events are still one contiguous
    range that becomes visible at one commit; a reader with a ``limit`` may hand it
    out in several batches of whole blocks, which keeps an indexer's batch bounded.
+   Before its claim the import marks its transaction with its namespace
+   (``eventlog.IMPORT_MARK_SQL``): readers of other namespaces and partitions do not
+   wait for its events insert and commit. That mark promises that the transaction
+   writes events of this namespace only: ``Coordinator.import_nodes`` runs an import
+   in a transaction of its own; a caller that runs one in its own transaction must
+   append no other namespace's events to it.
 """
 
 from __future__ import annotations
@@ -63,7 +69,7 @@ from .errors import (
     TooLarge,
     Unavailable,
 )
-from .eventlog import CLAIM_SQL
+from .eventlog import CLAIM_SQL, IMPORT_MARK_SQL
 from .events import Created, payload_sql
 from .results import POSITION_BLOCK
 from .settings import MAX_IMPORT_LINE_BYTES
@@ -627,6 +633,9 @@ class Importer:
         if count == 0:
             return None
         k = -(-count // POSITION_BLOCK)
+        # Before the claim: readers of other namespaces need not wait for this one
+        # (coordinator/eventlog.py, "Imports"). Its events are all of self.ns.
+        self.conn.execute(text(f"SELECT {IMPORT_MARK_SQL}"), {"ns": self.ns})
         claimed: list[int] = []
         base = None
         for _ in range(100):

@@ -48,11 +48,18 @@ Scheduling: either from cron (or a Kubernetes CronJob), e.g. ``17 3 * * *``, run
 ``scheduled_snapshot`` on that schedule. Both are safe while the system runs (a snapshot
 reads one REPEATABLE READ cut; compaction deletes only what a snapshot and every
 checkpoint already cover). With several workers, each schedules the job and one takes
-the snapshot: the job holds a session advisory lock (``SNAPSHOT_LOCK_CLASS``; it dies
-with its connection, so a killed worker never blocks the next run) and a worker that
-finds the lock taken, or a snapshot younger than half the schedule's period (another
-worker's run of the same tick), skips that run. A failed run is logged and counted
-(``pathkeeper_snapshot_failures_total``), and the worker indexes on.
+the snapshot: the job holds the snapshot lock, EXCLUSIVE on the empty table
+``pathkeeper_locks.snapshot_lock`` (migration 0010), in a transaction kept open on a
+dedicated connection for the run (it dies with its connection, so a killed worker never
+blocks the next run; the transaction takes no id and no snapshot, so it holds back no
+vacuum). A worker that finds the lock taken, or a snapshot younger than half the
+schedule's period (another worker's run of the same tick), skips that run: logged at
+WARNING with the reason (and the holder's pid) and counted
+(``pathkeeper_snapshot_skipped_total{reason}``). Only a role that may write our tables
+can take that lock: PUBLIC has no privilege on the lock's schema, so a role with
+nothing but CONNECT cannot make every run skip (it could take the advisory lock this
+used to be). A failed run is logged and counted (``pathkeeper_snapshot_failures_total``),
+and the worker indexes on.
 """
 
 from __future__ import annotations
@@ -70,7 +77,9 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge
 from sqlalchemy import Engine, text
+from sqlalchemy.exc import DBAPIError
 
+from coordinator.db import LOCK_NOT_AVAILABLE, sqlstate
 from coordinator.eventlog import BoundTimeout, horizon, wait_for_bound
 from coordinator.indexing import DEFAULT_ALIAS, consumer_for
 
@@ -81,9 +90,9 @@ from .logs import log
 DEFAULT_RETAIN = timedelta(days=7)
 #: Events deleted per statement when compacting (short transactions, bounded WAL bursts).
 DELETE_BATCH = 50_000
-#: Classid of the scheduled snapshot's lock, ``pg_try_advisory_lock(SNAPSHOT_LOCK_CLASS, 0)``:
-#: one lock for the database, since a snapshot covers every namespace and consumer.
-SNAPSHOT_LOCK_CLASS = 0x534E4150  # "SNAP"
+#: The scheduled snapshot's lock: EXCLUSIVE on this (empty) table, one for the database,
+#: since a snapshot covers every namespace and consumer.
+SNAPSHOT_LOCK_TABLE = "pathkeeper_locks.snapshot_lock"
 
 logger = logging.getLogger("pathkeeper.retention")
 
@@ -94,6 +103,13 @@ SNAPSHOT_POSITION = Gauge(
 SNAPSHOT_SECONDS = Gauge(
     "pathkeeper_snapshot_seconds",
     "Seconds the last scheduled snapshot took (compaction included)",
+)
+SNAPSHOT_SKIPPED = Counter(
+    "pathkeeper_snapshot_skipped",
+    "Scheduled snapshots skipped, by reason: lock_held (another process holds the "
+    "snapshot lock: another worker's run, or a run that does not end), recent (another "
+    "worker took this tick's snapshot)",
+    ["reason"],
 )
 SNAPSHOT_FAILURES = Counter(
     "pathkeeper_snapshot_failures",
@@ -323,20 +339,44 @@ class ScheduledRun:
 @contextmanager
 def snapshot_lock(engine: Engine) -> Iterator[bool]:
     """Try the scheduled snapshot's lock on a dedicated connection; yields whether we
-    hold it. Session-level, so the server releases it if the process dies."""
-    conn = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+    hold it. Held by an open transaction (no id, no snapshot), so the server releases
+    it if the process dies; the session's idle-in-transaction timeout is lifted for it."""
+    conn = engine.connect()
     try:
-        got = bool(conn.execute(
-            text("SELECT pg_try_advisory_lock(:cls, 0)"), {"cls": SNAPSHOT_LOCK_CLASS}
-        ).scalar_one())
+        conn.execute(text("SET LOCAL idle_in_transaction_session_timeout = 0"))
+        try:
+            with conn.begin_nested():
+                conn.execute(text(f"LOCK TABLE {SNAPSHOT_LOCK_TABLE} IN EXCLUSIVE MODE NOWAIT"))
+        except DBAPIError as exc:
+            if sqlstate(exc) != LOCK_NOT_AVAILABLE:
+                raise
+            got = False
+        else:
+            got = True
         yield got
-        if got:
-            conn.execute(text("SELECT pg_advisory_unlock(:cls, 0)"),
-                         {"cls": SNAPSHOT_LOCK_CLASS})
+        conn.rollback()
     finally:
         # Never hand a session that might still hold the lock back to the pool.
         conn.invalidate()
         conn.close()
+
+
+def snapshot_lock_holders(engine: Engine) -> str:
+    """Who holds the snapshot lock now, for the log: pids with their role and
+    application where this session may see them."""
+    with engine.connect() as conn:
+        rows = conn.execute(text(
+            "SELECT l.pid, a.usename, a.application_name FROM pg_locks l "
+            "LEFT JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'relation' AND l.granted AND l.mode = 'ExclusiveLock' "
+            "AND l.relation = CAST(:table AS regclass) ORDER BY l.pid"
+        ), {"table": SNAPSHOT_LOCK_TABLE}).all()
+    names = []
+    for pid, user, app in rows:
+        detail = ", ".join(d for d in (f"role {user}" if user else "",
+                                       f"application {app!r}" if app else "") if d)
+        names.append(f"pid {pid}" + (f" ({detail})" if detail else ""))
+    return "; ".join(names) or "none (it ended just now)"
 
 
 def _newest_snapshot_age(engine: Engine) -> float | None:
@@ -361,10 +401,11 @@ def scheduled_snapshot(
     try:
         with snapshot_lock(engine) as held:
             if not held:
-                return _skipped("another process is taking a snapshot")
+                return _skipped("lock_held", "another process is taking a snapshot: "
+                                + snapshot_lock_holders(engine))
             age = _newest_snapshot_age(engine)
             if age is not None and age < min_gap.total_seconds():
-                return _skipped(f"a snapshot was taken {age:.1f} s ago")
+                return _skipped("recent", f"a snapshot was taken {age:.1f} s ago")
             run = ScheduledRun("taken", snapshot=take_snapshot(engine))
             if retain is not None:
                 run.compacted = compact(engine, retain)
@@ -391,8 +432,9 @@ def scheduled_snapshot(
     return run
 
 
-def _skipped(reason: str) -> ScheduledRun:
-    log(logger, logging.INFO, "snapshot_skipped", reason=reason)
+def _skipped(kind: str, reason: str) -> ScheduledRun:
+    SNAPSHOT_SKIPPED.labels(reason=kind).inc()
+    log(logger, logging.WARNING, "snapshot_skipped", kind=kind, reason=reason)
     return ScheduledRun("skipped", reason=reason)
 
 

@@ -19,7 +19,7 @@ from tree_checks import node_rows, run_threads, wait_for_lock_waiter
 
 from coordinator import Coordinator, Event
 from coordinator.db import libpq_url
-from coordinator.eventlog import TAKE_BLOCK_SQL, safe_bound
+from coordinator.eventlog import POSITION_LOCK_SQL, TAKE_BLOCK_SQL, safe_bound
 from coordinator.events import Created, Written
 from coordinator.results import POSITION_BLOCK
 from coordinator.tree import TreeTx
@@ -309,7 +309,7 @@ def test_block_statement_takes_id_then_lock_then_block(coord: Coordinator) -> No
         return next(i for i, line in enumerate(plan) if needle in line)
 
     # A plan lists outer nodes first: evaluated later, printed earlier.
-    assert (line_of("nextval(") < line_of("pg_advisory_xact_lock_shared(")
+    assert (line_of("nextval(") < line_of(POSITION_LOCK_SQL)
             < line_of("pg_current_xact_id()")), text_plan
 
 

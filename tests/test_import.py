@@ -38,6 +38,7 @@ from coordinator import (
     TooLarge,
     Unavailable,
 )
+from coordinator.eventlog import POSITION_LOCK_SQL
 from coordinator.events import VERSION_KEY, Created, decode
 from coordinator.importer import LineTooLong, contiguous_run, iter_lines
 from coordinator.results import POSITION_BLOCK
@@ -550,5 +551,5 @@ def test_claim_statement_takes_id_then_lock_then_blocks(coord: Coordinator) -> N
     def line_of(needle: str) -> int:
         return next(i for i, line in enumerate(plan) if needle in line)
 
-    assert (line_of("nextval(") < line_of("pg_advisory_xact_lock_shared(")
+    assert (line_of("nextval(") < line_of(POSITION_LOCK_SQL)
             < line_of("pg_current_xact_id()")), text_plan

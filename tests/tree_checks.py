@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import text
 
 from coordinator import Coordinator
-from coordinator.eventlog import POSITION_LOCK_CLASS
+from coordinator.eventlog import POSITION_LOCK_SQL, POSITION_LOCK_TABLE
 from coordinator.unit_of_work import UnitOfWork
 
 REACHABLE_SQL = text(
@@ -209,9 +209,9 @@ def assert_waiting_call_holds_no_positions(coord: Coordinator, function: str) ->
         ), {"like": f"%{function}(%"}).scalars().all()
         assert len(waiting) == 1, waiting
         held = conn.execute(text(
-            "SELECT count(*) FROM pg_locks WHERE pid = :pid AND locktype = 'advisory' "
-            "AND classid = :cls AND granted"
-        ), {"pid": waiting[0], "cls": POSITION_LOCK_CLASS}).scalar_one()
+            "SELECT count(*) FROM pg_locks WHERE pid = :pid AND locktype = 'relation' "
+            "AND relation = CAST(:table AS regclass) AND granted"
+        ), {"pid": waiting[0], "table": POSITION_LOCK_TABLE}).scalar_one()
     assert held == 0
 
 
@@ -283,7 +283,7 @@ def check_claim_after_call(coord: Coordinator, sql: str, params: Sequence[tuple[
         # per row of r that passes the filter: the claim, innermost (evaluated first) last.
         assert (block < line_of("nextval(", block) < line_of("CTE Scan on r", block)
                 < line_of(f"One-Time Filter: {only_if}", block)
-                < line_of("pg_advisory_xact_lock_shared(", block)
+                < line_of(POSITION_LOCK_SQL, block)
                 < line_of("pg_current_xact_id()", block)), (mode, text_plan)
         assert line_of(f"Function Scan on public.{function}") < block, (mode, text_plan)
 
