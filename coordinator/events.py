@@ -11,11 +11,14 @@ the indexer's plan) go through it.
 The payload of an event is its dataclass's fields (under their own names; a field
 marked ``NODE_ID_COLUMN`` rides in the ``node_id`` column instead) plus ``"v"``, the
 payload version of its type. Payloads stored before versions existed have no ``"v"``
-and read as version 1, which is what every type still is. Changing what a type's
-payload means, or removing a key, takes a new version (``decode`` then keeps reading
-the old one); adding an optional key does not: ``decode`` ignores keys it does not
-know, so an older reader can follow a newer log as long as the versions it knows are
-the ones written.
+and read as version 1, which is what every type still is. Adding an optional key
+needs no new version: ``decode`` ignores keys it does not know, so an older reader can
+follow a newer log. Changing what a type's payload means, or removing a key, takes a
+new version AND a migration that rewrites the stored payloads of the old version to
+the new one in the ``events`` table (and in ``log_snapshots``): readers know only the
+current version (``decode`` refuses any other with ``UnknownEvent``; the set fold,
+``indexer.setfold``, reads payload keys in SQL, where a Python upcaster could not
+help), so the log is upgraded once, where it is stored, instead of at every read.
 
 The events, with ``node_id`` the node's id (the root's for the namespace events):
 
