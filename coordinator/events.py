@@ -15,11 +15,11 @@ and read as version 1, which is what every type still is. Adding an optional key
 needs no new version: ``decode`` ignores keys it does not know, so an older reader can
 follow a newer log. Changing what a type's payload means, or removing a key, takes a
 new version AND a migration that rewrites the stored payloads of the old version to
-the new one in the ``events`` table (snapshots hold folded nodes, not payloads): readers
-know only the
-current version (``decode`` refuses any other with ``UnknownEvent``; the set fold,
-``indexer.setfold``, reads payload keys in SQL, where a Python upcaster could not
-help), so the log is upgraded once, where it is stored, instead of at every read.
+the new one in the ``events`` table (snapshots hold folded nodes, not payloads):
+readers know only the current version (``decode`` refuses any other with
+``UnknownEvent``; the set fold, ``indexer.setfold``, reads payload keys in SQL, where a
+Python upcaster could not help), so the log is upgraded once, where it is stored,
+instead of at every read.
 
 The events, with ``node_id`` the node's id (the root's for the namespace events):
 
