@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{locked:.2f} s")
         rows = []
         with coord.engine.connect() as conn:
-            ns_of = dict(conn.execute(text(
+            ns_of: dict[int, str] = dict(conn.execute(text(
                 "SELECT position, namespace FROM events WHERE position = ANY(:p)"),
                 {"p": list(acked)}).all())
         for name, got in seen.items():
