@@ -419,8 +419,10 @@ def one_request_then_gone() -> Callable[..., Any]:
     in as ``applier_module.send``): one bulk request of the actions really sent, then
     ``SearchServerGone``, as a search server that goes away in the middle of a pass."""
 
-    def send(es: Elasticsearch, actions: Any, reject: Any, chunk_size: int) -> Any:
-        bulk.send(es, itertools.islice(actions, chunk_size), reject, chunk_size=chunk_size)
+    def send(es: Elasticsearch, actions: Any, reject: Any, chunk_size: int,
+             **options: Any) -> Any:
+        bulk.send(es, itertools.islice(actions, chunk_size), reject, chunk_size=chunk_size,
+                  **options)
         raise SearchServerGone("the search server went away mid-pass")
 
     return send
