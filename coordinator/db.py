@@ -34,6 +34,7 @@ from .errors import (
     NotADirectory,
     NotFound,
     NotMigrated,
+    OutcomeUnknown,
     Unavailable,
 )
 from .settings import Settings
@@ -386,6 +387,20 @@ _SERVER_ERRORS: dict[str, type[CoordinatorError]] = {
     SERVER_IS_A_DIRECTORY: IsADirectory,
     SERVER_INVALID_ARGUMENT: InvalidArgument,
 }
+
+
+def sent_and_lost(exc: DBAPIError) -> bool:
+    """Whether ``exc``, raised once a change was sent to be committed, means the
+    connection died before its answer came (so the change may or may not have applied)."""
+    return bool(exc.connection_invalidated)
+
+
+def outcome_unknown(exc: DBAPIError) -> OutcomeUnknown:
+    """The error for a change whose connection died after it was sent to commit."""
+    return OutcomeUnknown(
+        "the connection to the database was lost after the change was sent: it may or "
+        "may not have applied (retry with the same idempotency key, or read it back); "
+        f"{exc.orig}".strip())
 
 
 def _typed(exc: DBAPIError, state: str, detail: str) -> CoordinatorError:
