@@ -114,6 +114,8 @@ class LocalHACluster:
     """Etcd plus ``NODES`` Patroni nodes; see the module docstring."""
 
     synchronous: bool = True
+    #: PostgreSQL settings over the project's (``local.postgres.SERVER_SETTINGS``).
+    extra_settings: dict[str, str] = field(default_factory=dict)
     base_dir: Path = field(
         default_factory=lambda: Path(tempfile.mkdtemp(prefix="pathkeeper-ha-"))
     )
@@ -194,7 +196,8 @@ class LocalHACluster:
                     "postgresql": {
                         "use_pg_rewind": True,
                         "use_slots": True,
-                        "parameters": {**settings, "wal_keep_size": "256MB"},
+                        "parameters": {**settings, "wal_keep_size": "256MB",
+                                       **self.extra_settings},
                     },
                 },
                 "initdb": [{"encoding": "UTF8"}, {"locale": "C"}],
