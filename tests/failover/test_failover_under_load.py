@@ -167,7 +167,10 @@ def _writer(url: str, index: int, stop: MpEvent, out: str) -> None:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalHACluster]:
-    with LocalHACluster() as c:
+    # PATHKEEPER_FAILOVER_REPLICATION=async shows what asynchronous replication loses
+    # (docs/failover.md): this test then fails, naming what was lost.
+    sync = os.environ.get("PATHKEEPER_FAILOVER_REPLICATION", "sync") != "async"
+    with LocalHACluster(synchronous=sync) as c:
         yield c
 
 
