@@ -56,6 +56,8 @@ WRITERS = 3
 FAILOVERS = os.environ.get("PATHKEEPER_FAILOVERS", "kill,kill,switchover").split(",")
 #: Seconds of load before the first failover, between them and after the last.
 SPELL = float(os.environ.get("PATHKEEPER_FAILOVER_SPELL", "4"))
+#: Run on an asynchronous cluster and report what it lost instead of failing on it.
+ASYNC = os.environ.get("PATHKEEPER_FAILOVER_REPLICATION", "sync") == "async"
 #: A request is given up (and the test fails) after this long without an answer.
 ANSWER_WITHIN = 90.0
 
@@ -140,16 +142,19 @@ def _writer(url: str, index: int, stop: MpEvent, out: str) -> None:
                 try:
                     outcome = run_once(coord, NS, key, repr(commands), 3600.0, work, _answer)
                     break
-                except Unavailable:  # also OutcomeUnknown: the same key again
+                except Unavailable as exc:  # also OutcomeUnknown: the same key again
                     retries += 1
                     if time.time() - sent > ANSWER_WITHIN:
-                        log.write(json.dumps({"key": key, "error": "no answer"}) + "\n")
-                        return
+                        outcome = None
+                        log.write(json.dumps({"key": key, "error": repr(exc)}) + "\n")
+                        break
                     time.sleep(0.05)
-                except CoordinatorError as exc:
+                except CoordinatorError as exc:  # the model is no longer the tree: stop
+                    outcome = None
                     log.write(json.dumps({"key": key, "error": repr(exc)}) + "\n")
-                    log.flush()
-                    return
+                    break
+            if outcome is None:
+                break
             model.apply(commands)
             log.write(json.dumps({
                 "key": key, "kind": kind, "seq": outcome.body["seq"], "at": time.time(),
@@ -169,8 +174,7 @@ def _writer(url: str, index: int, stop: MpEvent, out: str) -> None:
 def cluster() -> Iterator[LocalHACluster]:
     # PATHKEEPER_FAILOVER_REPLICATION=async shows what asynchronous replication loses
     # (docs/failover.md): this test then fails, naming what was lost.
-    sync = os.environ.get("PATHKEEPER_FAILOVER_REPLICATION", "sync") != "async"
-    with LocalHACluster(synchronous=sync) as c:
+    with LocalHACluster(synchronous=not ASYNC) as c:
         yield c
 
 
@@ -234,17 +238,21 @@ def test_failovers_under_load_lose_and_duplicate_nothing(
 
         acks: list[dict[str, Any]] = []
         models: list[dict[str, list[str]]] = []
+        errors: list[dict[str, Any]] = []
+        backwards = 0
         for out in outs:
             lines = [json.loads(line) for line in Path(out).read_text().splitlines()]
-            errors = [x for x in lines if "error" in x]
-            assert not errors, errors
+            errors += [x for x in lines if "error" in x]
             models.append(next(x["model"] for x in lines if "model" in x))
             mine = [x for x in lines if "seq" in x]
             # One writer's requests are sequential: their positions strictly increase,
             # across every failover.
             seqs = [x["seq"] for x in mine]
-            assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+            backwards += sum(1 for a, b in itertools.pairwise(seqs) if b <= a)
             acks += mine
+        if not ASYNC:
+            assert not errors, errors
+            assert backwards == 0
         assert len(acks) > 50
 
         # Checked on a new pool: the test's own connections died with the old primary.
@@ -255,10 +263,12 @@ def test_failovers_under_load_lose_and_duplicate_nothing(
         # unacknowledged left applied.
         committed = _committed_blocks(coord)
         expected = {block_end(s) for s in [*setup, *(a["seq"] for a in acks)]}
-        assert committed == expected, (len(committed - expected), len(expected - committed))
+        if not ASYNC:
+            assert committed == expected, (len(committed - expected),
+                                           len(expected - committed))
 
         # The tree is each writer's model.
-        for i, model in enumerate(models):
+        for i, model in enumerate(models if not ASYNC else []):
             nodes = list(coord.walk(NS, f"/w{i}"))
             assert sorted(n.path for n in nodes if n.kind == "dir") == model["dirs"]
             assert sorted(n.path for n in nodes if n.kind == "file") == model["files"]
@@ -269,10 +279,20 @@ def test_failovers_under_load_lose_and_duplicate_nothing(
         last = max(committed)
         assert _until_up(lambda: coord.wait_indexed(last, timeout=60, consumer=consumer))
         index_report = verify_index(coord, es, alias=alias, namespaces=[NS])
+        lossy: dict[str, Any] = {}
+        if ASYNC:  # what was lost, and what `pathkeeper verify --repair` puts right
+            lossy = {"acknowledged_lost": len(expected - committed),
+                     "unacknowledged_applied": len(committed - expected),
+                     "writer_errors": [e["error"] for e in errors],
+                     "positions_went_back": backwards,
+                     "index_drift": index_report.by_kind()}
+            verify_index(coord, es, alias=alias, namespaces=[NS], repair_drift=True)
+            index_report = verify_index(coord, es, alias=alias, namespaces=[NS])
         assert index_report.ok, index_report.by_kind()
 
         progress.stop()
         report = _measure(acks, failovers, progress.seen)
+        report.update(lossy)
         report["writes_checked"] = len(acks)
         report["retried"] = sum(1 for a in acks if a["retries"])
         report["replayed"] = sum(1 for a in acks if a["replayed"])
