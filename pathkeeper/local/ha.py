@@ -315,8 +315,10 @@ class LocalHACluster:
     def kill_primary(self, whole_node: bool = False) -> HANode:
         """SIGKILL the primary's postmaster (and, with ``whole_node``, its Patroni
         first, as if the machine died); the node killed. Patroni then fails over (and
-        brings the old primary back as a standby unless its whole node was killed)."""
-        node = self.wait_primary()
+        brings the old primary back as a standby unless its whole node was killed). Waits
+        first until every standby streams: killed earlier, with no synchronous standby
+        yet, the primary would be restarted in place instead."""
+        node = self.wait_healthy()
         if whole_node and node.process is not None:
             _kill_group(node.process.pid)
             node.process.wait()

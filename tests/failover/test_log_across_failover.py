@@ -1,4 +1,5 @@
-"""Positions keep increasing across a failover, past every cursor a reader was handed.
+"""The event log across a failover: positions keep increasing past every cursor a reader
+was handed; the worker's LISTEN and leases come back on the new primary.
 
 A sequence is WAL-logged ahead (32 values at a time) and that record is made durable
 by the next commit, not by ``nextval``: a block taken by a transaction that then rolled
@@ -19,10 +20,12 @@ from coordinator import Coordinator
 from coordinator.commands import Mkdir
 from coordinator.db import connect_engine, libpq_url
 from coordinator.errors import Unavailable
-from coordinator.eventlog import read_events
+from coordinator.eventlog import NOTIFY_CHANNEL, read_events
 from coordinator.migrate import upgrade
 from coordinator.results import MutationResult
 from coordinator.settings import Settings
+from indexer.leases import Leases
+from indexer.wakeup import Listener
 from pathkeeper.local.ha import LocalHACluster
 
 
@@ -77,3 +80,36 @@ def test_positions_after_promotion_are_above_every_cursor_handed_out(
 
     after = _execute_until_up(url, Mkdir("/b")).seq
     assert after is not None and after > cursor, (after, cursor)
+
+
+def test_listen_and_leases_come_back_on_the_new_primary(cluster: LocalHACluster) -> None:
+    """The worker's LISTEN thread and lease connection die with the old primary; the
+    thread listens again on the new one (a notification sent there wakes it), and the
+    leases are seen lost, then taken again there."""
+    url = cluster.create_database("listen")
+    upgrade(url)
+    woken: list[str | None] = []
+    listener = Listener(url, woken.append)
+    leases = Leases(url, "failover")
+    listener.start()
+    try:
+        assert listener.listening.wait(10)
+        assert leases.join() == 0 and leases.try_acquire(0)
+
+        killed = cluster.kill_primary()
+        cluster.wait_primary(other_than=killed)
+        assert not leases.alive()  # every lease is lost with the old primary
+        assert leases.join() == 0 and leases.try_acquire(0)  # and taken on the new one
+
+        deadline = time.monotonic() + 30
+        while "after-failover" not in woken:
+            assert time.monotonic() < deadline, woken
+            with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+                conn.execute(f"NOTIFY {NOTIFY_CHANNEL}, 'after-failover'")
+            time.sleep(0.5)
+        with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+            row = conn.execute("SELECT pg_is_in_recovery()").fetchone()
+            assert row == (False,)
+    finally:
+        listener.stop()
+        leases.close()
