@@ -119,7 +119,8 @@ def _from_conninfo(conninfo: str) -> URL:
             f"the database URL cannot be parsed (its port is not a number); {URL_HINT}")
     user, password, dbname = (params.pop(k, None) for k in ("user", "password", "dbname"))
     query = {k: str(v) for k, v in params.items() if v is not None}
-    single = len(hosts) == 1
+    # A socket directory (``/run/postgresql``) cannot be a URL's host: a query parameter.
+    single = len(hosts) == 1 and not hosts[0].startswith("/")
     pairs = tuple(f"{h}:{p}" if p else h for h, p in zip(hosts, ports, strict=True))
     return URL.create(
         "postgresql+psycopg",

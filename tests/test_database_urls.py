@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import psycopg
+import psycopg.conninfo
 import pytest
 from click.testing import CliRunner
 from sqlalchemy.engine import make_url
@@ -78,3 +79,9 @@ def test_mismatched_hosts_and_ports_are_refused() -> None:
         parse_database_url("postgresql://u@a:1,b:x/db")
     with pytest.raises(InvalidConfiguration, match="cannot be parsed"):
         parse_database_url("host=a dbname")
+
+
+def test_a_socket_directory_stays_a_host() -> None:
+    conninfo = libpq_url("host=/run/postgresql dbname=x user=y")
+    assert psycopg.conninfo.conninfo_to_dict(conninfo) == {
+        "host": "/run/postgresql", "dbname": "x", "user": "y"}
