@@ -22,7 +22,16 @@ from .commands import (
     GroupCommands,
     NamespaceCommands,
 )
-from .db import QUERY_CANCELED, Driver, connect_engine, is_retryable, sqlstate, translate
+from .db import (
+    QUERY_CANCELED,
+    Driver,
+    connect_engine,
+    is_retryable,
+    outcome_unknown,
+    sent_and_lost,
+    sqlstate,
+    translate,
+)
 from .errors import AlreadyExists, Conflict, CoordinatorError, DirectoryNotEmpty, TooLarge
 from .eventlog import REPORT_AFTER, Partition, Writer, read_events
 from .events import NamespaceCreated, NamespaceDropped
@@ -104,6 +113,8 @@ class Coordinator(NamespaceCommands):
     def _unit_of_work(self, ns: str) -> Iterator[UnitOfWork]:
         """Begin, yield, finish (events, then hooks) and commit; a deadlock stays a raw
         driver error (``run`` re-runs), anything else from the driver is translated."""
+        uow: UnitOfWork | None = None
+        committing = False  # the block is done: leaving ``begin`` sends COMMIT
         try:
             with self.engine.begin() as conn:
                 # A missing namespace shows up as NotFound when the first path is resolved.
@@ -118,9 +129,13 @@ class Coordinator(NamespaceCommands):
                         # connection (a server restart left the pooled one dead).
                         raise Disconnected(exc) from exc
                     raise
+                committing = True
         except DBAPIError as exc:
+            # Lost once COMMIT went out: whether it applied is unknown; never re-run.
             if is_retryable(exc):
                 raise
+            if (committing or (uow is not None and uow.commit_sent)) and sent_and_lost(exc):
+                raise outcome_unknown(exc) from exc
             raise translate(exc) from exc
         if uow.wrote_events:
             self.wake_indexer(ns)
@@ -151,7 +166,12 @@ class Coordinator(NamespaceCommands):
                 if Driver(conn).closed_by_server():  # e.g. the server restarted
                     conn.invalidate()
                     raise Retry()  # on a new connection
-                return single_statement.send(conn, statement)
+                try:
+                    return single_statement.send(conn, statement)
+                except DBAPIError as exc:
+                    if sent_and_lost(exc):
+                        raise outcome_unknown(exc) from exc
+                    raise
 
         result = self._retried(once)
         if result.event is not None:

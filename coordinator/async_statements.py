@@ -33,7 +33,15 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from . import paths
 from .commands import Command
-from .db import closed_by_server, libpq_url, parse_database_url, session_args, wrapped
+from .db import (
+    closed_by_server,
+    libpq_url,
+    outcome_unknown,
+    parse_database_url,
+    sent_and_lost,
+    session_args,
+    wrapped,
+)
 from .results import MutationResult, Node
 from .retries import Disconnected, backoff_seconds, check_retry
 from .settings import Settings
@@ -83,6 +91,10 @@ class AsyncStatements:
                 row = await _fetch_one(conn, statement.sql, statement.params)
             except IntegrityError as exc:
                 raise statement.refused(exc) from exc
+            except DBAPIError as exc:
+                if sent_and_lost(exc):
+                    raise outcome_unknown(exc) from exc
+                raise
             return statement.outcome(row)
 
         result = await self._retried(once, reads=False)

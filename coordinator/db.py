@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+import psycopg.conninfo
 from psycopg.rows import namedtuple_row
 from sqlalchemy import Connection, Engine, Row, TextClause, create_engine, text
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
@@ -33,6 +34,7 @@ from .errors import (
     NotADirectory,
     NotFound,
     NotMigrated,
+    OutcomeUnknown,
     Unavailable,
 )
 from .settings import Settings
@@ -65,19 +67,81 @@ SERVER_INVALID_ARGUMENT = "PK007"
 
 
 UPGRADE_HINT = "run `pathkeeper db upgrade` (with the same --database-url)"
-URL_HINT = "expected postgresql://user[:password]@host[:port]/database"
+URL_HINT = (
+    "expected postgresql://user[:password]@host[:port][,host[:port]...]/database"
+    " or libpq's key=value form (host=a,b,c ...)"
+)
 
 
 def sqlalchemy_url(url: str) -> str:
-    """Accept libpq URLs (postgresql://) and SQLAlchemy ones (postgresql+psycopg://)."""
+    """Any accepted form of a database URL as SQLAlchemy's (``postgresql+psycopg://``):
+    a libpq URL (``postgresql://``), one naming several hosts (``postgresql://h1:p1,
+    h2:p2/db?target_session_attrs=read-write``), libpq's key=value form (``host=a,b,c
+    port=... dbname=...``), or SQLAlchemy's own (several hosts as repeated ``host=h:p``
+    query parameters). Several hosts become SQLAlchemy's repeated ``host`` parameters,
+    which it hands to libpq as its own lists: libpq tries them in order, and with
+    ``target_session_attrs=read-write`` connects to the one that accepts writes (the
+    primary, wherever a failover put it)."""
+    stripped = url.strip()
+    if _several_hosts(stripped) or ("=" in stripped and "://" not in stripped):
+        return _from_conninfo(stripped).render_as_string(hide_password=False)
+    for prefix in ("postgresql://", "postgres://"):
+        if stripped.startswith(prefix):
+            return "postgresql+psycopg://" + stripped[len(prefix):]
+    return stripped
+
+
+def _several_hosts(url: str) -> bool:
+    """A libpq URL whose host part lists several hosts."""
     for prefix in ("postgresql://", "postgres://"):
         if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix):]
-    return url
+            authority = url[len(prefix):].split("/", 1)[0].split("?", 1)[0]
+            return "," in authority.rsplit("@", 1)[-1]
+    return False
+
+
+def _from_conninfo(conninfo: str) -> URL:
+    """The SQLAlchemy URL of a libpq connection string (URL or key=value), as libpq
+    itself parses it."""
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        raise InvalidConfiguration(f"the database URL cannot be parsed; {URL_HINT}") from None
+    hosts = str(params.pop("host", "") or "").split(",")
+    ports = str(params.pop("port", "") or "").split(",")
+    if len(ports) == 1:
+        ports *= len(hosts)
+    if len(ports) != len(hosts):
+        raise InvalidConfiguration(
+            f"the database URL names {len(hosts)} hosts but {len(ports)} ports; {URL_HINT}")
+    if any(p and not p.isdigit() for p in ports):
+        raise InvalidConfiguration(
+            f"the database URL cannot be parsed (its port is not a number); {URL_HINT}")
+    user, password, dbname = (params.pop(k, None) for k in ("user", "password", "dbname"))
+    query = {k: str(v) for k, v in params.items() if v is not None}
+    # A socket directory (``/run/postgresql``) cannot be a URL's host: a query parameter.
+    single = len(hosts) == 1 and not hosts[0].startswith("/")
+    pairs = tuple(f"{h}:{p}" if p else h for h, p in zip(hosts, ports, strict=True))
+    return URL.create(
+        "postgresql+psycopg",
+        username=str(user) if user is not None else None,
+        password=str(password) if password is not None else None,
+        host=(hosts[0] or None) if single else None,
+        port=int(ports[0]) if single and ports[0] else None,
+        database=str(dbname) if dbname is not None else None,
+        query=query if single else {**query, "host": pairs},
+    )
 
 
 def libpq_url(url: str) -> str:
-    return url.replace("postgresql+psycopg://", "postgresql://", 1)
+    """The libpq connection string (for ``psycopg.connect``) of any accepted form of a
+    database URL: as SQLAlchemy's psycopg dialect connects, so both see the same
+    hosts, in the same order, with the same parameters."""
+    _, kwargs = _DIALECT.create_connect_args(  # type: ignore[no-untyped-call]
+        parse_database_url(url))
+    # Not the dialect's non-string arguments (its adapters map).
+    return psycopg.conninfo.make_conninfo(
+        "", **{str(k): v for k, v in kwargs.items() if isinstance(v, (str, int))})
 
 
 def parse_database_url(database_url: object) -> URL:
@@ -324,6 +388,20 @@ _SERVER_ERRORS: dict[str, type[CoordinatorError]] = {
     SERVER_IS_A_DIRECTORY: IsADirectory,
     SERVER_INVALID_ARGUMENT: InvalidArgument,
 }
+
+
+def sent_and_lost(exc: DBAPIError) -> bool:
+    """Whether ``exc``, raised once a change was sent to be committed, means the
+    connection died before its answer came (so the change may or may not have applied)."""
+    return bool(exc.connection_invalidated)
+
+
+def outcome_unknown(exc: DBAPIError) -> OutcomeUnknown:
+    """The error for a change whose connection died after it was sent to commit."""
+    return OutcomeUnknown(
+        "the connection to the database was lost after the change was sent: it may or "
+        "may not have applied (retry with the same idempotency key, or read it back); "
+        f"{exc.orig}".strip())
 
 
 def _typed(exc: DBAPIError, state: str, detail: str) -> CoordinatorError:

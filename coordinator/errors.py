@@ -103,6 +103,17 @@ class Unavailable(CoordinatorError):
     code = "unavailable"
 
 
+class OutcomeUnknown(Unavailable):
+    """The connection was lost after the change was sent to be committed (its COMMIT, or
+    a statement that commits as it ends): it may or may not have applied, and nobody
+    can tell from here. Retryable: with an idempotency key the retry answers the
+    original outcome if it applied and applies it if not; without one, read back first.
+    A database failover ends every connection to the old primary, so a change in
+    flight then gets this (HTTP 503 with Retry-After)."""
+
+    code = "outcome_unknown"
+
+
 class NotMigrated(Unavailable):
     """The database has no Pathkeeper schema, or an older one: run ``pathkeeper db upgrade``."""
 

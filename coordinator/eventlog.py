@@ -480,6 +480,14 @@ def writers_in_flight(engine: Engine) -> list[Writer]:
         return _writers(conn, every=True)
 
 
+#: Step 1, and the bound made durable on the synchronous standbys: see docs/failover.md.
+LAST_VALUE_SQL = text(
+    "SELECT last_value, is_called, CASE WHEN current_setting('synchronous_standby_names')"
+    " <> '' THEN pg_logical_emit_message(true, 'pathkeeper', 'bound') END"
+    " FROM event_position_seq"
+)
+
+
 def wait_for_bound(
     engine: Engine,
     wait: float = 5.0,
@@ -498,9 +506,7 @@ def wait_for_bound(
     namespaces (of that partition) only: an import marked with a namespace outside them
     may still commit events below it. Only a reader that reads that scope may use it."""
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        last_value, is_called = conn.execute(
-            text("SELECT last_value, is_called FROM event_position_seq")
-        ).one()
+        last_value, is_called, _ = conn.execute(LAST_VALUE_SQL).one()
         if not is_called:
             return 0
         bound = int(last_value) + POSITION_BLOCK - 1

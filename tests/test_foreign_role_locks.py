@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import psycopg
+import psycopg.conninfo
 import pytest
 from sqlalchemy import text
 
@@ -58,7 +59,7 @@ def outsider(database_url: str, pg_cluster: LocalPostgres) -> Iterator[str]:
     """The name of a fresh role that may connect to our database and do nothing else."""
     role = f"outsider_{uuid.uuid4().hex[:12]}"
     url = libpq_url(database_url)
-    dbname = url.rsplit("/", 1)[-1].split("?")[0]
+    dbname = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
     with psycopg.connect(url, autocommit=True) as admin:
         admin.execute(f"CREATE ROLE {role} LOGIN".encode())
         admin.execute(f"REVOKE ALL ON DATABASE {dbname} FROM PUBLIC".encode())

@@ -45,6 +45,7 @@ def describe(exc: BaseException) -> str | None:
         CoordinatorError,
         InvalidConfiguration,
         NotMigrated,
+        OutcomeUnknown,
         Unavailable,
     )
 
@@ -57,7 +58,7 @@ def describe(exc: BaseException) -> str | None:
         if isinstance(exc, psycopg.ProgrammingError) and not state:
             return f"the database URL cannot be parsed; {URL_HINT}"
         return f"cannot reach the database: {_short(exc)}; {DATABASE_HINT}"
-    if isinstance(exc, (NotMigrated, InvalidConfiguration)):
+    if isinstance(exc, (NotMigrated, InvalidConfiguration, OutcomeUnknown)):
         return str(exc)
     if isinstance(exc, Unavailable):
         return f"cannot reach the database: {_short(exc)}; {DATABASE_HINT}"
