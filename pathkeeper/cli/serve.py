@@ -76,6 +76,7 @@ def serve(
     from pathkeeper.http.app import create_app
     from pathkeeper.http.settings import SETTINGS_ENV, ServiceSettings, settings_to_json
 
+    _require_schema(database_url)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s "
                         "%(message)s")
     if no_auth and not is_loopback(host):
@@ -110,6 +111,29 @@ def serve(
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
     if status:
         raise SystemExit(status)
+
+
+def _require_schema(database_url: str) -> None:
+    """Refuse to start on a database this code cannot use (never migrated, behind, or
+    ahead), as the worker does, rather than answer every request with an error. A database
+    that does not answer yet is no reason not to start: requests get 503 until it does."""
+    from sqlalchemy import create_engine, pool
+
+    from coordinator.db import parse_database_url
+    from coordinator.errors import NotMigrated, Unavailable
+    from coordinator.migrate import require_current
+    from pathkeeper.cli.errors import describe
+
+    engine = create_engine(parse_database_url(database_url), poolclass=pool.NullPool)
+    try:
+        require_current(engine)
+    except NotMigrated:
+        raise
+    except Unavailable as exc:
+        click.echo(f"warning: {describe(exc)}; serving anyway (503 until it answers)",
+                   err=True)
+    finally:
+        engine.dispose()
 
 
 @click.group()
