@@ -79,7 +79,13 @@ def hidden_namespace(ns: str) -> ce.NotFound:
     return ce.NotFound(f"no namespace {ns!r}")
 
 
+#: A failed If-Match (or ``if_version``): HTTP's own status for it, not 409.
+PRECONDITION_FAILED = "precondition_failed"
+
+
 def status_of(exc: ce.CoordinatorError) -> int:
+    if ce.is_version_mismatch(exc):
+        return 412
     for cls, status in STATUS:
         if isinstance(exc, cls):
             return status
@@ -156,7 +162,7 @@ def coordinator_response(
     message = _public_message(exc, status)
     if message != str(exc):
         log.warning("answered %d: %s: %s", status, type(exc).__name__, exc)
-    code = "internal" if status == 500 else exc.code
+    code = {500: "internal", 412: PRECONDITION_FAILED}.get(status, exc.code)
     if exc.index is not None:  # the failing operation of a batch
         extra = {**extra, "index": exc.index}
     if exc.lines:  # a refused import: its bad lines, by number
