@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 class CoordinatorError(Exception):
     """A coordinator operation failed."""
@@ -83,6 +85,20 @@ class Conflict(CoordinatorError):
     """The node changed concurrently (version mismatch) or a lock wait timed out."""
 
     code = "conflict"
+
+
+def version_mismatch(actual: int, expected: int) -> Conflict:
+    """The node's version is not the one the caller gave (``if_version``, HTTP If-Match):
+    the message the tree's SQL functions use for it too (SQLSTATE PK004)."""
+    return Conflict(f"version is {actual}, expected {expected}")
+
+
+def is_version_mismatch(exc: BaseException) -> bool:
+    """Whether ``exc`` is a failed ``if_version`` check (not another conflict)."""
+    return type(exc) is Conflict and _VERSION_MISMATCH.fullmatch(str(exc)) is not None
+
+
+_VERSION_MISMATCH = re.compile(r"version is \d+, expected \d+")
 
 
 class IdempotencyKeyReused(Conflict):

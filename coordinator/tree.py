@@ -52,6 +52,7 @@ from .errors import (
     NotADirectory,
     NotFound,
     TooLarge,
+    version_mismatch,
 )
 from .eventlog import EventAppender
 from .events import Created, Deleted, MetadataSet, Moved, Written
@@ -708,7 +709,7 @@ class TreeTx:
     @staticmethod
     def check_version(row: DbRow, if_version: int | None) -> None:
         if if_version is not None and int(row.version) != int(if_version):
-            raise Conflict(f"version is {row.version}, expected {if_version}")
+            raise version_mismatch(int(row.version), int(if_version))
 
     # ------------------------------------------------------------ mutations
 

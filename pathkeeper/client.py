@@ -66,6 +66,8 @@ ERRORS = _error_classes()
 #: Service-level codes, mapped to the closest coordinator error.
 ERRORS.update({
     "overloaded": ce.Unavailable,
+    # A failed If-Match (412): the coordinator's Conflict, as in-process.
+    "precondition_failed": ce.Conflict,
     "index_lagging": ce.Unavailable,
     "invalid_cursor": InvalidRequest,
     "method_not_allowed": InvalidRequest,

@@ -104,6 +104,15 @@ class OperatorErrors(click.Group):
     """A command group whose commands (and sub-groups) report known environment
     failures as one ``error:`` line and exit ``EXIT_CANNOT_RUN``."""
 
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        # A bad option of the group itself (--log-format xml) fails here, before invoke.
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:
+            click.echo(f"error: {usage_line(exc)}", err=True)
+            raise click.exceptions.Exit(EXIT_CANNOT_RUN) from exc
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)

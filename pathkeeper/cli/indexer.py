@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from datetime import timedelta
@@ -52,6 +53,10 @@ def indexer() -> None:
 @click.option("--partitions", default=4, show_default=True, type=click.IntRange(min=1),
               help="Partitions of the namespaces (every worker of a consumer must agree).")
 @click.option("--once", is_flag=True, help="Catch up with the log as of now, then exit.")
+@click.option("--give-up-after", default=60.0, show_default=True,
+              type=click.FloatRange(0, min_open=True), metavar="SECONDS",
+              help="With --once: exit 2 when PostgreSQL or the search server has not "
+                   "answered for this long (without --once the worker waits for them).")
 @click.option("--batch-events", default=1000, show_default=True)
 @click.option("--chunk-size", default=1000, show_default=True, help="Bulk actions per request.")
 @click.option("--poll-interval", default=1.0, show_default=True,
@@ -73,7 +78,8 @@ def indexer() -> None:
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def run(
     database_url: str, es_url: str, alias: str, consumer: str, partitions: int, once: bool,
-    batch_events: int, chunk_size: int, poll_interval: float, metrics_port: int | None,
+    give_up_after: float, batch_events: int, chunk_size: int, poll_interval: float,
+    metrics_port: int | None,
     verify_cron: str | None, snapshot_cron: str | None, compact_retain: timedelta | None,
     max_content_bytes: int, verbose: bool,
 ) -> None:
@@ -93,12 +99,20 @@ def run(
     )
     from indexer.checkpoints import LayoutMismatch
     from indexer.elasticsearch_index import IndexMissing, MappingOutdated
+    from pathkeeper.cli.errors import EXIT_CANNOT_RUN
+    from pathkeeper.cli.outage_watch import OutageWatch
 
+    worker = Worker(config)
+    watch = OutageWatch(database_url, es_url, give_up_after, worker.stop) if once else None
     try:
-        code = Worker(config).run()
+        with watch or contextlib.nullcontext():
+            code = worker.run()
     except (LayoutMismatch, MappingOutdated, IndexMissing) as exc:
         click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+        sys.exit(EXIT_CANNOT_RUN)
+    if watch is not None and watch.failure is not None:
+        click.echo(f"error: {watch.failure}", err=True)
+        sys.exit(EXIT_CANNOT_RUN)
     sys.exit(code)
 
 

@@ -9,18 +9,21 @@ does not import FastAPI, Elasticsearch or the worker.
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import BinaryIO
 
 import click
 
 from coordinator.settings import MAX_IMPORT_LINE_BYTES
+from indexer.logs import LOG_FORMATS, LogFormat, choose_format, configure
 from pathkeeper.cli.errors import OperatorErrors
 from pathkeeper.cli.indexer import indexer, search_node
 from pathkeeper.cli.namespaces import ns, tree
 from pathkeeper.cli.options import (
     DATABASE_URL_ENV,
     ES_URL_ENV,
+    LOG_FORMAT_ENV,
     database_url_option,
     max_content_bytes_option,
 )
@@ -31,8 +34,14 @@ from pathkeeper.cli.serve import keys, serve
 
 @click.group(cls=OperatorErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="pathkeeper", prog_name="pathkeeper")
-def main() -> None:
+@click.option("--log-format", type=click.Choice(LOG_FORMATS), envvar=LOG_FORMAT_ENV,
+              default=None, help="Log lines on stderr as JSON objects or text (default: JSON "
+                                 f"unless stderr is a terminal; env {LOG_FORMAT_ENV}).")
+def main(log_format: LogFormat | None) -> None:
     """Pathkeeper: transactional trees in PostgreSQL, searchable in Elasticsearch."""
+    # Warnings only for the one-shot commands; the long-running ones (serve, the worker)
+    # and those that report progress raise the level.
+    configure(logging.WARNING, choose_format(log_format))
 
 
 @main.group()

@@ -12,6 +12,7 @@ from coordinator.paths import MAX_CONTENT_BYTES
 DATABASE_URL_ENV = "PATHKEEPER_DATABASE_URL"
 ES_URL_ENV = "PATHKEEPER_ES_URL"
 MAX_CONTENT_BYTES_ENV = "PATHKEEPER_MAX_CONTENT_BYTES"
+LOG_FORMAT_ENV = "PATHKEEPER_LOG_FORMAT"
 
 database_url_option = click.option(
     "--database-url",

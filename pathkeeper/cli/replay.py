@@ -60,10 +60,10 @@ EXIT_ERROR = 2
 
 
 def _setup(quiet: bool) -> Any:
+    from indexer.logs import configure
     from indexer.progress import Progress
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s",
-                        stream=sys.stderr)
+    configure(logging.INFO)
     # The client logs every request and each retry with a traceback; a failure that
     # stops the command is reported once, on one line (cli_errors.describe).
     logging.getLogger("elastic_transport").setLevel(logging.ERROR)

@@ -57,7 +57,10 @@ def is_loopback(host: str) -> bool:
 @max_content_bytes_option
 @click.option("--idempotency-ttl", default=24 * 3600.0, show_default=True, type=float,
               help="Seconds an Idempotency-Key is remembered.")
-@click.option("--log-level", default="info", show_default=True)
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+@click.option("--access-log", is_flag=True,
+              help="Log every request (client, method, path, status) at INFO.")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64),
               help="Server processes on the port, each listening on a socket of its own "
                    "(the kernel spreads connections over them): HTTP throughput grows with "
@@ -67,17 +70,18 @@ def serve(
     index_alias: str, max_inflight: int, max_inflight_per_key: int, max_long_polls: int,
     max_long_polls_per_key: int, statement_timeout: float, body_timeout: float,
     import_timeout: float, max_import_line_bytes: int, max_content_bytes: int,
-    idempotency_ttl: float, log_level: str, workers: int,
+    idempotency_ttl: float, log_level: str, access_log: bool, workers: int,
 ) -> None:
     """Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs)."""
     import uvicorn
 
+    from indexer.logs import configure
     from pathkeeper.cli.workers import serve_workers
     from pathkeeper.http.app import create_app
     from pathkeeper.http.settings import SETTINGS_ENV, ServiceSettings, settings_to_json
 
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s "
-                        "%(message)s")
+    _require_schema(database_url)
+    configure(getattr(logging, log_level.upper()))
     if no_auth and not is_loopback(host):
         raise click.UsageError(
             f"--no-auth is refused when serving on {host}: bind to 127.0.0.1 or use API keys"
@@ -91,25 +95,47 @@ def serve(
         idempotency_ttl_seconds=idempotency_ttl,
     ).with_coordinator(max_import_line_bytes=max_import_line_bytes,
                        max_content_bytes=max_content_bytes)
-    if no_auth:
-        click.secho("WARNING: authentication is disabled (--no-auth); local development only",
-                    fg="red", bold=True, err=True)
+    # With --no-auth the app logs its warning (in the one log format, on stderr).
     click.echo(f"serving on http://{host}:{port}  (docs: http://{host}:{port}/docs)")
     auth_header = "" if no_auth else "-H 'Authorization: Bearer <key>' "
     click.echo(f"try: curl {auth_header}http://{host}:{port}/v1/namespaces")
     if workers == 1:
+        # log_config=None: uvicorn's loggers go through the one setup above.
         uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level,
-                    access_log=False)
+                    access_log=access_log, log_config=None)
         return
     # Worker processes build their own app (a pool and threads cannot cross a fork):
     # they find the settings in the environment they inherit.
     os.environ[SETTINGS_ENV] = settings_to_json(settings)
     try:
-        status = serve_workers(host, port, workers, log_level)
+        status = serve_workers(host, port, workers, log_level, access_log)
     except OSError as exc:
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
     if status:
         raise SystemExit(status)
+
+
+def _require_schema(database_url: str) -> None:
+    """Refuse to start on a database this code cannot use (never migrated, behind, or
+    ahead), as the worker does, rather than answer every request with an error. A database
+    that does not answer yet is no reason not to start: requests get 503 until it does."""
+    from sqlalchemy import create_engine, pool
+
+    from coordinator.db import parse_database_url
+    from coordinator.errors import NotMigrated, Unavailable
+    from coordinator.migrate import require_current
+    from pathkeeper.cli.errors import describe
+
+    engine = create_engine(parse_database_url(database_url), poolclass=pool.NullPool)
+    try:
+        require_current(engine)
+    except NotMigrated:
+        raise
+    except Unavailable as exc:
+        click.echo(f"warning: {describe(exc)}; serving anyway (503 until it answers)",
+                   err=True)
+    finally:
+        engine.dispose()
 
 
 @click.group()

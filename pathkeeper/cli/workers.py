@@ -29,6 +29,8 @@ import threading
 from multiprocessing.process import BaseProcess
 from types import FrameType
 
+from indexer.logs import LogFormat, configure, current_format
+
 log = logging.getLogger("pathkeeper.serve")
 
 #: A worker's exit status when its server did not start (uvicorn's own).
@@ -59,21 +61,24 @@ def _end_with_parent(parent: int) -> None:
 
 
 def worker(family: socket.AddressFamily, host: str, port: int, log_level: str,
-           parent: int) -> None:
+           log_format: LogFormat, access_log: bool, parent: int) -> None:
     """One server process: its own listening socket, the app from the environment."""
     import uvicorn
 
+    # A spawned process starts with no logging set up: the parent's, again.
+    configure(getattr(logging, log_level.upper()), log_format)
     _end_with_parent(parent)
     sock = reuse_port_socket(family, host, port)
     config = uvicorn.Config("pathkeeper.http.app:app_from_environment", factory=True,
-                            log_level=log_level, access_log=False)
+                            log_level=log_level, access_log=access_log, log_config=None)
     server = uvicorn.Server(config)
     server.run(sockets=[sock])
     if not server.started:
         sys.exit(STARTUP_FAILURE)
 
 
-def serve_workers(host: str, port: int, workers: int, log_level: str) -> int:
+def serve_workers(host: str, port: int, workers: int, log_level: str,
+                  access_log: bool) -> int:
     """Run ``workers`` server processes on ``host:port`` until SIGINT or SIGTERM; the
     exit status (non-zero when a worker could not start)."""
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
@@ -84,8 +89,9 @@ def serve_workers(host: str, port: int, workers: int, log_level: str) -> int:
     stop = threading.Event()
 
     def start() -> BaseProcess:
-        proc = ctx.Process(target=worker, args=(family, host, port, log_level, os.getpid()),
-                           name="pathkeeper-serve")
+        proc = ctx.Process(target=worker, name="pathkeeper-serve",
+                           args=(family, host, port, log_level, current_format(),
+                                 access_log, os.getpid()))
         proc.start()
         return proc
 

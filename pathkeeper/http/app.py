@@ -14,7 +14,6 @@ import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import asdict
-from typing import Any
 
 from fastapi import FastAPI
 from sqlalchemy.exc import SQLAlchemyError
@@ -25,21 +24,17 @@ from coordinator.idempotency import purge
 from coordinator.listener import NotifyHub
 from pathkeeper.http import errors as service_errors
 from pathkeeper.http.auth import Authenticator
+from pathkeeper.http.docs_pages import install_docs
+from pathkeeper.http.error_docs import document_errors
 from pathkeeper.http.lane import Lane
 from pathkeeper.http.limits import LimitsMiddleware
+from pathkeeper.http.metrics import RequestMetrics, ServiceMetrics
 from pathkeeper.http.routes import ROUTERS
-from pathkeeper.http.schemas import ErrorOut
 from pathkeeper.http.search import Searcher
 from pathkeeper.http.settings import ServiceSettings
 from pathkeeper.http.threads import use_executor
 
 log = logging.getLogger("pathkeeper.service")
-
-ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorOut}
-    for status in (400, 401, 403, 404, 408, 409, 413, 422, 429, 503)
-}
-
 
 def create_app(
     settings: ServiceSettings, coordinator: Coordinator | None = None
@@ -54,18 +49,25 @@ def create_app(
             "namespace did not exist."
         ),
         lifespan=_lifespan,
-        responses=ERROR_RESPONSES,
+        docs_url=None,
+        redoc_url=None,
+        # Route names ("rename_node", "stat_node_by_id"), not FastAPI's generated ids.
+        generate_unique_id_function=lambda route: route.name,
     )
+    install_docs(app, app.title)
     service_errors.install(app, settings.retry_after_seconds)
     coord = coordinator or _connect(settings)
     app.state.owns_coordinator = coordinator is None
     app.state.coordinator = coord
     app.state.settings = settings
     app.state.authenticator = Authenticator(coord.engine, settings.auth_cache_seconds)
+    app.state.metrics = ServiceMetrics()
     # Added first, so it runs inside the limits: a command is admitted like any request.
     app.add_middleware(Lane)
     app.add_middleware(LimitsMiddleware, settings=settings,
-                       authenticator=app.state.authenticator)
+                       authenticator=app.state.authenticator, metrics=app.state.metrics)
+    # Outermost: the limits' refusals are requests too.
+    app.add_middleware(RequestMetrics, metrics=app.state.metrics)
     # The lane's statements on the event loop: opened by the lifespan, in its loop.
     app.state.statements = None
     app.state.hub = NotifyHub(settings.database_url)
@@ -77,6 +79,7 @@ def create_app(
         )
     for router in ROUTERS:
         app.include_router(router)
+    document_errors(app)
     return app
 
 

@@ -7,17 +7,26 @@ for the failing operation of a batch). ``code`` is the coordinator error's stabl
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
 from typing import Any
 
+import psycopg
+from elastic_transport import TransportError
+from elasticsearch import ApiError
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from psycopg_pool import PoolTimeout as AsyncPoolTimeout
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from coordinator import errors as ce
+from coordinator.db import translate
 from coordinator.tree import metadata_too_deep
+
+log = logging.getLogger("pathkeeper.service")
 
 #: Checked in order: subclasses before their bases.
 STATUS: list[tuple[type[ce.CoordinatorError], int]] = [
@@ -70,11 +79,75 @@ def hidden_namespace(ns: str) -> ce.NotFound:
     return ce.NotFound(f"no namespace {ns!r}")
 
 
+#: A failed If-Match (or ``if_version``): HTTP's own status for it, not 409.
+PRECONDITION_FAILED = "precondition_failed"
+
+
 def status_of(exc: ce.CoordinatorError) -> int:
+    if ce.is_version_mismatch(exc):
+        return 412
     for cls, status in STATUS:
         if isinstance(exc, cls):
             return status
     return 500
+
+
+#: What a caller is told when a server does not answer: never the driver's or the search
+#: client's text, which names hosts, ports and SQL.
+DATABASE_DOWN = "the database is unavailable; retry later"
+DATABASE_NOT_READY = "the database schema does not match this service; retry later"
+STATEMENT_TIMED_OUT = "a database statement timed out; retry later"
+SEARCH_DOWN = "the search server is unavailable; retry later"
+INTERNAL = "internal server error"
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and the exceptions it was raised from or while handling."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def outage_message(exc: BaseException) -> str | None:
+    """The public message for an error of a server that does not answer (the database,
+    the search server); None for anything else (a refusal, a bug)."""
+    if isinstance(exc, ce.NotMigrated):
+        return DATABASE_NOT_READY
+    for link in _chain(exc):
+        if isinstance(link, DBAPIError):
+            return _database_message(translate(link))
+        if isinstance(link, psycopg.errors.QueryCanceled):
+            return STATEMENT_TIMED_OUT
+        if isinstance(link, psycopg.OperationalError):
+            return DATABASE_DOWN
+        if isinstance(link, psycopg.Error):
+            return None
+        if isinstance(link, (TransportError, ApiError)):
+            return SEARCH_DOWN
+    return None
+
+
+def _database_message(typed: ce.CoordinatorError) -> str | None:
+    if not isinstance(typed, ce.Unavailable):
+        return None  # the database answered: a refusal, or a bug of ours
+    if str(typed).startswith("statement timed out"):
+        return STATEMENT_TIMED_OUT
+    return DATABASE_DOWN
+
+
+def _public_message(exc: ce.CoordinatorError, status: int) -> str:
+    """What the caller may read of ``exc``: its own words for the tree's refusals,
+    a fixed line for a server not answering and for a bug."""
+    if status in (500, 503):
+        message = outage_message(exc)
+        if message is not None:
+            return message
+        if status == 500:
+            return INTERNAL
+    return str(exc)
 
 
 def body(code: str, message: str, **extra: Any) -> dict[str, Any]:
@@ -86,11 +159,15 @@ def coordinator_response(
 ) -> JSONResponse:
     status = status_of(exc)
     headers = {"Retry-After": str(retry_after)} if status in (429, 503) else None
+    message = _public_message(exc, status)
+    if message != str(exc):
+        log.warning("answered %d: %s: %s", status, type(exc).__name__, exc)
+    code = {500: "internal", 412: PRECONDITION_FAILED}.get(status, exc.code)
     if exc.index is not None:  # the failing operation of a batch
         extra = {**extra, "index": exc.index}
     if exc.lines:  # a refused import: its bad lines, by number
         extra = {**extra, "lines": [{"line": n, "message": m} for n, m in exc.lines]}
-    return JSONResponse(body(exc.code, str(exc), **extra), status, headers=headers)
+    return JSONResponse(body(code, message, **extra), status, headers=headers)
 
 
 #: No pooled connection in time: the coordinator's pool, or the lane's asyncio one.
@@ -99,11 +176,23 @@ POOL_TIMEOUTS = (PoolTimeout, AsyncPoolTimeout)
 
 def pool_timeout_response(exc: Exception, retry_after: int) -> JSONResponse:
     """No database connection came free in time: the service is overloaded, retry."""
+    log.warning("no database connection in time: %s", exc)
     return JSONResponse(
-        body("unavailable", f"no database connection available in time: {exc}"),
+        body("unavailable", "no database connection available in time; retry later"),
         503,
         headers={"Retry-After": str(retry_after)},
     )
+
+
+def outage_response(exc: BaseException, retry_after: int) -> JSONResponse | None:
+    """503 for an error of a server that does not answer (or of its driver), in the
+    one error shape and without the driver's text; None for anything else."""
+    message = outage_message(exc)
+    if message is None:
+        return None
+    log.warning("answered 503: %s: %s", type(exc).__name__, exc)
+    return JSONResponse(body("unavailable", message), 503,
+                        headers={"Retry-After": str(retry_after)})
 
 
 def service_response(exc: ServiceError, retry_after: int) -> JSONResponse:
@@ -122,7 +211,7 @@ def known_error_response(exc: Exception, retry_after: int) -> JSONResponse | Non
         return coordinator_response(exc, retry_after)
     if isinstance(exc, POOL_TIMEOUTS):
         return pool_timeout_response(exc, retry_after)
-    return None
+    return outage_response(exc, retry_after)
 
 
 def install(app: Any, retry_after: int) -> None:
@@ -159,8 +248,12 @@ def install(app: Any, retry_after: int) -> None:
         )
 
     async def on_unexpected(_: Request, exc: Exception) -> JSONResponse:
+        # A server that stopped answering under a handler: 503, retry.
+        outage = outage_response(exc, retry_after)
+        if outage is not None:
+            return outage
         # Starlette logs the traceback; the client still gets the one error shape.
-        return JSONResponse(body("internal", "internal server error"), 500)
+        return JSONResponse(body("internal", INTERNAL), 500)
 
     app.add_exception_handler(ce.CoordinatorError, on_coordinator)
     app.add_exception_handler(Exception, on_unexpected)

@@ -41,6 +41,7 @@ from pathkeeper.http.deps import (
     principal_of,
 )
 from pathkeeper.http.errors import POOL_TIMEOUTS, coordinator_response, pool_timeout_response
+from pathkeeper.http.metrics import ROUTE_KEY
 from pathkeeper.http.operations import NAMESPACE_URL, NODE_BY_ID, NODE_BY_PATH
 from pathkeeper.http.settings import ServiceSettings
 
@@ -81,6 +82,8 @@ class Lane:
         self._by_path: dict[tuple[str, str], Call] = {}
         self._by_id: dict[tuple[str, str], Call] = {}
         self._plain: dict[tuple[str, str], Call] = {}
+        #: The route template of each call, by path (or plain) and by id: its metrics label.
+        self._templates: dict[tuple[Call, bool], str] = {}
         for route, call in CALLS.items():
             self._add(route.method, route.suffix, call)
         self._add("GET", "", STAT)
@@ -89,8 +92,11 @@ class Lane:
         if call.by_node:
             self._by_path[method, f"{NODE_BY_PATH}{suffix}"[1:]] = call
             self._by_id[method, suffix] = call
+            self._templates[call, False] = f"{NAMESPACE_URL}{NODE_BY_PATH}{suffix}"
+            self._templates[call, True] = f"{NAMESPACE_URL}{NODE_BY_ID}{suffix}"
         else:
             self._plain[method, suffix[1:]] = call
+            self._templates[call, False] = f"{NAMESPACE_URL}{suffix}"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith(PREFIX):
@@ -100,6 +106,7 @@ class Lane:
         if match is None or scope["app"].dependency_overrides:
             await self.app(scope, receive, send)
             return
+        scope[ROUTE_KEY] = self._templates[match[1], match[2] is not None]
         body = await _read_body(receive)
         if body is None:
             return  # the client left before sending its body: nothing to answer

@@ -29,10 +29,11 @@ from coordinator import paths
 from coordinator.errors import InvalidPath
 from pathkeeper.http.auth import PRINCIPAL_SCOPE_KEY, Authenticator, bearer_of
 from pathkeeper.http.errors import known_error_response
+from pathkeeper.http.metrics import ServiceMetrics
 from pathkeeper.http.settings import ServiceSettings
 
 #: Never refused by the in-flight cap: an overloaded server must still answer probes.
-UNLIMITED_PATHS = ("/healthz", "/readyz")
+UNLIMITED_PATHS = ("/healthz", "/readyz", "/metrics")
 #: Every URL under it needs an API key (with auth on).
 API_PREFIX = "/v1/"
 
@@ -126,6 +127,8 @@ class Pool:
 
     total: int
     per_caller: int
+    #: Its label in the metrics (``metrics.POOLS``).
+    name: str = ""
     used: int = 0
     by_caller: dict[str, int] = field(default_factory=dict)
 
@@ -164,7 +167,7 @@ class LimitsMiddleware:
     URLs outside ``/v1`` (the API docs), which count in a small pool of their own."""
 
     def __init__(self, app: ASGIApp, settings: ServiceSettings,
-                 authenticator: Authenticator) -> None:
+                 authenticator: Authenticator, metrics: ServiceMetrics) -> None:
         self.app = app
         self.auth = settings.auth
         self.authenticator = authenticator
@@ -172,9 +175,13 @@ class LimitsMiddleware:
         self.body_timeout = settings.body_timeout_seconds
         self.retry_after = settings.retry_after_seconds
         # The ASGI app runs on one event loop: the counters need no lock.
-        self.short = Pool(settings.max_inflight, settings.max_inflight_per_key)
-        self.long = Pool(settings.max_long_polls, settings.max_long_polls_per_key)
-        self.anonymous = Pool(settings.max_anonymous, settings.max_anonymous_per_address)
+        self.short = Pool(settings.max_inflight, settings.max_inflight_per_key, "short")
+        self.long = Pool(settings.max_long_polls, settings.max_long_polls_per_key, "long_poll")
+        self.anonymous = Pool(settings.max_anonymous, settings.max_anonymous_per_address,
+                              "anonymous")
+        for pool in (self.short, self.long, self.anonymous):
+            metrics.watch(pool.name, pool)
+        self.overloaded = metrics.overloaded
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -206,6 +213,7 @@ class LimitsMiddleware:
             return
         refusal = pool.refusal(caller)
         if refusal is not None:
+            self.overloaded.labels(pool.name).inc()
             await _error(send, 429, "overloaded", refusal,
                          [(b"retry-after", str(self.retry_after).encode())])
             return

@@ -42,8 +42,8 @@ class CommandRoute:
     method: str
     #: After the node's URL, or after the namespace's for a command without ``ref``.
     suffix: str
-    #: The route's name (the OpenAPI summary and operation id): node routes add
-    #: ``_path`` and ``_id``.
+    #: The route's name (the OpenAPI summary and operation id): a node's route by id
+    #: adds ``_by_id``.
     name: str
     #: The OpenAPI description.
     doc: str
@@ -73,14 +73,14 @@ COMMAND_ROUTES: tuple[CommandRoute, ...] = (
         "Create a directory (``parents``: like mkdir -p; 200 with seq null if it existed).")),
     CommandRoute(CreateFile, "POST", "/files", "create_file", creates=True,
                  doc="Create a file with content and metadata."),
-    CommandRoute(WriteFile, "PUT", "/content", "write",
+    CommandRoute(WriteFile, "PUT", "/content", "write_content",
                  doc="Replace a file's content (and metadata, if given)."),
     CommandRoute(SetMetadata, "PUT", "/metadata", "set_metadata",
                  doc="Replace the metadata of a file or directory."),
-    CommandRoute(Move, "POST", "/move", "move",
+    CommandRoute(Move, "POST", "/move", "move_node",
                  doc="Move (and possibly rename) the node to the full path ``dst``."),
-    CommandRoute(Rename, "POST", "/rename", "rename", doc="Rename the node in place."),
-    CommandRoute(Delete, "DELETE", "", "delete", query=("recursive", "if_version"),
+    CommandRoute(Rename, "POST", "/rename", "rename_node", doc="Rename the node in place."),
+    CommandRoute(Delete, "DELETE", "", "delete_node", query=("recursive", "if_version"),
                  doc="Delete the node (a non-empty directory only with ``recursive``)."),
 )
 #: The row of each command class (a test checks that every one in ``COMMANDS`` has one).

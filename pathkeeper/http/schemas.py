@@ -256,6 +256,8 @@ class HealthOut(BaseModel):
 class ReadyOut(BaseModel):
     status: Literal["ok", "unavailable"]
     postgres: bool
+    #: Whether the search server answers (null: no search server configured).
+    search: bool | None = None
     #: Events not yet applied by the indexer (null: no indexer checkpoint yet).
     indexer_lag_events: int | None = None
     indexer_lag_seconds: float | None = None

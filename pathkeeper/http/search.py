@@ -107,6 +107,17 @@ class Searcher:
         except (ApiError, TransportError):
             return None
 
+    def reachable(self, timeout: float) -> bool:
+        """Whether the search server answers within ``timeout`` seconds (a refusal of the
+        request counts as an answer, a server error does not)."""
+        try:
+            self.es.options(request_timeout=timeout).cluster.health()
+        except ApiError as exc:
+            return int(exc.meta.status) < 500
+        except TransportError:
+            return False
+        return True
+
     def refresh(self) -> None:
         """Make everything indexed so far searchable (used after a ``min_seq`` wait)."""
         try:

@@ -84,7 +84,7 @@ def test_set_metadata_by_path_by_id_and_in_a_batch(
     ok(client.put(f"{A}/nodes/{fid}/metadata", json={"metadata": {"k": 1}},
                   headers={**h, "If-Match": '"1"'}))
     err(client.put(f"{A}/nodes/{fid}/metadata", json={"metadata": {"k": 2}},
-                   headers={**h, "If-Match": '"1"'}), 409, "conflict")
+                   headers={**h, "If-Match": '"1"'}), 412, "precondition_failed")
     err(client.put(f"{A}/node/metadata", params={"path": "/d"}, json={"meta": {}},
                    headers=h), 422, "invalid_request")
     err(client.put(f"{A}/node/metadata", params={"path": "/d"}, json={"metadata": {}},
@@ -166,11 +166,11 @@ def test_tree_errors(client: TestClient, keys: Keys, coord: Coordinator) -> None
     err(client.delete(f"{A}/node", params={"path": "/"}, headers=h), 400, "invalid_move")
     # Compare-and-swap, by header and by body, by path and by id.
     err(client.put(f"{A}/nodes/{f.node.id}/content", json={"content": "y"},
-                   headers={**h, "If-Match": '"7"'}), 409, "conflict")
+                   headers={**h, "If-Match": '"7"'}), 412, "precondition_failed")
     err(client.post(f"{A}/node/rename", params={"path": "/d/f"},
-                    json={"name": "g", "if_version": 9}, headers=h), 409, "conflict")
-    err(client.delete(f"{A}/node", params={"path": "/d/f", "if_version": 3}, headers=h), 409,
-        "conflict")
+                    json={"name": "g", "if_version": 9}, headers=h), 412, "precondition_failed")
+    err(client.delete(f"{A}/node", params={"path": "/d/f", "if_version": 3}, headers=h), 412,
+        "precondition_failed")
     err(client.put(f"{A}/node/content", params={"path": "/d/f"}, json={"content": "y"},
                    headers={**h, "If-Match": "abc"}), 422, "invalid_request")
     err(client.put(f"{A}/node/content", params={"path": "/d/f"},

@@ -59,9 +59,10 @@ def test_every_route_declares_one_scope_check() -> None:
     for route in routes:
         checks = set(scope_checks(route.dependant))
         assert len(checks) == 1, (route.path, route.methods, checks)
-        # Only the probes are public.
+        # Only the probes, the metrics and the docs pages are public.
         public = SCOPE_CHECKS[checks.pop()] is None
-        assert public == (route.path in ("/healthz", "/readyz")), route.path
+        assert public == (route.path in ("/healthz", "/readyz", "/metrics", "/docs", "/redoc")
+                          ), route.path
 
 
 def test_command_routes_come_from_the_table(settings: ServiceSettings) -> None:

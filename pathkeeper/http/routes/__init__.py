@@ -10,6 +10,7 @@ from pathkeeper.http.routes import (
     events,
     health,
     importing,
+    metrics,
     namespaces,
     nodes,
     search,
@@ -17,6 +18,7 @@ from pathkeeper.http.routes import (
 
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,
+    metrics.router,
     namespaces.router,
     nodes.router,
     commands.router,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import SQLAlchemyError
@@ -9,10 +11,15 @@ from sqlalchemy.exc import SQLAlchemyError
 from coordinator.errors import CoordinatorError
 from coordinator.indexing import probe_lag
 from pathkeeper.http.deps import ConsumerDep, CoordDep, SearcherDep, SettingsDep, public
+from pathkeeper.http.errors import DATABASE_DOWN, SEARCH_DOWN, outage_message
 from pathkeeper.http.schemas import HealthOut, ReadyOut
 from pathkeeper.http.threads import blocking
 
 router = APIRouter(tags=["health"])
+log = logging.getLogger("pathkeeper.service")
+
+#: Seconds /readyz waits for the search server's answer: a probe must answer quickly.
+SEARCH_PROBE_SECONDS = 2.0
 
 
 @router.get("/healthz", response_model=HealthOut, dependencies=[Depends(public)])
@@ -26,19 +33,26 @@ async def healthz() -> HealthOut:
 @blocking
 def readyz(coord: CoordDep, settings: SettingsDep, searcher: SearcherDep,
            consumer: ConsumerDep) -> JSONResponse:
-    """Readiness: PostgreSQL answers; reports the indexer's lag (does not fail on it)."""
+    """Readiness: PostgreSQL answers and, when configured, the search server does and its
+    index is there; reports the indexer's lag (does not fail on it)."""
     retry = {"Retry-After": str(settings.retry_after_seconds)}
     try:
         lag = probe_lag(coord.engine, consumer)
     except (SQLAlchemyError, CoordinatorError) as exc:
-        out = ReadyOut(status="unavailable", postgres=False, detail=str(exc)[:500])
+        log.warning("readiness: database check failed: %s", exc)
+        out = ReadyOut(status="unavailable", postgres=False,
+                       detail=outage_message(exc) or DATABASE_DOWN)
+        return JSONResponse(out.model_dump(mode="json"), 503, headers=retry)
+    search = None if searcher is None else searcher.reachable(SEARCH_PROBE_SECONDS)
+    if search is False:
+        out = ReadyOut(status="unavailable", postgres=True, search=False, detail=SEARCH_DOWN)
         return JSONResponse(out.model_dump(mode="json"), 503, headers=retry)
     indexed = lag is not None and lag.checkpoint != 0  # past the start of the log
     lost = searcher.index_lost() if searcher is not None and indexed else None
     if lost is not None:
-        out = ReadyOut(status="unavailable", postgres=True, detail=lost)
+        out = ReadyOut(status="unavailable", postgres=True, search=True, detail=lost)
         return JSONResponse(out.model_dump(mode="json"), 503, headers=retry)
-    out = ReadyOut(status="ok", postgres=True,
+    out = ReadyOut(status="ok", postgres=True, search=search,
                    indexer_lag_events=None if lag is None else lag.events,
                    indexer_lag_seconds=None if lag is None else lag.seconds)
     return JSONResponse(out.model_dump(mode="json"), 200)

@@ -47,12 +47,13 @@ def add_node_route(
     **options: Any,
 ) -> None:
     """Register ``endpoint`` at ``.../node<suffix>?path=`` and ``.../nodes/{node_id}<suffix>``
-    (named ``<name>_path`` and ``<name>_id``, described by ``docs``); the handler takes
+    (named ``<name>`` and ``<name>_by_id``, described by ``docs``); the handler takes
     the node as ``deps.Ref``."""
     forms = ((NODE_BY_PATH, by_path, "path", docs[0]), (NODE_BY_ID, by_id, "id", docs[1]))
     for form, declare, by, doc in forms:
         router.add_api_route(
-            f"{NAMESPACE_URL}{form}{suffix}", endpoint, methods=[method], name=f"{name}_{by}",
+            f"{NAMESPACE_URL}{form}{suffix}", endpoint, methods=[method],
+            name=name if by == "path" else f"{name}_by_id",
             description=doc, tags=[f"nodes by {by}"],
             dependencies=[Depends(declare), *dependencies], **options,
         )
@@ -80,13 +81,13 @@ def list_children(
 
 
 add_node_route(
-    router, "", stat, method="GET", name="stat", response_model=NodeOut,
+    router, "", stat, method="GET", name="stat_node", response_model=NodeOut,
     dependencies=[Depends(READ)],
     docs=("The node at ``path`` (ETag: its version).",
           "The node with this id (ETag: its version)."),
 )
 add_node_route(
-    router, "/children", list_children, method="GET", name="list", response_model=ListOut,
+    router, "/children", list_children, method="GET", name="list_children", response_model=ListOut,
     dependencies=[Depends(READ)],
     docs=("Children of the directory at ``path``, by name; pass ``cursor`` for the next page.",
           "Children of the directory with this id, by name."),
