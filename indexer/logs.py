@@ -38,6 +38,7 @@ def configure(level: int = logging.INFO) -> None:
     root.setLevel(level)
     # The HTTP client logs every request at INFO: too chatty for a worker.
     logging.getLogger("elastic_transport").setLevel(logging.WARNING)
+    logging.getLogger("opensearch").setLevel(logging.WARNING)
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
 
 

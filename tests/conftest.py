@@ -13,11 +13,12 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from elasticsearch import Elasticsearch
 
 from coordinator import Coordinator
 from coordinator.migrate import upgrade
 from indexer.elasticsearch_index import drop_alias_and_indices
+from indexer.search_client import open_search
+from indexer.search_engine import SearchEngine
 from indexer.worker import Worker, WorkerConfig
 from pathkeeper.local.postgres import LocalPostgres
 from pathkeeper.local.search import new_local_search
@@ -66,23 +67,23 @@ def es_url() -> Iterator[str]:
 
 
 @pytest.fixture
-def es(es_url: str) -> Iterator[Elasticsearch]:
-    client = Elasticsearch(es_url, request_timeout=60)
+def es(es_url: str) -> Iterator[SearchEngine]:
+    client = open_search(es_url, request_timeout=60)
     yield client
     client.close()
 
 
 @pytest.fixture
-def alias(es: Elasticsearch) -> Iterator[str]:
+def alias(es: SearchEngine) -> Iterator[str]:
     """An index alias of this test's own (and so its own concrete indices and its own
     indexer checkpoint consumer), deleted afterwards."""
     name = f"pk-test-{os.getpid()}-{next(_aliases)}"
     yield name
     drop_alias_and_indices(es, name)
-    # Also indices the alias no longer points to (by name: Elasticsearch 8 refuses
+    # Also indices the alias no longer points to (by name: SearchEngine 8 refuses
     # wildcard deletes by default).
-    for index in es.indices.get(index=f"{name}-*", expand_wildcards="all").body:
-        es.indices.delete(index=index)
+    for index in es.get_indices(f"{name}-*"):
+        es.delete_index(index)
 
 
 @pytest.fixture
