@@ -76,9 +76,10 @@ def refused(status: int, error: str = "", reason: str = "", body: Any = None) ->
     return kind(status, error, reason, body)
 
 
-class UnsupportedEngine(InvalidConfiguration):
+class UnsupportedEngine(InvalidConfiguration, SearchError):
     """The server is not an engine (or a version) Pathkeeper supports, or the
-    configuration names an engine it does not know."""
+    configuration names an engine it does not know. A configuration error (the CLI's
+    one ``error:`` line), and a failed search call to whoever only handles those."""
 
 
 class SearchEngine(Protocol):

@@ -8,9 +8,11 @@ The template database is migrated once with Alembic; each test gets
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -97,3 +99,29 @@ def worker(database_url: str, es_url: str, alias: str) -> Iterator[Worker]:
     w.stop()
     thread.join(timeout=30)
     assert not thread.is_alive()
+
+
+class _NotASearchServer(BaseHTTPRequestHandler):
+    """Answers every GET with a JSON body that names no search engine."""
+
+    def do_GET(self) -> None:
+        body = json.dumps({"name": "some other service", "version": "1.0"}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def other_server() -> Iterator[str]:
+    """A real HTTP server that is no search engine (for the engine check)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _NotASearchServer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()

@@ -18,7 +18,13 @@ from typing import Any
 from coordinator.errors import Unavailable
 from indexer.contract import search_filters, text_query
 from indexer.elasticsearch_index import alias_targets, missing_alias_message, our_indices
-from indexer.search_engine import SearchEngine, SearchError, SearchRefused, SearchUnavailable
+from indexer.search_engine import (
+    SearchEngine,
+    SearchError,
+    SearchRefused,
+    SearchUnavailable,
+    UnsupportedEngine,
+)
 from pathkeeper.http.errors import ServiceError
 from pathkeeper.http.schemas import SearchHit, SearchOut
 
@@ -125,7 +131,7 @@ class Searcher:
             if exc.status == 429:
                 raise ServiceError(429, "overloaded", "search is overloaded") from exc
             raise Unavailable(f"search failed: {exc.status}") from exc
-        except SearchUnavailable as exc:
+        except (SearchUnavailable, UnsupportedEngine) as exc:
             raise Unavailable(f"search unavailable: {exc}") from exc
         raw_hits = resp["hits"]["hits"]
         hits = [

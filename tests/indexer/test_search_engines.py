@@ -9,13 +9,9 @@ real HTTP server that is no search engine at all."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -34,31 +30,6 @@ from indexer.search_engine import (
 from pathkeeper.local.postgres import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class _NotASearchServer(BaseHTTPRequestHandler):
-    """Answers every GET with a JSON body that names no search engine."""
-
-    def do_GET(self) -> None:
-        body = json.dumps({"name": "some other service", "version": "1.0"}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def other_server() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _NotASearchServer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
 
 
 def test_the_engine_and_version_are_asked_of_the_server(es_url: str, es: SearchEngine) -> None:
