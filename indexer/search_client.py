@@ -68,7 +68,7 @@ def _split_url(url: str) -> tuple[str, dict[str, str]]:
             "the search server URL cannot be parsed; expected http(s)://host:port"
         )
     try:
-        port = parts.port
+        parts.port  # noqa: B018 - raises for a port that is not a number
     except ValueError:
         raise InvalidConfiguration(
             "the search server URL cannot be parsed; expected http(s)://host:port"
@@ -79,9 +79,7 @@ def _split_url(url: str) -> tuple[str, dict[str, str]]:
         password = urllib.parse.unquote(parts.password or "")
         token = base64.b64encode(f"{user}:{password}".encode()).decode()
         headers["Authorization"] = f"Basic {token}"
-    host = parts.hostname if port is None else f"{parts.hostname}:{port}"
-    if ":" in (parts.hostname or "") and port is not None:
-        host = f"[{parts.hostname}]:{port}"
+    host = parts.netloc.rsplit("@", 1)[-1]  # without the credentials
     return urllib.parse.urlunsplit((parts.scheme, host, parts.path.rstrip("/"), "", "")), headers
 
 
