@@ -44,7 +44,6 @@ from pathlib import Path
 from typing import Any
 
 from common import ROOT, load_average, migrated_cluster, now_utc, percentile, table
-from elasticsearch import Elasticsearch
 from sqlalchemy import text
 
 from coordinator import Coordinator
@@ -52,6 +51,7 @@ from coordinator.errors import CoordinatorError
 from coordinator.indexing import consumer_for
 from indexer import status
 from indexer.elasticsearch_index import drop_alias_and_indices
+from indexer.search_client import open_search
 from pathkeeper.local.search import new_local_search
 
 ALIAS = "bench-load"
@@ -230,9 +230,9 @@ def main() -> None:
             caught = coord.wait_indexed(target, 600, consumer=consumer)
             catch_up = time.monotonic() - stopped
             rss_end = rss_kb(worker.pid)
-            es = Elasticsearch(es_url, request_timeout=120)
-            es.indices.refresh(index=ALIAS)
-            docs = int(es.count(index=ALIAS)["count"])
+            es = open_search(es_url, request_timeout=120)
+            es.refresh(ALIAS)
+            docs = es.count(ALIAS)
             with coord.engine.connect() as conn:
                 nodes = int(conn.execute(
                     text("SELECT count(*) FROM nodes WHERE parent_id IS NOT NULL")).scalar_one())

@@ -77,8 +77,6 @@ from common import ROOT, load_average, median, migrated_cluster, now_utc, percen
 
 sys.path.insert(0, str(ROOT / "tests" / "indexer"))
 
-from elasticsearch import Elasticsearch
-from elasticsearch.helpers import streaming_bulk
 from indexer_support import WorkerProcess, bulk_subtree, expected_docs, index_docs
 from sqlalchemy import text
 
@@ -86,6 +84,8 @@ from coordinator import Coordinator, CoordinatorError, Node
 from coordinator.indexing import consumer_for
 from indexer import elasticsearch_index
 from indexer.contract import index_action, is_indexed
+from indexer.search_client import open_search
+from indexer.search_engine import SearchEngine
 from pathkeeper.local.search import new_local_search, search_kind
 
 NS = "load"
@@ -126,7 +126,7 @@ def subtree_sizes(nodes: list[Node]) -> dict[str, int]:
     return {d: s for d, s in sizes.items() if parent.get(d) is not None}  # not the root
 
 
-def raw_overwrite_rate(es: Elasticsearch, nodes: list[Node], round_: int) -> float:
+def raw_overwrite_rate(es: SearchEngine, nodes: list[Node], round_: int) -> float:
     """docs/s of streaming_bulk overwriting ``nodes``' documents (loaded first, not timed)
     with new paths at a higher external version, in a fresh index."""
     index = f"bench-raw-overwrite-{round_}"
@@ -139,13 +139,14 @@ def raw_overwrite_rate(es: Elasticsearch, nodes: list[Node], round_: int) -> flo
                 for n in docs
             )
             start = time.perf_counter()
-            done = sum(1 for ok, _ in streaming_bulk(es, actions, chunk_size=1000,
-                                                     raise_on_error=False, max_retries=0) if ok)
+            done = sum(1 for ok, _ in es.streaming_bulk(
+                actions, chunk_size=1000, max_chunk_bytes=100 * 2**20, max_retries=0,
+                initial_backoff=2, max_backoff=600) if ok)
             elapsed = time.perf_counter() - start
             assert done == len(docs), f"only {done} of {len(docs)} accepted"
         return len(docs) / elapsed
     finally:
-        es.indices.delete(index=index)
+        es.delete_index(index)
 
 
 class Load:
@@ -248,8 +249,8 @@ def poll_loop(es_url: str, inbox: Any, outbox: Any, poll: float, ready: Any) -> 
     answers (a spawned process takes seconds to import on a loaded box)."""
     if multiprocessing.parent_process() is not None:
         os.setsid()  # a session of its own: see ``WorkerProcess(own_session=True)``
-    es = Elasticsearch(es_url, request_timeout=600)
-    es.cluster.health()
+    es = open_search(es_url, request_timeout=600)
+    es.cluster_settings("*.cluster.name")  # answers once the server is up
     ready.set()
     watched: dict[int, str] = {}  # token -> node id
     # token -> each new seq the document showed: (seq, multi-get sent, answered)
@@ -375,11 +376,11 @@ class CpuMeter:
         return [[f"CPU {k}, cores", f"{v / self.seconds:.2f}"] for k, v in used.items()]
 
 
-def refresh_counts(es: Elasticsearch) -> dict[str, int]:
+def refresh_counts(es: SearchEngine) -> dict[str, int]:
     """Refreshes of our index so far (Elasticsearch counts external ones apart: a realtime
     get of a document written since the last refresh forces an internal one)."""
     try:
-        got = es.indices.stats(index=ALIAS, metric="refresh")["_all"]["primaries"]["refresh"]
+        got = es.index_stats(ALIAS)["_all"]["primaries"]["refresh"]
     except Exception:  # a stand-in without these statistics
         return {"total": 0, "external": 0}
     return {"total": int(got.get("total", 0)), "external": int(got.get("external_total", 0))}
@@ -441,7 +442,7 @@ def decompose(log_path: Path, seen: list[tuple[str, int, float, float, float, fl
     return rows, acked
 
 
-def compare(coord: Coordinator, es: Elasticsearch) -> tuple[int, int, int, int]:
+def compare(coord: Coordinator, es: SearchEngine) -> tuple[int, int, int, int]:
     """(documents expected, missing, extra, wrong): the index against PostgreSQL."""
     want = expected_docs(coord, NS)
     got = {k: {f: v for f, v in d.items() if f != "seq"}
@@ -511,7 +512,7 @@ def main() -> None:
           f"load before: {load_average()}")
     with migrated_cluster("bench_rename") as (pg, database_url), \
             search_server() as (es_url, es_pid), tempfile.TemporaryDirectory() as tmp:
-        es = Elasticsearch(es_url, request_timeout=600)
+        es = open_search(es_url, request_timeout=600)
         coord = Coordinator.connect(database_url, pool_size=args.clients + 2)
         build_tree(coord)
         nodes = list(coord.walk(NS))

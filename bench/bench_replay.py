@@ -39,7 +39,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from common import load_average, median, migrated_cluster, now_utc, table
-from elasticsearch import Elasticsearch, helpers
 from sqlalchemy import create_engine, text
 
 from coordinator import Coordinator
@@ -51,6 +50,8 @@ from indexer.contract import index_action, is_indexed
 from indexer.progress import Progress
 from indexer.replay import BULK_BYTES, BULK_CHUNK, current_bound, rebuild
 from indexer.retention import take_snapshot
+from indexer.search_client import open_search
+from indexer.search_engine import SearchEngine
 from indexer.verify import verify_index, verify_log
 from pathkeeper.local.search import new_local_search
 
@@ -158,21 +159,22 @@ def materialize_nodes(url: str, folder: setfold.SetFold, ns: str) -> int:
     return len(rows)
 
 
-def raw_bulk(es: Elasticsearch, folder: setfold.SetFold, ns: str, index: str,
+def raw_bulk(es: SearchEngine, folder: setfold.SetFold, ns: str, index: str,
              alias: str | None = None) -> tuple[int, float]:
     """The documents of ``ns`` as replay writes them, bulk-loaded with the same client
     settings into an index created the same way; only the bulk is timed."""
     actions = [index_action(index, n, 1) for n in folder.trees[ns].nodes() if is_indexed(n)]
     elasticsearch_index.create_index(es, index)
-    es.indices.put_settings(index=index, settings={"index": {"refresh_interval": "-1"}})
+    es.put_settings(index, {"index": {"refresh_interval": "-1"}})
     started = time.monotonic()
-    for ok, info in helpers.streaming_bulk(es, actions, chunk_size=BULK_CHUNK,
-                                           max_chunk_bytes=BULK_BYTES, raise_on_error=True):
+    for ok, info in es.streaming_bulk(actions, chunk_size=BULK_CHUNK,
+                                     max_chunk_bytes=BULK_BYTES, max_retries=0,
+                                     initial_backoff=2, max_backoff=600):
         assert ok, info
-    es.indices.refresh(index=index)
+    es.refresh(index)
     seconds = time.monotonic() - started
     if alias is not None:
-        es.indices.update_aliases(actions=[{"add": {"index": index, "alias": alias}}])
+        es.update_aliases([{"add": {"index": index, "alias": alias}}])
     return len(actions), seconds
 
 
@@ -181,7 +183,7 @@ def verify_child(url: str, es_url: str, alias: str, ns: str) -> None:
     ``ru_maxrss`` across fork and exec (the child starts with the parent's peak), so
     the peak resident size is also sampled from /proc during the verify itself."""
     coord = Coordinator.connect(url)
-    es = Elasticsearch(es_url, request_timeout=600)
+    es = open_search(es_url, request_timeout=600)
 
     def resident_mib() -> float:
         with open("/proc/self/statm") as f:
@@ -387,12 +389,12 @@ def write_actions(url: str, ns: str, path: str) -> int:
 
 
 def raw_bulk_file(
-    es: Elasticsearch, path: str, index: str, limit: int | None = None
+    es: SearchEngine, path: str, index: str, limit: int | None = None
 ) -> tuple[int, float]:
     """``raw_bulk`` from a ``write_actions`` file: the same client settings into an index
     created the same way; the bulk (and the file's reading) is timed."""
     elasticsearch_index.create_index(es, index)
-    es.indices.put_settings(index=index, settings={"index": {"refresh_interval": "-1"}})
+    es.put_settings(index, {"index": {"refresh_interval": "-1"}})
 
     def actions() -> Iterator[dict[str, Any]]:
         with open(path) as f:
@@ -403,11 +405,12 @@ def raw_bulk_file(
 
     started = time.monotonic()
     docs = 0
-    for ok, info in helpers.streaming_bulk(es, actions(), chunk_size=BULK_CHUNK,
-                                           max_chunk_bytes=BULK_BYTES, raise_on_error=True):
+    for ok, info in es.streaming_bulk(actions(), chunk_size=BULK_CHUNK,
+                                     max_chunk_bytes=BULK_BYTES, max_retries=0,
+                                     initial_backoff=2, max_backoff=600):
         assert ok, info
         docs += 1
-    es.indices.refresh(index=index)
+    es.refresh(index)
     return docs, time.monotonic() - started
 
 
@@ -431,7 +434,7 @@ def materialize_sql(url: str, ns: str) -> None:
 
 
 def replay_round(
-    url: str, es: Elasticsearch, n: int, path: str, round_: int,
+    url: str, es: SearchEngine, n: int, path: str, round_: int,
     report: Callable[..., None],
 ) -> dict[str, float]:
     """One round, in this order: raw read, set fold, raw bulk of the same documents,
@@ -445,7 +448,7 @@ def replay_round(
     report(f"set fold, round {round_}", f"{n:,} events", f"{fold_s:.1f}",
            f"{n / fold_s:,.0f} events/s = {raw_s / fold_s:.2f} x raw read")
     docs, bulk_s = raw_bulk_file(es, path, "bench-raw")
-    es.indices.delete(index="bench-raw")
+    es.delete_index("bench-raw")
     report(f"raw streaming_bulk, same docs, round {round_}", f"{docs:,} docs", f"{bulk_s:.1f}",
            f"{docs / bulk_s:,.0f} docs/s (load {load_average().split()[0]})")
     coord = Coordinator.connect(url)
@@ -471,7 +474,7 @@ def replay_round(
 
 
 def replay_part(
-    args: argparse.Namespace, url: str, es: Elasticsearch, report: Callable[..., None]
+    args: argparse.Namespace, url: str, es: SearchEngine, report: Callable[..., None]
 ) -> None:
     """Generate the long history, then ``--rounds`` rounds of: raw read, set fold, raw
     bulk of its documents, replay end to end; medians; then reindex."""
@@ -499,7 +502,7 @@ def replay_part(
               "bulk actions (the raw bulk's input)", flush=True)
         # Untimed: the search server's first bulk pays for class loading and JIT.
         raw_bulk_file(es, path, "bench-warmup", limit=50_000)
-        es.indices.delete(index="bench-warmup")
+        es.delete_index("bench-warmup")
         rounds = [replay_round(url, es, n, path, r + 1, report) for r in range(args.rounds)]
 
     def med(key: str) -> float:
@@ -573,7 +576,7 @@ def main() -> None:
         return
     with migrated_cluster("bench_replay") as (_pg, url), new_local_search() as search:
         es_url = os.environ.get("ES_URL") or search.url
-        es = Elasticsearch(es_url, request_timeout=600)
+        es = open_search(es_url, request_timeout=600)
         if not args.verify_only and not args.skip_fold:
             # A database of its own: its million nodes must not weigh on the replay below.
             fold_url = _pg.create_database("bench_fold")

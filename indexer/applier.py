@@ -77,7 +77,6 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from elasticsearch import Elasticsearch
 from sqlalchemy import Connection, Engine
 
 from coordinator import Event, Node
@@ -86,6 +85,7 @@ from .bulk import CHUNK_BYTES, BulkStats, Rejected, send, send_request
 from .contract import MAX_BATCH_AGE, delete_action, index_action, is_indexed, stale_under_query
 from .plan import BatchPlan, all_sweeps, plan_batch
 from .prefetch import prefetched
+from .search_engine import SearchEngine
 from .snapshot import fetch_nodes, may_have_left, node_exists, stream_subtree_versions
 
 ID_CHUNK = 1000
@@ -221,7 +221,7 @@ class Applier:
     def __init__(
         self,
         engine: Engine,
-        es: Elasticsearch,
+        es: SearchEngine,
         alias: str,
         on_reject: Any,
         *,
@@ -369,7 +369,7 @@ class Applier:
                     # A search sees only refreshed writes: make the rewrites visible, so
                     # the sweep does not find (and rewrite again) their older copies,
                     # and the node part's writes, so it finds what they left stale.
-                    self.es.indices.refresh(index=self.alias)
+                    self.es.refresh(self.alias)
                     t2 = time.monotonic()
                     stats += self._send(self._sweep_actions(conn, sweeps, work.version, check))
         t3 = time.monotonic()
@@ -475,16 +475,13 @@ class Applier:
         query = stale_under_query(ns, sweep_before, max(sweep_before.values()))
         after: list[Any] | None = None
         while True:
-            resp = self.es.search(
-                index=self.alias,
-                routing=ns,
-                query=query,
-                sort=[{"node_id": "asc"}],
-                size=SWEEP_PAGE,
-                source=False,
-                track_total_hits=False,
-                search_after=after,
-            )
+            body: dict[str, Any] = {
+                "query": query, "sort": [{"node_id": "asc"}], "size": SWEEP_PAGE,
+                "_source": False, "track_total_hits": False,
+            }
+            if after is not None:
+                body["search_after"] = after
+            resp = self.es.search(self.alias, body, routing=ns)
             hits = resp["hits"]["hits"]
             if not hits:
                 return

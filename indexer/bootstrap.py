@@ -25,7 +25,6 @@ import logging
 import threading
 import time
 
-from elasticsearch import Elasticsearch
 from sqlalchemy import text
 
 from coordinator import Coordinator
@@ -35,6 +34,7 @@ from . import checkpoints
 from .leases import consumer_key
 from .logs import log
 from .replay import rebuild
+from .search_engine import SearchEngine
 
 logger = logging.getLogger("pathkeeper.indexer")
 
@@ -57,7 +57,7 @@ def needs_bootstrap(coord: Coordinator, consumer: str) -> int:
 
 
 def bootstrap(
-    coord: Coordinator, es: Elasticsearch, alias: str, consumer: str, partitions: int,
+    coord: Coordinator, es: SearchEngine, alias: str, consumer: str, partitions: int,
     stop: threading.Event,
 ) -> bool:
     """Build ``alias``'s index from ``nodes`` if the consumer needs it (``needs_bootstrap``),

@@ -1,4 +1,4 @@
-"""Sending bulk actions to Elasticsearch and sorting out what each answer means.
+"""Sending bulk actions to the search server and sorting out what each answer means.
 
 Per item (the official ``streaming_bulk`` helper, ``raise_on_error=False``):
 
@@ -34,10 +34,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from elasticsearch import ApiError, ConflictError, Elasticsearch, NotFoundError
-from elasticsearch.helpers import expand_action, streaming_bulk
-
-from .contract import supersedes
+from .contract import bulk_lines, supersedes
+from .search_engine import SearchConflict, SearchEngine, SearchNotFound, SearchRefused
 
 #: ``alive(namespace, node_id)``: whether the node exists in PostgreSQL now (read after
 #: the call: a statement of its own, not an older snapshot).
@@ -111,13 +109,7 @@ def _error_text(info: dict[str, Any]) -> str:
 
 def _lines(actions: Iterable[dict[str, Any]]) -> list[Any]:
     """The lines of a ``_bulk`` body for ``actions``, as ``streaming_bulk`` sends them."""
-    lines: list[Any] = []
-    for action in actions:
-        meta, source = expand_action(dict(action))
-        lines.append(meta)
-        if source is not None:
-            lines.append(source)
-    return lines
+    return [line for action in actions for line in bulk_lines(action)]
 
 
 def action_bytes(action: dict[str, Any]) -> int:
@@ -140,11 +132,11 @@ def too_large(action: dict[str, Any]) -> Rejected:
 
 
 def _refused_as_too_large(exc: Exception) -> bool:
-    return isinstance(exc, ApiError) and exc.meta.status == REQUEST_TOO_LARGE
+    return isinstance(exc, SearchRefused) and exc.status == REQUEST_TOO_LARGE
 
 
 def send_halving(
-    es: Elasticsearch, actions: list[dict[str, Any]], refused: list[dict[str, Any]],
+    es: SearchEngine, actions: list[dict[str, Any]], refused: list[dict[str, Any]],
     **options: Any,
 ) -> tuple[list[tuple[dict[str, Any], dict[str, Any]]], int]:
     """One ``_bulk`` request of ``actions`` (``options``: the request's, e.g.
@@ -157,7 +149,7 @@ def send_halving(
         return [], 0
     try:
         resp = es.bulk(operations=_lines(actions), **options)
-    except ApiError as exc:
+    except SearchRefused as exc:
         if not _refused_as_too_large(exc):
             raise
         if len(actions) == 1:
@@ -171,7 +163,7 @@ def send_halving(
 
 
 def stream_answers(
-    es: Elasticsearch,
+    es: SearchEngine,
     actions: Iterable[dict[str, Any]],
     refused: list[dict[str, Any]],
     *,
@@ -198,14 +190,14 @@ def stream_answers(
 
     while True:
         try:
-            for ok, item in streaming_bulk(
-                es, feed(), chunk_size=chunk_size, max_chunk_bytes=max_chunk_bytes,
-                raise_on_error=False, raise_on_exception=True, max_retries=max_retries,
-                initial_backoff=initial_backoff, max_backoff=max_backoff, **options,
+            for ok, item in es.streaming_bulk(
+                feed(), chunk_size=chunk_size, max_chunk_bytes=max_chunk_bytes,
+                max_retries=max_retries, initial_backoff=initial_backoff,
+                max_backoff=max_backoff, **options,
             ):
                 yield _answered(in_flight, item), ok, item
             return
-        except ApiError as exc:
+        except SearchRefused as exc:
             if not _refused_as_too_large(exc):
                 raise
             pending = list(in_flight)
@@ -230,7 +222,7 @@ def _answered(in_flight: deque[dict[str, Any]], item: dict[str, Any]) -> dict[st
 
 
 def send(
-    es: Elasticsearch,
+    es: SearchEngine,
     actions: Iterable[dict[str, Any]],
     on_reject: Callable[[Rejected], None],
     *,
@@ -268,7 +260,7 @@ def _reject_too_large(
 
 
 def send_request(
-    es: Elasticsearch,
+    es: SearchEngine,
     actions: list[dict[str, Any]],
     on_reject: Callable[[Rejected], None],
     timings: dict[str, float] | None = None,
@@ -329,7 +321,7 @@ def _sort_out(
 
 
 def _settle(
-    es: Elasticsearch, stats: BulkStats, conflicts: list[dict[str, Any]], alive: Alive | None
+    es: SearchEngine, stats: BulkStats, conflicts: list[dict[str, Any]], alive: Alive | None
 ) -> BulkStats:
     replaced = resolve_conflicts(es, conflicts, alive=alive)
     stats.overridden += sum(replaced)
@@ -341,7 +333,7 @@ CAS_ATTEMPTS = 5
 
 
 def resolve_conflicts(
-    es: Elasticsearch,
+    es: SearchEngine,
     actions: Iterable[dict[str, Any]],
     newest_legit: int | None = None,
     *,
@@ -375,7 +367,7 @@ def resolve_conflicts(
         chunk = pending[start:start + CHUNK_ACTIONS]
         # One realtime mget sorts out the usual case (a re-applied batch) cheaply.
         docs = es.mget(
-            docs=[{"_index": a["_index"], "_id": a["_id"], "routing": a["routing"]}
+            [{"_index": a["_index"], "_id": a["_id"], "routing": a["routing"]}
                   for a in chunk],
             source_includes=["seq"], realtime=True,
         )["docs"]
@@ -400,7 +392,7 @@ def _is_newer(doc: dict[str, Any] | None, version: int, newest_legit: int | None
 
 
 def _compare_and_swap(
-    es: Elasticsearch, action: dict[str, Any], newest_legit: int | None,
+    es: SearchEngine, action: dict[str, Any], newest_legit: int | None,
     alive: Alive | None = None,
 ) -> bool:
     """Replace the document ``action`` is about, unless a newer one turns up first;
@@ -408,8 +400,8 @@ def _compare_and_swap(
     where = {"index": action["_index"], "id": action["_id"], "routing": action["routing"]}
     for _ in range(CAS_ATTEMPTS):
         try:
-            got = dict(es.get(**where, source_includes=["seq"], realtime=True))
-        except NotFoundError:
+            got = es.get(**where, source_includes=["seq"], realtime=True)
+        except SearchNotFound:
             if alive is None or action["_op_type"] == "delete":
                 return False
             restored = _restore_deleted(es, action, where, alive)
@@ -424,14 +416,14 @@ def _compare_and_swap(
                 es.delete(**where, **cas)
             else:
                 es.index(**where, document=action["_source"], **cas)
-        except (ConflictError, NotFoundError):
+        except (SearchConflict, SearchNotFound):
             continue  # written or deleted since we read it: judge it again
         return True
     raise Retryable(f"document {action['_id']} kept changing while being replaced")
 
 
 def _restore_deleted(
-    es: Elasticsearch, action: dict[str, Any], where: dict[str, Any], alive: Alive
+    es: SearchEngine, action: dict[str, Any], where: dict[str, Any], alive: Alive
 ) -> bool | None:
     """Write back the document of an index action that a tombstone refused, if the
     tombstone is not a real delete's; whether it was written (None: a document
@@ -451,13 +443,13 @@ def _restore_deleted(
         return False  # deleted for real: the tombstone is (or will be) its delete
     try:
         created = es.index(**where, document=action["_source"], op_type="create")
-    except ConflictError:
+    except SearchConflict:
         return None
     if alive(namespace, node_id):
         return True
     try:
         es.delete(**where, if_seq_no=created["_seq_no"],
                   if_primary_term=created["_primary_term"])
-    except (ConflictError, NotFoundError):
+    except (SearchConflict, SearchNotFound):
         pass  # written or deleted after our create: that write is the newer one
     return False

@@ -207,6 +207,24 @@ def delete_action(index: str, namespace: str, node_id: str, seq: int) -> dict[st
     }
 
 
+#: Keys of an action that go in the metadata line of its ``_bulk`` entry.
+_BULK_META = ("_index", "_id", "routing", "version", "version_type", "if_seq_no",
+              "if_primary_term", "require_alias")
+
+
+def bulk_lines(action: dict[str, Any]) -> list[dict[str, Any]]:
+    """The lines of ``action`` in a ``_bulk`` body, as the clients' helpers send them:
+    ``{op: metadata}``, then the document unless it is a delete."""
+    op = str(action.get("_op_type", "index"))
+    meta = {k: action[k] for k in _BULK_META if k in action}
+    if op == "delete":
+        return [{op: meta}]
+    source = action.get("_source")
+    if source is None:
+        source = {k: v for k, v in action.items() if k != "_op_type" and k not in _BULK_META}
+    return [{op: meta}, source]
+
+
 def supersedes(
     stored_seq: object, stored_version: object, version: int, newest_legit: int | None = None
 ) -> bool:

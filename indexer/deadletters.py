@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from elasticsearch import Elasticsearch
 from sqlalchemy import Engine, text
 
 from coordinator.eventlog import wait_for_bound
 
 from .bulk import Rejected, send
 from .contract import delete_action, index_action, is_indexed
+from .search_engine import SearchEngine
 from .snapshot import fetch_nodes
 
 
@@ -134,7 +134,7 @@ def count_pending(engine: Engine, consumer: str | None = None) -> int:
 
 
 def retry(
-    engine: Engine, es: Elasticsearch, alias: str, consumer: str | None = None
+    engine: Engine, es: SearchEngine, alias: str, consumer: str | None = None
 ) -> tuple[int, int]:
     """Write every pending dead letter's node again as it is now.
 

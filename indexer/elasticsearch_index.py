@@ -1,22 +1,15 @@
-"""The index on an Elasticsearch server: create it, put the alias in front, check it,
+"""The index on the search server: create it, put the alias in front, check it,
 and the index steps of a rebuild (a new index marked as building, the atomic swap).
 
-Every call to the server about the index itself lives here; what the index holds
-(settings, mappings, documents, queries, alias naming) is the engine-neutral
-``indexer.contract``. The split is for the second engine: OpenSearch's client has
-the same shape but other classes and exceptions, so supporting it is a module like
-this one, calling into the same contract. (The bulk and search requests of the
-worker, replay and verify still take an ``Elasticsearch`` client; what they send is
-the contract's actions and queries, so another engine needs only a client with the
-same ``bulk``/``search`` calls there, which the OpenSearch client has.)
+What the index holds (settings, mappings, documents, queries, alias naming) is the
+engine-neutral ``indexer.contract``; the calls go through the seam
+(``indexer.search_engine``), so the same steps run on Elasticsearch and OpenSearch.
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any
-
-from elasticsearch import BadRequestError, Elasticsearch, NotFoundError
 
 from .contract import (
     DEFAULT_ALIAS,
@@ -28,6 +21,7 @@ from .contract import (
     index_settings,
     missing_fields,
 )
+from .search_engine import SearchEngine, SearchNotFound, SearchRefused
 
 #: The setting that bounds one request to the server, a document's bulk action included.
 REQUEST_LIMIT_SETTING = "http.max_content_length"
@@ -47,12 +41,10 @@ def parse_byte_size(value: str) -> int:
     return int(float(match.group(1)) * _UNITS[unit])
 
 
-def request_limit(es: Elasticsearch) -> int | None:
+def request_limit(es: SearchEngine) -> int | None:
     """The server's ``http.max_content_length`` in bytes (a node setting, reported
     among the defaults when set in its configuration file); None if it says none."""
-    found = es.cluster.get_settings(
-        include_defaults=True, filter_path=f"*.{REQUEST_LIMIT_SETTING}"
-    ).body
+    found = es.cluster_settings(filter_path=f"*.{REQUEST_LIMIT_SETTING}")
     for scope in ("transient", "persistent", "defaults"):
         value: Any = found.get(scope)
         for key in REQUEST_LIMIT_SETTING.split("."):
@@ -82,14 +74,14 @@ class MappingOutdated(Exception):
     version): writing to it would dead-letter every document."""
 
 
-def check_mapping(es: Elasticsearch, index: str, alias: str = DEFAULT_ALIAS) -> None:
+def check_mapping(es: SearchEngine, index: str, alias: str = DEFAULT_ALIAS) -> None:
     """Raise ``MappingOutdated`` unless ``index`` has every field of ``MAPPINGS``.
 
     An older index moves over with ``pathkeeper reindex``: it loads a new concrete
     index with today's mapping from PostgreSQL and swaps the alias atomically, so
     search keeps answering from the old index until then."""
-    found = es.indices.get_mapping(index=index)
-    for body in found.body.values():
+    found = es.get_mapping(index)
+    for body in found.values():
         missing = missing_fields(body.get("mappings", {}).get("properties", {}))
         if missing:
             raise MappingOutdated(
@@ -100,32 +92,30 @@ def check_mapping(es: Elasticsearch, index: str, alias: str = DEFAULT_ALIAS) -> 
 
 
 def create_index(
-    es: Elasticsearch, name: str, *, shards: int = 1, replicas: int = 0
+    es: SearchEngine, name: str, *, shards: int = 1, replicas: int = 0
 ) -> bool:
     """Create concrete index ``name`` with our settings and mappings.
 
     Returns False (and changes nothing) when it already exists.
     """
-    if es.indices.exists(index=name):
+    if es.index_exists(name):
         return False
     try:
-        es.indices.create(
-            index=name, settings=index_settings(shards, replicas), mappings=MAPPINGS
-        )
-    except Exception as exc:  # a concurrent creator won the race
-        if getattr(exc, "error", "") == "resource_already_exists_exception":
+        es.create_index(name, settings=index_settings(shards, replicas), mappings=MAPPINGS)
+    except SearchRefused as exc:  # a concurrent creator won the race
+        if exc.error == "resource_already_exists_exception":
             return False
         raise
     return True
 
 
-def alias_targets(es: Elasticsearch, alias: str = DEFAULT_ALIAS) -> list[str]:
+def alias_targets(es: SearchEngine, alias: str = DEFAULT_ALIAS) -> list[str]:
     """The concrete indices ``alias`` points to (empty if the alias does not exist)."""
     try:
-        found = es.indices.get_alias(name=alias)
-    except NotFoundError:
+        found = es.get_alias(alias)
+    except SearchNotFound:
         return []
-    return sorted(found.body.keys())
+    return sorted(found.keys())
 
 
 class IndexMissing(Exception):
@@ -134,11 +124,10 @@ class IndexMissing(Exception):
     every check says the index is up to date, so nothing recreates it but a rebuild."""
 
 
-def our_indices(es: Elasticsearch, alias: str = DEFAULT_ALIAS) -> list[str]:
+def our_indices(es: SearchEngine, alias: str = DEFAULT_ALIAS) -> list[str]:
     """Concrete indices named like ours (``<alias>-vN``), whether the alias points to
     them or not."""
-    found = es.indices.get(index=concrete_pattern(alias), expand_wildcards="all")
-    return sorted(found.body.keys())
+    return sorted(es.get_indices(concrete_pattern(alias)).keys())
 
 
 def missing_alias_message(alias: str, indexed: bool, leftovers: list[str]) -> str:
@@ -151,7 +140,7 @@ def missing_alias_message(alias: str, indexed: bool, leftovers: list[str]) -> st
     )
 
 
-def ensure_alias(es: Elasticsearch, alias: str = DEFAULT_ALIAS, *, indexed: bool = False) -> str:
+def ensure_alias(es: SearchEngine, alias: str = DEFAULT_ALIAS, *, indexed: bool = False) -> str:
     """Make sure ``alias`` exists, creating ``<alias>-v1`` behind it only when none of
     ours exists yet and nothing was indexed (``indexed``: the caller's checkpoints
     moved past the start of the log); otherwise raise ``IndexMissing``.
@@ -173,12 +162,12 @@ def ensure_alias(es: Elasticsearch, alias: str = DEFAULT_ALIAS, *, indexed: bool
         raise IndexMissing(missing_alias_message(alias, indexed, leftovers))
     name = concrete_name(alias, 1)
     try:
-        es.indices.create(
-            index=name, settings=index_settings(), mappings=MAPPINGS,
+        es.create_index(
+            name, settings=index_settings(), mappings=MAPPINGS,
             aliases={alias: {"is_write_index": True}},
         )
-    except Exception as exc:  # a concurrent creator won the race: its alias is there
-        if getattr(exc, "error", "") != "resource_already_exists_exception":
+    except SearchRefused as exc:  # a concurrent creator won the race: its alias is there
+        if exc.error != "resource_already_exists_exception":
             raise
     targets = alias_targets(es, alias)
     if not targets:
@@ -187,7 +176,7 @@ def ensure_alias(es: Elasticsearch, alias: str = DEFAULT_ALIAS, *, indexed: bool
 
 
 def switch_alias(
-    es: Elasticsearch, alias: str, new_index: str, *, built: bool = False
+    es: SearchEngine, alias: str, new_index: str, *, built: bool = False
 ) -> list[str]:
     """Point ``alias`` at ``new_index`` only, in one atomic ``_aliases`` request (which,
     when ``built``, also takes the building marker off ``new_index``).
@@ -200,75 +189,72 @@ def switch_alias(
     actions.append({"add": {"index": new_index, "alias": alias, "is_write_index": True}})
     if built:
         actions.append({"remove": {"index": new_index, "alias": building_marker(alias)}})
-    es.indices.update_aliases(actions=actions)
+    es.update_aliases(actions)
     return old
 
 
 # ------------------------------------------------ rebuilds (replay, reindex)
 
 
-def next_index_name(es: Elasticsearch, alias: str) -> str:
+def next_index_name(es: SearchEngine, alias: str) -> str:
     """``alias-vN`` with N one above every existing ``alias-v*`` index."""
     try:
-        existing = es.indices.get(index=concrete_pattern(alias), expand_wildcards="all").body
-    except NotFoundError:
+        existing = es.get_indices(concrete_pattern(alias))
+    except SearchNotFound:
         existing = {}
     versions = [v for name in existing if (v := concrete_version(alias, name)) is not None]
     return concrete_name(alias, max(versions, default=0) + 1)
 
 
-def abandoned_indices(es: Elasticsearch, alias: str) -> list[str]:
+def abandoned_indices(es: SearchEngine, alias: str) -> list[str]:
     """Indices marked as building for ``alias`` that the alias does not point to."""
     try:
-        found = es.indices.get_alias(name=building_marker(alias)).body
-    except NotFoundError:
+        found = es.get_alias(building_marker(alias))
+    except SearchNotFound:
         return []
     live = set(alias_targets(es, alias))
     return sorted(i for i in found if i not in live)
 
 
-def create_building_index(es: Elasticsearch, alias: str, name: str, shards: int = 1) -> bool:
+def create_building_index(es: SearchEngine, alias: str, name: str, shards: int = 1) -> bool:
     """Create ``name``, a new concrete index for ``alias`` (the contract's settings and
     mappings), tuned for loading and marked as building in the same request, so that
     no crash can leave an unmarked half-built index behind. False if it exists."""
     settings = {**index_settings(shards, replicas=0), "refresh_interval": "-1"}
     try:
-        es.indices.create(index=name, settings=settings, mappings=MAPPINGS,
-                          aliases={building_marker(alias): {}})
-    except BadRequestError as exc:
+        es.create_index(name, settings=settings, mappings=MAPPINGS,
+                        aliases={building_marker(alias): {}})
+    except SearchRefused as exc:
         if exc.error == "resource_already_exists_exception":
             return False
         raise
     return True
 
 
-def finish_loading(es: Elasticsearch, index: str, replicas: int) -> None:
+def finish_loading(es: SearchEngine, index: str, replicas: int) -> None:
     """Restore the settings ``create_building_index`` changed, and make docs visible."""
-    es.indices.put_settings(
-        index=index,
-        settings={"index": {"refresh_interval": None, "number_of_replicas": replicas}},
+    es.put_settings(
+        index, {"index": {"refresh_interval": None, "number_of_replicas": replicas}}
     )
-    es.indices.refresh(index=index)
+    es.refresh(index)
 
 
-def unmark_building(es: Elasticsearch, alias: str, index: str) -> None:
+def unmark_building(es: SearchEngine, alias: str, index: str) -> None:
     """Take the building marker off ``index`` without switching ``alias`` to it."""
-    es.indices.update_aliases(
-        actions=[{"remove": {"index": index, "alias": building_marker(alias)}}]
-    )
+    es.update_aliases([{"remove": {"index": index, "alias": building_marker(alias)}}])
 
 
-def live_shape(es: Elasticsearch, alias: str) -> tuple[int, int]:
+def live_shape(es: SearchEngine, alias: str) -> tuple[int, int]:
     """(shards, replicas) of the index behind ``alias``, to build its successor alike;
     (1, 0) when there is none."""
     targets = alias_targets(es, alias)
     if not targets:
         return 1, 0
-    got = es.indices.get_settings(index=targets[-1]).body[targets[-1]]["settings"]["index"]
+    got = es.get_settings(targets[-1])[targets[-1]]["settings"]["index"]
     return int(got.get("number_of_shards", 1)), int(got.get("number_of_replicas", 0))
 
 
-def drop_alias_and_indices(es: Elasticsearch, alias: str) -> None:
+def drop_alias_and_indices(es: SearchEngine, alias: str) -> None:
     """Delete every concrete index behind ``alias`` (tests and tear-down)."""
     for index in alias_targets(es, alias):
-        es.indices.delete(index=index)
+        es.delete_index(index)

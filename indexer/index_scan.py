@@ -6,9 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from elasticsearch import Elasticsearch
-
 from .contract import namespace_filter, namespaces_filter
+from .search_engine import SearchEngine
 
 #: Documents per search_after page: large pages, because every page costs a search
 #: (the stand-in's grows with the index size) and 5,000 documents are a few MB at most.
@@ -17,7 +16,7 @@ PIT_KEEP_ALIVE = "2m"
 
 
 def stream_index_docs(
-    es: Elasticsearch,
+    es: SearchEngine,
     index: str,
     namespace: str | None = None,
     *,
@@ -33,17 +32,17 @@ def stream_index_docs(
     query: dict[str, Any] = {"bool": {"filter": filters}}
     if exclude_namespaces:
         query["bool"]["must_not"] = [namespaces_filter(exclude_namespaces)]
-    pit_id = es.open_point_in_time(index=index, keep_alive=PIT_KEEP_ALIVE)["id"]
+    pit_id = es.open_point_in_time(index, PIT_KEEP_ALIVE)
     after: list[Any] | None = None
     try:
         while True:
-            kwargs: dict[str, Any] = {}
+            body: dict[str, Any] = {
+                "pit": {"id": pit_id, "keep_alive": PIT_KEEP_ALIVE}, "size": page,
+                "query": query, "sort": [{"node_id": "asc"}], "track_total_hits": False,
+            }
             if after is not None:
-                kwargs["search_after"] = after
-            res = es.search(
-                pit={"id": pit_id, "keep_alive": PIT_KEEP_ALIVE}, size=page, query=query,
-                sort=[{"node_id": "asc"}], track_total_hits=False, **kwargs,
-            )
+                body["search_after"] = after
+            res = es.search(None, body)
             pit_id = res.get("pit_id", pit_id)
             hits = res["hits"]["hits"]
             for hit in hits:
@@ -52,4 +51,4 @@ def stream_index_docs(
                 return
             after = hits[-1]["sort"]
     finally:
-        es.close_point_in_time(id=pit_id)
+        es.close_point_in_time(pit_id)

@@ -22,8 +22,9 @@ LOG_FORMATS: tuple[LogFormat, ...] = ("json", "text")
 
 #: Chatty libraries: what they say at INFO is not an operator's business.
 QUIET_LOGGERS = {
-    # One line for every request to the search server.
+    # One line for every request to the search server (either engine's client).
     "elastic_transport": logging.WARNING,
+    "opensearch": logging.WARNING,
     "apscheduler": logging.WARNING,
     # Loading the migration scripts logs each plugin it sets up.
     "alembic.runtime.plugins": logging.WARNING,

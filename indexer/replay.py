@@ -57,7 +57,6 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from elasticsearch import Elasticsearch
 from sqlalchemy import Connection, Engine, text
 
 from coordinator import Coordinator, Event, Node
@@ -73,6 +72,7 @@ from .bulk import Alive, Rejected, resolve_conflicts, stream_answers
 from .contract import building_marker, delete_action, index_action, is_indexed
 from .prefetch import prefetched
 from .progress import Progress
+from .search_engine import SearchEngine
 from .setfold import SetFold
 from .snapshot import node_exists
 
@@ -278,7 +278,7 @@ def snapshot_nodes(engine: Engine, namespaces: Sequence[str] | None) -> Iterator
 # ------------------------------------------------------- Elasticsearch side
 
 
-def cleanup_abandoned(es: Elasticsearch, alias: str) -> list[str]:
+def cleanup_abandoned(es: SearchEngine, alias: str) -> list[str]:
     """Delete the indices a killed rebuild of ``alias`` left (marked ``alias-building``).
 
     Only call while holding the lease: then no living process is building them.
@@ -286,11 +286,11 @@ def cleanup_abandoned(es: Elasticsearch, alias: str) -> list[str]:
     doomed = elasticsearch_index.abandoned_indices(es, alias)
     for index in doomed:
         log.warning("deleting %s, left half-built by an earlier rebuild of %s", index, alias)
-        es.indices.delete(index=index)
+        es.delete_index(index)
     return doomed
 
 
-def create_building_index(es: Elasticsearch, alias: str, name: str, shards: int = 1) -> str:
+def create_building_index(es: SearchEngine, alias: str, name: str, shards: int = 1) -> str:
     """Create ``name`` for loading, marked as building (``elasticsearch_index``);
     ``ReplayError`` if it appeared meanwhile."""
     if not elasticsearch_index.create_building_index(es, alias, name, shards):
@@ -299,7 +299,7 @@ def create_building_index(es: Elasticsearch, alias: str, name: str, shards: int 
 
 
 def bulk_index(
-    es: Elasticsearch,
+    es: SearchEngine,
     actions: Iterable[dict[str, Any]],
     progress: Progress,
     *,
@@ -369,7 +369,7 @@ BatchApply = Callable[[list[Event], int], object]
 
 
 def worker_batch_apply(
-    engine: Engine, es: Elasticsearch, target: str, rejected: list[Rejected]
+    engine: Engine, es: SearchEngine, target: str, rejected: list[Rejected]
 ) -> BatchApply:
     """The live worker's batch apply (``indexer.applier.Applier``), writing through the
     alias ``target``: the tail is applied exactly as the worker would, so the two
@@ -459,7 +459,7 @@ class RebuildResult:
 
 def rebuild(
     coord: Coordinator,
-    es: Elasticsearch,
+    es: SearchEngine,
     *,
     source: str = "events",
     alias: str = contract.DEFAULT_ALIAS,
@@ -529,7 +529,7 @@ def rebuild(
         building = worker_batch_apply(engine, es, building_marker(alias), rejected)
         cursor, n = catch_up(coord, v0, building, progress)
         result.tail_events += n
-        es.indices.refresh(index=index)
+        es.refresh(index)
         # The atomic swap: one request moves the alias and drops the building marker.
         old = elasticsearch_index.switch_alias(es, alias, index, built=True)
         result.swapped, result.old_indices = True, old
@@ -549,7 +549,7 @@ def rebuild(
             engine, consumer or consumer_for(alias), cursor)
         if not keep_old:
             for i in old:
-                es.indices.delete(index=i)
+                es.delete_index(i)
                 result.deleted.append(i)
         result.seconds = time.monotonic() - started
         return result
@@ -557,7 +557,7 @@ def rebuild(
 
 def rebuild_namespaces(
     coord: Coordinator,
-    es: Elasticsearch,
+    es: SearchEngine,
     namespaces: Sequence[str],
     *,
     source: str = "events",
@@ -607,7 +607,7 @@ def rebuild_namespaces(
         result.documents, _ = bulk_index(es, actions(), progress, alive=alive,
                                          too_large=result.too_large)
         record_left_out(engine, consumer_for(alias), result.too_large)
-        es.indices.refresh(index=index)
+        es.refresh(index)
         from .index_scan import stream_index_docs
 
         progress.phase("delete extras", unit="documents")
@@ -617,7 +617,7 @@ def rebuild_namespaces(
                 if doc["node_id"] not in kept[ns]:
                     deletions.append(delete_action(index, ns, doc["node_id"], v0))
         bulk_index(es, deletions, progress, alive=alive)
-        es.indices.refresh(index=index)
+        es.refresh(index)
         result.seconds = time.monotonic() - started
         return result
 

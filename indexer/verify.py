@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from elasticsearch import Elasticsearch
 from prometheus_client import Gauge
 from sqlalchemy import Connection, text
 
@@ -51,6 +50,7 @@ from .contract import (
 from .index_scan import stream_index_docs
 from .progress import Progress
 from .replay import ReplayError, current_bound, record_left_out, walk_nodes
+from .search_engine import SearchEngine
 from .snapshot import node_exists
 
 log = logging.getLogger("pathkeeper.verify")
@@ -161,7 +161,7 @@ def merge(
 
 def _scan(
     coord: Coordinator,
-    es: Elasticsearch,
+    es: SearchEngine,
     alias: str,
     namespaces: Sequence[str] | None,
     report: VerifyReport,
@@ -204,7 +204,7 @@ def _fresh_node(coord: Coordinator, namespace: str, node_id: str) -> Node | None
 
 
 def _recheck(
-    coord: Coordinator, es: Elasticsearch, alias: str, candidates: list[Drift]
+    coord: Coordinator, es: SearchEngine, alias: str, candidates: list[Drift]
 ) -> list[Drift]:
     """The candidates that still differ between fresh PostgreSQL state and a realtime
     read of the index."""
@@ -212,7 +212,7 @@ def _recheck(
     for start in range(0, len(candidates), PAGE):
         chunk = candidates[start:start + PAGE]
         got = es.mget(
-            index=alias, docs=[{"_id": d.node_id, "routing": d.namespace} for d in chunk]
+            [{"_id": d.node_id, "routing": d.namespace} for d in chunk], index=alias
         )["docs"]
         for d, hit in zip(chunk, got, strict=True):
             node = _fresh_node(coord, d.namespace, d.node_id)
@@ -229,7 +229,7 @@ def _recheck(
 
 
 def repair(
-    coord: Coordinator, es: Elasticsearch, alias: str, drift: Sequence[Drift]
+    coord: Coordinator, es: SearchEngine, alias: str, drift: Sequence[Drift]
 ) -> tuple[int, list[Drift]]:
     """Rewrite exactly the drifted documents from PostgreSQL at version = a safe
     position read now, also those edited by hand to a higher version (see
@@ -275,13 +275,13 @@ def repair(
     done += sum(replaced)
     refused = [d for (d, _), r in zip(conflicts, replaced, strict=True) if not r]
     refused += [drift_of[(r.namespace, r.node_id)] for r in left_out]
-    es.indices.refresh(index=index)
+    es.refresh(index)
     return done, refused
 
 
 def verify_index(
     coord: Coordinator,
-    es: Elasticsearch,
+    es: SearchEngine,
     *,
     alias: str = contract.DEFAULT_ALIAS,
     namespaces: Sequence[str] | None = None,
@@ -296,7 +296,7 @@ def verify_index(
     progress = progress or Progress(enabled=False)
     started = time.monotonic()
     report = VerifyReport(alias)
-    es.indices.refresh(index=alias)
+    es.refresh(alias)
     candidates = _scan(coord, es, alias, namespaces, report, progress)
     report.candidates = len(candidates)
     for _ in range(rounds if candidates else 0):
@@ -417,7 +417,7 @@ def verify_log(
 
 def scheduled_verify(
     coord: Coordinator,
-    es: Elasticsearch,
+    es: SearchEngine,
     alias: str = contract.DEFAULT_ALIAS,
     settle: Settle | None = None,
 ) -> int:

@@ -60,7 +60,6 @@ from types import FrameType
 from typing import Any
 
 import psycopg
-from elasticsearch import ApiError
 
 from coordinator import Coordinator, paths
 from coordinator.errors import CursorExpired, NotMigrated
@@ -89,6 +88,7 @@ from .leases import Leases
 from .logs import log
 from .plan import plan_batch
 from .search_client import open_search
+from .search_engine import SearchRefused, UnsupportedEngine
 from .wakeup import Listener
 
 logger = logging.getLogger("pathkeeper.indexer")
@@ -719,7 +719,7 @@ class Worker:
         server. A server that does not let us read its settings only gets a note."""
         try:
             limit = request_limit(self.es)
-        except ApiError as exc:
+        except SearchRefused as exc:
             log(logger, logging.WARNING, "search_server_limit_unknown",
                 error=f"{type(exc).__name__}: {exc}")
             return
@@ -839,6 +839,9 @@ class Worker:
                     error=str(exc))
                 raise
             except (checkpoints.LayoutMismatch, MappingOutdated):
+                raise
+            except UnsupportedEngine as exc:
+                log(logger, logging.ERROR, "search_engine_unsupported", error=str(exc))
                 raise
             except NotMigrated as exc:
                 log(logger, logging.ERROR, "schema_not_migrated", error=str(exc))

@@ -119,19 +119,19 @@ def start_api(stack: ExitStack, database_url: str, es_url: str) -> tuple[str, st
 
 def search_under(es_url: str, top: str) -> list[dict[str, Any]]:
     """The seed's "everything under this directory": a term query on the tree field."""
-    from elasticsearch import Elasticsearch
-
     from indexer.contract import DEFAULT_ALIAS, search_filters
+    from indexer.search_client import open_search
 
-    with Elasticsearch(es_url) as es:
-        es.indices.refresh(index=DEFAULT_ALIAS)
-        hits = es.search(
-            index=DEFAULT_ALIAS,
-            routing=NS,
-            query={"bool": {"filter": search_filters(NS, top, kind="file")}},
-            sort=[{"path": "asc"}],
-            size=100,
-        )["hits"]["hits"]
+    es = open_search(es_url)
+    try:
+        es.refresh(DEFAULT_ALIAS)
+        hits = es.search(DEFAULT_ALIAS, {
+            "query": {"bool": {"filter": search_filters(NS, top, kind="file")}},
+            "sort": [{"path": "asc"}],
+            "size": 100,
+        }, routing=NS)["hits"]["hits"]
+    finally:
+        es.close()
     return [h["_source"] for h in hits]
 
 

@@ -8,16 +8,19 @@ The template database is migrated once with Alembic; each test gets
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from elasticsearch import Elasticsearch
 
 from coordinator import Coordinator
 from coordinator.migrate import upgrade
 from indexer.elasticsearch_index import drop_alias_and_indices
+from indexer.search_client import open_search
+from indexer.search_engine import SearchEngine
 from indexer.worker import Worker, WorkerConfig
 from pathkeeper.local.postgres import LocalPostgres
 from pathkeeper.local.search import new_local_search
@@ -66,23 +69,23 @@ def es_url() -> Iterator[str]:
 
 
 @pytest.fixture
-def es(es_url: str) -> Iterator[Elasticsearch]:
-    client = Elasticsearch(es_url, request_timeout=60)
+def es(es_url: str) -> Iterator[SearchEngine]:
+    client = open_search(es_url, request_timeout=60)
     yield client
     client.close()
 
 
 @pytest.fixture
-def alias(es: Elasticsearch) -> Iterator[str]:
+def alias(es: SearchEngine) -> Iterator[str]:
     """An index alias of this test's own (and so its own concrete indices and its own
     indexer checkpoint consumer), deleted afterwards."""
     name = f"pk-test-{os.getpid()}-{next(_aliases)}"
     yield name
     drop_alias_and_indices(es, name)
-    # Also indices the alias no longer points to (by name: Elasticsearch 8 refuses
+    # Also indices the alias no longer points to (by name: SearchEngine 8 refuses
     # wildcard deletes by default).
-    for index in es.indices.get(index=f"{name}-*", expand_wildcards="all").body:
-        es.indices.delete(index=index)
+    for index in es.get_indices(f"{name}-*"):
+        es.delete_index(index)
 
 
 @pytest.fixture
@@ -96,3 +99,29 @@ def worker(database_url: str, es_url: str, alias: str) -> Iterator[Worker]:
     w.stop()
     thread.join(timeout=30)
     assert not thread.is_alive()
+
+
+class _NotASearchServer(BaseHTTPRequestHandler):
+    """Answers every GET with a JSON body that names no search engine."""
+
+    def do_GET(self) -> None:
+        body = json.dumps({"name": "some other service", "version": "1.0"}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def other_server() -> Iterator[str]:
+    """A real HTTP server that is no search engine (for the engine check)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _NotASearchServer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()

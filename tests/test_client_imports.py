@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 SERVER_LIBRARIES = ("sqlalchemy", "psycopg", "alembic", "fastapi", "starlette", "uvicorn",
-                    "elasticsearch", "apscheduler", "pydantic")
+                    "elasticsearch", "opensearchpy", "apscheduler", "pydantic")
 
 CHECK = f"""
 import sys

@@ -81,14 +81,12 @@ def describe(exc: BaseException) -> str | None:
 
 
 def _describe_search(exc: BaseException) -> str | None:
-    from elastic_transport import ConnectionError as SearchConnectionError
-    from elastic_transport import ConnectionTimeout
-    from elasticsearch import ApiError
+    from indexer.search_engine import SearchRefused, SearchUnavailable
 
-    if isinstance(exc, (SearchConnectionError, ConnectionTimeout)):
+    if isinstance(exc, SearchUnavailable):
         return f"cannot reach the search server: {_short(exc)}; {SEARCH_HINT}"
-    if isinstance(exc, ApiError):
-        return f"the search server answered {exc.meta.status}: {_short(exc.message)}"
+    if isinstance(exc, SearchRefused):
+        return f"the search server answered {exc.status}: {_short(exc.error or exc.reason)}"
     return None
 
 

@@ -156,15 +156,15 @@ def status_cmd(database_url: str, alias: str, consumer: str, es_url: str | None)
         for w in held_back:
             click.echo(f"  {w}")
     if es_url:
-        from elasticsearch import Elasticsearch
-
         from indexer.elasticsearch_index import (
             alias_targets,
             missing_alias_message,
             our_indices,
         )
+        from indexer.search_client import open_search
 
-        with Elasticsearch(es_url, request_timeout=30) as es:
+        es = open_search(es_url, request_timeout=30)
+        try:
             targets = alias_targets(es, alias)
             indexed = any(p.checkpoint > 0 for p in parts)
             leftovers = our_indices(es, alias)
@@ -172,6 +172,8 @@ def status_cmd(database_url: str, alias: str, consumer: str, es_url: str | None)
                 click.echo(f"error: {missing_alias_message(alias, indexed, leftovers)}", err=True)
                 sys.exit(EXIT_INDEX_MISSING)
             click.echo(f"alias {alias}: {', '.join(targets) or 'not created yet'}")
+        finally:
+            es.close()
 
 
 @indexer.command("dead-letters")

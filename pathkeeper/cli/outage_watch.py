@@ -55,12 +55,12 @@ class OutageWatch:
                 conn.execute(text("SELECT 1"))
 
         def search() -> None:
-            from elasticsearch import ApiError
+            from indexer.search_engine import SearchRefused
 
             try:
-                es.cluster.health()
-            except ApiError as exc:
-                if int(exc.meta.status) >= 500:
+                es.health(timeout)
+            except SearchRefused as exc:
+                if exc.status >= 500:
                     raise
 
         down_since: dict[str, float] = {}

@@ -12,8 +12,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import psycopg
-from elastic_transport import TransportError
-from elasticsearch import ApiError
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -25,6 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from coordinator import errors as ce
 from coordinator.db import translate
 from coordinator.tree import metadata_too_deep
+from indexer.search_engine import SearchRefused, SearchUnavailable
 
 log = logging.getLogger("pathkeeper.service")
 
@@ -125,7 +124,9 @@ def outage_message(exc: BaseException) -> str | None:
             return DATABASE_DOWN
         if isinstance(link, psycopg.Error):
             return None
-        if isinstance(link, (TransportError, ApiError)):
+        if isinstance(link, SearchUnavailable) or (
+            isinstance(link, SearchRefused) and link.status >= 500
+        ):
             return SEARCH_DOWN
     return None
 

@@ -15,11 +15,16 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from elasticsearch import ApiError, Elasticsearch, TransportError
-
 from coordinator.errors import Unavailable
 from indexer.contract import search_filters, text_query
 from indexer.elasticsearch_index import alias_targets, missing_alias_message, our_indices
+from indexer.search_engine import (
+    SearchEngine,
+    SearchError,
+    SearchRefused,
+    SearchUnavailable,
+    UnsupportedEngine,
+)
 from pathkeeper.http.errors import ServiceError
 from pathkeeper.http.schemas import SearchHit, SearchOut
 
@@ -92,7 +97,7 @@ def build_body(query: SearchQuery) -> tuple[str, dict[str, Any]]:
 class Searcher:
     """Runs ``SearchQuery`` against the alias."""
 
-    def __init__(self, es: Elasticsearch, alias: str) -> None:
+    def __init__(self, es: SearchEngine, alias: str) -> None:
         self.es = es
         self.alias = alias
 
@@ -104,40 +109,40 @@ class Searcher:
             if alias_targets(self.es, self.alias):
                 return None
             return missing_alias_message(self.alias, True, our_indices(self.es, self.alias))
-        except (ApiError, TransportError):
+        except SearchError:
             return None
 
     def reachable(self, timeout: float) -> bool:
         """Whether the search server answers within ``timeout`` seconds (a refusal of the
         request counts as an answer, a server error does not)."""
         try:
-            self.es.options(request_timeout=timeout).cluster.health()
-        except ApiError as exc:
-            return int(exc.meta.status) < 500
-        except TransportError:
+            self.es.health(timeout)
+        except SearchRefused as exc:
+            return exc.status < 500
+        except SearchError:
             return False
         return True
 
     def refresh(self) -> None:
         """Make everything indexed so far searchable (used after a ``min_seq`` wait)."""
         try:
-            self.es.indices.refresh(index=self.alias)
-        except (ApiError, TransportError) as exc:
+            self.es.refresh(self.alias)
+        except SearchError as exc:
             raise Unavailable(f"search unavailable: {exc}") from exc
 
     def search(self, query: SearchQuery) -> SearchOut:
         mode, body = build_body(query)
         try:
-            resp = self.es.search(index=self.alias, routing=query.namespace, **body)
-        except ApiError as exc:
-            if exc.meta.status == 400 and query.cursor is not None:
+            resp = self.es.search(self.alias, body, routing=query.namespace)
+        except SearchRefused as exc:
+            if exc.status == 400 and query.cursor is not None:
                 raise invalid_cursor() from exc
-            if exc.meta.status == 404:  # no index yet: nothing was ever indexed
+            if exc.status == 404:  # no index yet: nothing was ever indexed
                 return SearchOut(hits=[], cursor=None)
-            if exc.meta.status == 429:
+            if exc.status == 429:
                 raise ServiceError(429, "overloaded", "search is overloaded") from exc
-            raise Unavailable(f"search failed: {exc.meta.status}") from exc
-        except TransportError as exc:
+            raise Unavailable(f"search failed: {exc.status}") from exc
+        except (SearchUnavailable, UnsupportedEngine) as exc:
             raise Unavailable(f"search unavailable: {exc}") from exc
         raw_hits = resp["hits"]["hits"]
         hits = [

@@ -103,3 +103,11 @@ def test_search_unavailable_or_lagging(make_client: Callable[..., TestClient], e
     r = lagging.get(f"{A}/search", params={"q": "x", "min_seq": 10**12}, headers=h)
     err(r, 503, "index_lagging")
     assert r.headers["Retry-After"]
+
+
+def test_search_on_a_server_that_is_no_supported_engine_says_so(
+        make_client: Callable[..., TestClient], other_server: str, keys: Keys) -> None:
+    r = make_client(es_url=other_server).get(f"{A}/search", params={"q": "x"},
+                                             headers=Keys.h(keys.a_read))
+    body = err(r, 503, "unavailable")
+    assert "supported: Elasticsearch 8.x, 9.x; OpenSearch 2.x, 3.x" in body["error"]["message"]

@@ -20,7 +20,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from elasticsearch import Elasticsearch
 from sqlalchemy import text
 
 from coordinator import Coordinator, CoordinatorError
@@ -28,6 +27,7 @@ from coordinator.eventlog import safe_bound
 from coordinator.indexing import consumer_for
 from indexer import bulk
 from indexer.contract import document_for, is_indexed
+from indexer.search_engine import SearchEngine
 from indexer.worker import Worker, WorkerConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -228,17 +228,18 @@ def wait_caught_up(coord: Coordinator, alias: str, timeout: float = 60.0) -> Non
     )
 
 
-def index_docs(es: Elasticsearch, alias: str, ns: str | None = None) -> dict[str, dict[str, Any]]:
+def index_docs(es: SearchEngine, alias: str, ns: str | None = None) -> dict[str, dict[str, Any]]:
     """Every document in the index (of ``ns``, routed and filtered, if given), by id."""
-    es.indices.refresh(index=alias)
+    es.refresh(alias)
     query: dict[str, Any] = {"term": {"namespace": ns}} if ns else {"match_all": {}}
     docs: dict[str, dict[str, Any]] = {}
     after: list[Any] | None = None
     while True:
-        resp = es.search(
-            index=alias, query=query, sort=[{"node_id": "asc"}], size=5000, search_after=after,
-            routing=ns, track_total_hits=False,
-        )
+        body: dict[str, Any] = {"query": query, "sort": [{"node_id": "asc"}], "size": 5000,
+                                "track_total_hits": False}
+        if after is not None:
+            body["search_after"] = after
+        resp = es.search(alias, body, routing=ns)
         hits = resp["hits"]["hits"]
         if not hits:
             return docs
@@ -259,7 +260,7 @@ def expected_docs(coord: Coordinator, ns: str) -> dict[str, dict[str, Any]]:
 
 
 def assert_index_matches(
-    coord: Coordinator, es: Elasticsearch, alias: str, timeout: float = 60.0
+    coord: Coordinator, es: SearchEngine, alias: str, timeout: float = 60.0
 ) -> int:
     """Wait until the worker caught up, then: exactly one document per live non-root
     node, every field equal to PostgreSQL, and no document of any other namespace.
@@ -419,8 +420,7 @@ def one_request_then_gone() -> Callable[..., Any]:
     in as ``applier_module.send``): one bulk request of the actions really sent, then
     ``SearchServerGone``, as a search server that goes away in the middle of a pass."""
 
-    def send(es: Elasticsearch, actions: Any, reject: Any, chunk_size: int,
-             **options: Any) -> Any:
+    def send(es: SearchEngine, actions: Any, reject: Any, chunk_size: int, **options: Any) -> Any:
         bulk.send(es, itertools.islice(actions, chunk_size), reject, chunk_size=chunk_size,
                   **options)
         raise SearchServerGone("the search server went away mid-pass")

@@ -16,13 +16,13 @@ import warnings
 from collections.abc import Iterator
 
 import pytest
-from elasticsearch import Elasticsearch
 from indexer_support import assert_index_matches
 from prometheus_client import REGISTRY
 
 from coordinator import Coordinator
 from indexer import contract, elasticsearch_index, metrics
 from indexer.replay import rebuild
+from indexer.search_engine import SearchEngine
 from indexer.worker import Worker, WorkerConfig
 from pathkeeper.http.app import create_app
 from pathkeeper.http.settings import ServiceSettings
@@ -54,7 +54,7 @@ def status(database_url: str, es_url: str, alias: str) -> subprocess.CompletedPr
 
 @pytest.mark.parametrize("how", ["alias", "index"])
 def test_a_deleted_alias_or_index_stops_indexing_and_says_what_to_run(
-    how: str, coord: Coordinator, es: Elasticsearch, alias: str, es_url: str,
+    how: str, coord: Coordinator, es: SearchEngine, alias: str, es_url: str,
     database_url: str, worker: Worker, client: TestClient,
 ) -> None:
     coord.create_namespace("n")
@@ -64,9 +64,9 @@ def test_a_deleted_alias_or_index_stops_indexing_and_says_what_to_run(
     assert client.get("/readyz").status_code == 200
     (concrete,) = elasticsearch_index.alias_targets(es, alias)
     if how == "alias":
-        es.indices.delete_alias(index=concrete, name=alias)
+        es.update_aliases([{"remove": {"index": concrete, "alias": alias}}])
     else:
-        es.indices.delete(index=concrete)
+        es.delete_index(concrete)
 
     later = coord.create_file("n", "/after", "y")
     assert later.seq is not None
@@ -104,7 +104,7 @@ def test_a_deleted_alias_or_index_stops_indexing_and_says_what_to_run(
 
 
 def test_the_first_start_still_creates_the_index(
-    coord: Coordinator, es: Elasticsearch, alias: str, es_url: str, database_url: str,
+    coord: Coordinator, es: SearchEngine, alias: str, es_url: str, database_url: str,
 ) -> None:
     coord.create_namespace("n")
     coord.create_file("n", "/f", "x")

@@ -7,7 +7,6 @@ import time
 from typing import Any
 
 import pytest
-from elasticsearch import Elasticsearch
 from indexer_support import assert_index_matches, index_docs, running_worker
 from prometheus_client import REGISTRY
 from tree_checks import writer_holding_its_block
@@ -15,26 +14,26 @@ from tree_checks import writer_holding_its_block
 from coordinator import Coordinator
 from coordinator.indexing import consumer_for
 from indexer import contract, elasticsearch_index, status
+from indexer.search_engine import SearchEngine
 
 
 def search_ids(
-    es: Elasticsearch, alias: str, ns: str, query: dict[str, Any] | None
+    es: SearchEngine, alias: str, ns: str, query: dict[str, Any] | None
 ) -> set[str]:
-    es.indices.refresh(index=alias)
+    es.refresh(alias)
     filters = [{"term": {"namespace": ns}}] + ([query] if query is not None else [])
-    resp = es.search(
-        index=alias, routing=ns, size=1000, query={"bool": {"filter": filters}},
-    )
+    resp = es.search(alias, {"size": 1000, "query": {"bool": {"filter": filters}}},
+                     routing=ns)
     return {h["_source"]["path"] for h in resp["hits"]["hits"]}
 
 
 def test_index_is_created_behind_the_alias_with_a_strict_mapping(
-    es: Elasticsearch, alias: str
+    es: SearchEngine, alias: str
 ) -> None:
     concrete = elasticsearch_index.ensure_alias(es, alias)
     assert concrete == f"{alias}-v1"
     assert elasticsearch_index.ensure_alias(es, alias) == concrete  # idempotent
-    got = es.indices.get(index=concrete)[concrete]
+    got = es.get_indices(concrete)[concrete]
     assert got["mappings"]["dynamic"] == "strict"
     assert got["mappings"]["properties"]["tree"]["type"] == "keyword"
     assert got["settings"]["index"]["gc_deletes"] == contract.GC_DELETES
@@ -46,7 +45,7 @@ def test_index_is_created_behind_the_alias_with_a_strict_mapping(
 
 
 def test_renamed_files_are_found_under_their_new_paths(
-    coord: Coordinator, es: Elasticsearch, alias: str, database_url: str, es_url: str
+    coord: Coordinator, es: SearchEngine, alias: str, database_url: str, es_url: str
 ) -> None:
     coord.create_namespace("seed")
     coord.create_namespace("other")
@@ -76,7 +75,7 @@ def test_renamed_files_are_found_under_their_new_paths(
         assert_index_matches(coord, es, alias)
 
 
-def test_wait_indexed(coord: Coordinator, es: Elasticsearch, alias: str, database_url: str,
+def test_wait_indexed(coord: Coordinator, es: SearchEngine, alias: str, database_url: str,
                       es_url: str) -> None:
     coord.create_namespace("w")
     seq = coord.create_file("w", "/f", "x").seq
@@ -95,7 +94,7 @@ def test_wait_indexed(coord: Coordinator, es: Elasticsearch, alias: str, databas
 
 
 def test_set_metadata_reaches_the_document(
-    coord: Coordinator, es: Elasticsearch, alias: str, database_url: str, es_url: str
+    coord: Coordinator, es: SearchEngine, alias: str, database_url: str, es_url: str
 ) -> None:
     coord.create_namespace("m")
     d = coord.mkdir("m", "/d")

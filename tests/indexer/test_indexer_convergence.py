@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from elasticsearch import Elasticsearch
 from indexer_support import (
     assert_index_matches,
     bulk_subtree,
@@ -15,10 +14,11 @@ from coordinator import Coordinator
 from coordinator.eventlog import EventAppender
 from coordinator.indexing import consumer_for
 from coordinator.tree import TreeTx
+from indexer.search_engine import SearchEngine
 
 
 def test_concurrent_random_clients_converge(
-    coord: Coordinator, es: Elasticsearch, alias: str, database_url: str, es_url: str
+    coord: Coordinator, es: SearchEngine, alias: str, database_url: str, es_url: str
 ) -> None:
     namespaces = ["alpha", "beta", "gamma"]
     for ns in namespaces:
@@ -33,7 +33,7 @@ def test_concurrent_random_clients_converge(
 
 
 def test_same_batch_move_then_delete_and_dropped_namespaces(
-    coord: Coordinator, es: Elasticsearch, alias: str, database_url: str, es_url: str
+    coord: Coordinator, es: SearchEngine, alias: str, database_url: str, es_url: str
 ) -> None:
     """Changes that reach the worker in ONE batch: a subtree moved and then deleted
     (its documents still carry the old path), a namespace dropped and recreated."""
@@ -59,7 +59,7 @@ def test_same_batch_move_then_delete_and_dropped_namespaces(
 
 
 def test_gap_a_transaction_that_took_its_position_first_and_commits_last(
-    coord: Coordinator, es: Elasticsearch, alias: str, database_url: str, es_url: str
+    coord: Coordinator, es: SearchEngine, alias: str, database_url: str, es_url: str
 ) -> None:
     coord.create_namespace("g")
     consumer = consumer_for(alias)
@@ -83,7 +83,7 @@ def test_gap_a_transaction_that_took_its_position_first_and_commits_last(
 
 
 def test_directory_rename_with_many_descendants_streams(
-    coord: Coordinator, es: Elasticsearch, alias: str, database_url: str, es_url: str
+    coord: Coordinator, es: SearchEngine, alias: str, database_url: str, es_url: str
 ) -> None:
     coord.create_namespace("big")
     coord.mkdir("big", "/home")

@@ -12,7 +12,6 @@ import threading
 from typing import Any
 
 import pytest
-from elasticsearch import Elasticsearch
 from indexer_support import (
     SearchServerGone,
     assert_index_matches,
@@ -31,6 +30,7 @@ from indexer.contract import search_filters, text_query
 from indexer.plan import plan_batch
 from indexer.prefetch import PREFETCH_CHUNKS
 from indexer.replay import rebuild
+from indexer.search_engine import SearchEngine
 from indexer.snapshot import fetch_nodes
 
 DIRS = 12
@@ -57,13 +57,13 @@ def tree_lines(top: str, seed: int = 7) -> list[str]:
     return [json.dumps(line, ensure_ascii=False) for line in lines]
 
 
-def search(es: Elasticsearch, alias: str, ns: str, words: str, under: str) -> list[str]:
+def search(es: SearchEngine, alias: str, ns: str, words: str, under: str) -> list[str]:
     """Paths of the documents of ``ns`` under ``under`` whose content holds ``words``."""
-    es.indices.refresh(index=alias)
-    resp = es.search(
-        index=alias, routing=ns, size=1000,
-        query={"bool": {"must": [text_query(words)], "filter": search_filters(ns, under)}},
-    )
+    es.refresh(alias)
+    resp = es.search(alias, {
+        "size": 1000,
+        "query": {"bool": {"must": [text_query(words)], "filter": search_filters(ns, under)}},
+    }, routing=ns)
     return sorted(hit["_source"]["path"] for hit in resp["hits"]["hits"])
 
 
@@ -72,7 +72,7 @@ def without_seq(docs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def test_an_import_is_indexed_searched_renamed_and_replayed(
-    coord: Coordinator, es: Elasticsearch, es_url: str, database_url: str, alias: str, ns: str,
+    coord: Coordinator, es: SearchEngine, es_url: str, database_url: str, alias: str, ns: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Every read of the log below is the worker's or the replay's: none may carry the
@@ -114,7 +114,7 @@ def test_an_import_is_indexed_searched_renamed_and_replayed(
 
 
 def test_writers_racing_an_import_in_the_same_namespace(
-    coord: Coordinator, es: Elasticsearch, es_url: str, database_url: str, alias: str, ns: str
+    coord: Coordinator, es: SearchEngine, es_url: str, database_url: str, alias: str, ns: str
 ) -> None:
     """Threads with connections of their own create, rename and delete beside the
     import (and in the directory it adds to) while it runs: the import's events, one
@@ -155,7 +155,7 @@ def test_writers_racing_an_import_in_the_same_namespace(
 
 
 def test_a_large_batch_that_fails_while_sending_stops_its_reader_first(
-    coord: Coordinator, es: Elasticsearch, alias: str, ns: str, monkeypatch: pytest.MonkeyPatch
+    coord: Coordinator, es: SearchEngine, alias: str, ns: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The reading thread of a large batch is stopped and its snapshot transaction ended
     before the failure propagates (the batch is retried whole, on a fresh snapshot)."""

@@ -11,7 +11,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from elasticsearch import Elasticsearch
 from indexer_support import (
     assert_index_matches,
     bulk_subtree,
@@ -29,10 +28,11 @@ from coordinator.indexing import consumer_for
 from indexer import checkpoints
 from indexer.applier import Abandoned, Applier, SubtreeWork
 from indexer.plan import plan_batch
+from indexer.search_engine import SearchEngine
 
 
 def test_file_renames_flow_past_a_big_subtree_rewrite(
-    coord: Coordinator, es: Elasticsearch, alias: str, database_url: str, es_url: str
+    coord: Coordinator, es: SearchEngine, alias: str, database_url: str, es_url: str
 ) -> None:
     coord.create_namespace("lane")
     coord.mkdir("lane", "/home")
@@ -73,7 +73,7 @@ def test_file_renames_flow_past_a_big_subtree_rewrite(
 
 
 def test_partitions_without_events_keep_up_without_the_poll_and_do_not_spin(
-    coord: Coordinator, es: Elasticsearch, alias: str, database_url: str, es_url: str,
+    coord: Coordinator, es: SearchEngine, alias: str, database_url: str, es_url: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A notification wakes only the partition its namespace hashes to, yet
@@ -179,7 +179,7 @@ def test_notification_names_the_partitions_of_its_namespaces(
 
 
 def test_subtree_pass_cut_short_resumes_with_409s_even_merged_with_later_batches(
-    coord: Coordinator, es: Elasticsearch, alias: str, database_url: str, es_url: str
+    coord: Coordinator, es: SearchEngine, alias: str, database_url: str, es_url: str
 ) -> None:
     """The restart property without a cut at directory moves: descendants are written at
     their move's position, so a pass stopped midway and applied again, even merged with

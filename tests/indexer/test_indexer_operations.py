@@ -7,25 +7,25 @@ import time
 import urllib.request
 
 from click.testing import CliRunner
-from elasticsearch import Elasticsearch
 from indexer_support import run_once, running_worker
 
 from coordinator import Coordinator
 from coordinator.indexing import consumer_for
 from indexer import contract, deadletters, elasticsearch_index
+from indexer.search_engine import SearchEngine
 from pathkeeper.cli.main import main
 from pathkeeper.local.postgres import free_port
 
 
 def test_rejected_document_goes_to_dead_letters_and_the_worker_goes_on(
-    coord: Coordinator, es: Elasticsearch, alias: str, database_url: str, es_url: str
+    coord: Coordinator, es: SearchEngine, alias: str, database_url: str, es_url: str
 ) -> None:
     # An index whose mapping disagrees with ours: `name` must be a number, so a
     # node named "bad" is rejected for good (400), the others are accepted.
     broken = copy.deepcopy(contract.MAPPINGS)
     broken["properties"]["name"] = {"type": "long"}
     v1 = contract.concrete_name(alias, 1)
-    es.indices.create(index=v1, mappings=broken, settings=contract.index_settings())
+    es.create_index(v1, mappings=broken, settings=contract.index_settings())
     elasticsearch_index.switch_alias(es, alias, v1)
     coord.create_namespace("d")
     ok = coord.create_file("d", "/1", "one")
@@ -64,7 +64,7 @@ def test_rejected_document_goes_to_dead_letters_and_the_worker_goes_on(
 
 
 def test_status_shows_lag_per_partition_and_namespace(
-    coord: Coordinator, es: Elasticsearch, alias: str, database_url: str, es_url: str
+    coord: Coordinator, es: SearchEngine, alias: str, database_url: str, es_url: str
 ) -> None:
     runner = CliRunner()
     env = {"PATHKEEPER_DATABASE_URL": database_url}
@@ -84,7 +84,7 @@ def test_status_shows_lag_per_partition_and_namespace(
 
 
 def test_metrics_are_served_while_the_worker_runs(
-    coord: Coordinator, es: Elasticsearch, alias: str, database_url: str, es_url: str
+    coord: Coordinator, es: SearchEngine, alias: str, database_url: str, es_url: str
 ) -> None:
     port = free_port()
     coord.create_namespace("m")

@@ -10,20 +10,20 @@ import time
 from typing import Any
 
 import pytest
-from elasticsearch import Elasticsearch
 from indexer_support import assert_index_matches, run_once, running_worker
 
 from coordinator import Coordinator
 from coordinator.indexing import consumer_for
 from indexer.applier import Applier, NodeActions
 from indexer.bulk import BulkStats, Retryable
+from indexer.search_engine import SearchEngine
 
 
 def _names(nodes: NodeActions) -> set[str]:
     return {i for p in nodes.plan.namespaces.values() for i in p.nodes}
 
 
-def _seen(es: Elasticsearch, alias: str, node_id: str, seq: int) -> bool:
+def _seen(es: SearchEngine, alias: str, node_id: str, seq: int) -> bool:
     got = es.mget(index=alias, realtime=True, docs=[{"_id": node_id, "routing": "pipe"}])
     doc = got["docs"][0]
     return bool(doc.get("found")) and int(doc["_source"]["seq"]) >= seq
@@ -31,7 +31,7 @@ def _seen(es: Elasticsearch, alias: str, node_id: str, seq: int) -> bool:
 
 @pytest.mark.parametrize("failing", ["first", "second"])
 def test_a_failed_request_of_two_in_flight_holds_the_checkpoint_back(
-    coord: Coordinator, es: Elasticsearch, alias: str, database_url: str, es_url: str,
+    coord: Coordinator, es: SearchEngine, alias: str, database_url: str, es_url: str,
     monkeypatch: pytest.MonkeyPatch, failing: str,
 ) -> None:
     coord.create_namespace("pipe")
@@ -61,7 +61,7 @@ def test_a_failed_request_of_two_in_flight_holds_the_checkpoint_back(
             entered.set()
             assert release.wait(30), "the test never released the first request"
         if failing_id in names and attempts[failing_id] == 1:
-            raise Retryable("injected: Elasticsearch refused part of a batch")
+            raise Retryable("injected: SearchEngine refused part of a batch")
         return original(self, nodes, *args, **kw)
 
     monkeypatch.setattr(Applier, "send_nodes", send_nodes)

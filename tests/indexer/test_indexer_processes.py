@@ -10,7 +10,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from elasticsearch import Elasticsearch
 from indexer_support import (
     TcpProxy,
     WorkerProcess,
@@ -25,7 +24,10 @@ from sqlalchemy import text
 
 from coordinator import Coordinator, CoordinatorError
 from coordinator.indexing import consumer_for
+from indexer import elasticsearch_index
 from indexer.leases import MEMBER_BASE, consumer_key
+from indexer.search_client import open_search
+from indexer.search_engine import SearchEngine, SearchNotFound
 from pathkeeper.local.search import new_local_search
 
 TIMEOUT = 90.0
@@ -40,17 +42,12 @@ def wait_until(what: str, cond: Callable[[], bool], timeout: float = TIMEOUT) ->
         time.sleep(0.02)
 
 
-def count_under(es: Elasticsearch, alias: str, ns: str, path: str) -> int:
-    if not es.indices.exists_alias(name=alias):
+def count_under(es: SearchEngine, alias: str, ns: str, path: str) -> int:
+    if not elasticsearch_index.alias_targets(es, alias):
         return 0  # the worker has not created the index yet
-    es.indices.refresh(index=alias)
-    return int(
-        es.count(
-            index=alias, routing=ns,
-            query={"bool": {"filter": [{"term": {"namespace": ns}},
-                                       {"term": {"tree": path}}]}},
-        )["count"]
-    )
+    es.refresh(alias)
+    return es.count(alias, {"query": {"bool": {"filter": [{"term": {"namespace": ns}},
+                                                          {"term": {"tree": path}}]}}})
 
 
 def file_client(coord: Coordinator, ns: str, stop: threading.Event) -> None:
@@ -84,7 +81,7 @@ def background_client(coord: Coordinator, ns: str) -> tuple[threading.Event, thr
 
 
 def test_kill_9_in_the_middle_of_batches_converges(
-    coord: Coordinator, es: Elasticsearch, alias: str, database_url: str, es_url: str,
+    coord: Coordinator, es: SearchEngine, alias: str, database_url: str, es_url: str,
     tmp_path: Path,
 ) -> None:
     coord.create_namespace("crash")
@@ -165,7 +162,7 @@ def test_search_server_down_while_events_arrive_then_back(
     else:  # a real cluster we may not stop: cut it off behind a proxy instead
         proxy = TcpProxy(es_url)
         url = proxy.start()
-    es = Elasticsearch(url, request_timeout=30)
+    es = open_search(url, request_timeout=30)
     try:
         with running_worker(database_url, url, alias, partitions=2,
                             backoff_base=0.05, backoff_cap=0.5) as worker:
@@ -224,7 +221,7 @@ def partition_holders(coord: Coordinator, consumer: str) -> set[int]:
 
 
 def test_two_worker_processes_split_partitions_and_converge(
-    coord: Coordinator, es: Elasticsearch, alias: str, database_url: str, es_url: str,
+    coord: Coordinator, es: SearchEngine, alias: str, database_url: str, es_url: str,
     tmp_path: Path,
 ) -> None:
     consumer = consumer_for(alias)
@@ -245,7 +242,10 @@ def test_two_worker_processes_split_partitions_and_converge(
     def sampler() -> None:
         while not stop.is_set():
             for ns, node_id in watched.items():
-                got = es.options(ignore_status=404).get(index=alias, id=node_id, routing=ns)
+                try:
+                    got = es.get(index=alias, id=node_id, routing=ns)
+                except SearchNotFound:
+                    continue
                 if got.get("found"):
                     seq = int(got["_source"]["seq"])
                     if seq < last_seen.get(node_id, 0):

@@ -10,7 +10,6 @@ from collections.abc import Generator
 from typing import Any
 
 import pytest
-from elasticsearch import Elasticsearch
 from indexer_support import (
     SearchServerGone,
     expected_docs,
@@ -24,10 +23,11 @@ import indexer.applier as applier_module
 from coordinator import Coordinator, Node
 from indexer.applier import Applier, SubtreeWork
 from indexer.plan import plan_batch
+from indexer.search_engine import SearchEngine
 
 
 def test_a_subtree_pass_that_fails_while_sending_closes_its_stream_first(
-    coord: Coordinator, es: Elasticsearch, alias: str, database_url: str, es_url: str,
+    coord: Coordinator, es: SearchEngine, alias: str, database_url: str, es_url: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     coord.create_namespace("s")

@@ -12,16 +12,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from elasticsearch import Elasticsearch
 from indexer_support import expected_docs, index_docs, last_position, run_once
 from sqlalchemy import text
 
 from coordinator import Coordinator, Event
 from indexer.applier import Applier, BatchResult
+from indexer.search_engine import SearchEngine
 from indexer.snapshot import may_have_left
 
 
-def applier(coord: Coordinator, es: Elasticsearch, alias: str) -> Applier:
+def applier(coord: Coordinator, es: SearchEngine, alias: str) -> Applier:
     return Applier(coord.engine, es, alias, lambda r: None)
 
 
@@ -30,12 +30,12 @@ def apply_read(app: Applier, events: list[Event]) -> BatchResult:
     return app.apply(events, events[-1].position)
 
 
-def external_refreshes(es: Elasticsearch, alias: str) -> int:
-    stats = es.indices.stats(index=alias, metric="refresh")["_all"]["primaries"]["refresh"]
+def external_refreshes(es: SearchEngine, alias: str) -> int:
+    stats = es.index_stats(alias)["_all"]["primaries"]["refresh"]
     return int(stats["external_total"])
 
 
-def assert_index_equals_pg(coord: Coordinator, es: Elasticsearch, alias: str, ns: str) -> None:
+def assert_index_equals_pg(coord: Coordinator, es: SearchEngine, alias: str, ns: str) -> None:
     want = expected_docs(coord, ns)
     got = index_docs(es, alias, ns)
     stripped = {k: {f: v for f, v in d.items() if f != "seq"} for k, d in got.items()}
@@ -45,7 +45,7 @@ def assert_index_equals_pg(coord: Coordinator, es: Elasticsearch, alias: str, ns
 
 
 def test_renames_in_place_sweep_nothing_and_refresh_nothing(
-    coord: Coordinator, es: Elasticsearch, alias: str, database_url: str, es_url: str
+    coord: Coordinator, es: SearchEngine, alias: str, database_url: str, es_url: str
 ) -> None:
     coord.create_namespace("s")
     for path in ("/a", "/a/d", "/a/d/e"):
@@ -56,14 +56,14 @@ def test_renames_in_place_sweep_nothing_and_refresh_nothing(
     # No scheduled refreshes from here on, so every one counted is asked for. One may
     # already be running: turn them off well before the count, and let an explicit
     # refresh (which waits for a running one) settle it.
-    es.indices.put_settings(index=alias, settings={"index": {"refresh_interval": "-1"}})
+    es.put_settings(alias, {"index": {"refresh_interval": "-1"}})
     before = last_position(coord)
     coord.rename("s", "/a/d", "d2")
     coord.rename("s", "/a/d2/e", "e2")
     coord.rename("s", "/a/d2/e2/g", "g2")
     coord.move("s", "/a/f", "/a/d2/f")  # a file moved to another directory
     events, _ = coord.read_events(after=before)
-    es.indices.refresh(index=alias)
+    es.refresh(alias)
     refreshes = external_refreshes(es, alias)
     result = apply_read(applier(coord, es, alias), events)
     assert not result.swept
@@ -72,7 +72,7 @@ def test_renames_in_place_sweep_nothing_and_refresh_nothing(
 
 
 def test_a_directory_deleted_inside_a_moved_subtree_before_the_pass_is_swept(
-    coord: Coordinator, es: Elasticsearch, alias: str, database_url: str, es_url: str
+    coord: Coordinator, es: SearchEngine, alias: str, database_url: str, es_url: str
 ) -> None:
     """/a/d/f/h: d renamed, then f deleted before the rename's pass runs. The pass finds
     no f and no h to rewrite; the delete's sweep looks under f's path at the time
@@ -94,7 +94,7 @@ def test_a_directory_deleted_inside_a_moved_subtree_before_the_pass_is_swept(
 
 
 def test_a_directory_moved_out_then_deleted_in_a_later_pass_is_swept(
-    coord: Coordinator, es: Elasticsearch, alias: str, database_url: str, es_url: str
+    coord: Coordinator, es: SearchEngine, alias: str, database_url: str, es_url: str
 ) -> None:
     """/a/d/e/g: d renamed, e moved out to /x before the rename's pass runs, e deleted
     after it. Without the old path's sweep in the first pass g's document keeps

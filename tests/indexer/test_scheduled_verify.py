@@ -12,10 +12,10 @@ import time
 
 import pytest
 from click.testing import CliRunner
-from elasticsearch import Elasticsearch
 from indexer_support import running_worker, wait_caught_up
 
 from coordinator import Coordinator
+from indexer.search_engine import SearchEngine
 from indexer.verify import VERIFY_DRIFT, cron_trigger
 from indexer.worker import WorkerConfig
 from pathkeeper.cli.main import main
@@ -35,7 +35,7 @@ def wait_for_gauge(want: float, timeout: float = 30.0) -> None:
 
 
 def test_scheduled_verify_publishes_drift(
-    coord: Coordinator, es: Elasticsearch, alias: str, database_url: str, es_url: str
+    coord: Coordinator, es: SearchEngine, alias: str, database_url: str, es_url: str
 ) -> None:
     coord.create_namespace("v")
     coord.mkdir("v", "/d")

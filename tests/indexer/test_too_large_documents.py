@@ -11,11 +11,11 @@ existed, or under a larger one).
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 
 import pytest
 from click.testing import CliRunner
-from elasticsearch import Elasticsearch
 from indexer_support import running_worker
 from prometheus_client import REGISTRY
 from sqlalchemy import text
@@ -28,8 +28,11 @@ from indexer.bulk import Rejected, send
 from indexer.contract import index_action
 from indexer.elasticsearch_index import content_limit_problem, parse_byte_size, request_limit
 from indexer.replay import rebuild
+from indexer.search_client import open_search
+from indexer.search_engine import SearchEngine
 from pathkeeper.cli.main import main
-from pathkeeper.local.search_node import LocalSearchNode
+from pathkeeper.local.search import VERSION_ENV, search_kind
+from pathkeeper.local.search_node import ENGINES, LocalSearchNode
 
 LIMIT = "1mb"
 HUGE = 1_500_000  # characters of content: more than the node takes in one request
@@ -37,13 +40,19 @@ HUGE = 1_500_000  # characters of content: more than the node takes in one reque
 
 @pytest.fixture(scope="module")
 def small_es_url() -> Iterator[str]:
-    with LocalSearchNode(heap="512m", settings={"http.max_content_length": LIMIT}) as node:
+    # The session's engine and version (PATHKEEPER_SEARCH, PATHKEEPER_SEARCH_VERSION):
+    # the request limit is a setting of both families.
+    kind = search_kind()
+    engine = kind if kind in ENGINES else "elasticsearch"
+    version = os.environ.get(VERSION_ENV, "").strip() or None if kind == engine else None
+    with LocalSearchNode(heap="512m", settings={"http.max_content_length": LIMIT},
+                         engine=engine, version=version) as node:
         yield node.url
 
 
 @pytest.fixture
-def small_es(small_es_url: str) -> Iterator[Elasticsearch]:
-    client = Elasticsearch(small_es_url, request_timeout=60)
+def small_es(small_es_url: str) -> Iterator[SearchEngine]:
+    client = open_search(small_es_url, request_timeout=60)
     yield client
     client.close()
 
@@ -69,7 +78,7 @@ def _too_large_count(consumer: str) -> float:
 
 
 def test_bulk_splits_a_refused_request_down_to_the_document_that_cannot_fit(
-    small_es: Elasticsearch, alias: str
+    small_es: SearchEngine, alias: str
 ) -> None:
     from indexer import elasticsearch_index
     from indexer.contract import concrete_name
@@ -94,12 +103,12 @@ def test_bulk_splits_a_refused_request_down_to_the_document_that_cannot_fit(
     assert [(r.node_id, r.status) for r in rejected] == [(huge.id, 413)]
     assert rejected[0].size is not None and rejected[0].size > HUGE
     assert rejected[0].document is None  # 1.5 MB is not copied into the dead letters
-    small_es.indices.refresh(index=alias)
-    assert small_es.count(index=alias)["count"] == 12
+    small_es.refresh(alias)
+    assert small_es.count(alias) == 12
 
 
 def test_the_worker_dead_letters_it_and_the_partition_goes_on(
-    coord: Coordinator, small_es: Elasticsearch, small_es_url: str, alias: str,
+    coord: Coordinator, small_es: SearchEngine, small_es_url: str, alias: str,
     database_url: str, caplog: pytest.LogCaptureFixture,
 ) -> None:
     consumer = consumer_for(alias)
@@ -115,7 +124,7 @@ def test_the_worker_dead_letters_it_and_the_partition_goes_on(
     with running_worker(database_url, small_es_url, alias, partitions=1) as _:
         # The checkpoint moves past the document (the partition does not stall on it).
         assert coord.wait_indexed(last.seq, 30.0, consumer=consumer)
-        small_es.indices.refresh(index=alias)
+        small_es.refresh(alias)
         assert small_es.exists(index=alias, id=last.node.id, routing="other")
         assert not small_es.exists(index=alias, id=huge, routing="big")
         # A move rewrites the subtree (the subtree lane's streamed requests): the same.
@@ -123,9 +132,9 @@ def test_the_worker_dead_letters_it_and_the_partition_goes_on(
         after = coord.create_file("other", "/later", "still indexed")
         assert moved.seq is not None and after.seq is not None
         assert coord.wait_indexed(after.seq, 30.0, consumer=consumer)
-        small_es.indices.refresh(index=alias)
+        small_es.refresh(alias)
         paths = {h["_source"]["path"] for h in small_es.search(
-            index=alias, query={"match_all": {}}, size=100)["hits"]["hits"]}
+            alias, {"query": {"match_all": {}}, "size": 100})["hits"]["hits"]}
         assert paths == {"/e", "/e/after", "/fine", "/later"}
     letters = deadletters.pending(coord.engine, consumer)
     assert {(d.namespace, d.node_id) for d in letters} == {("big", huge)}
@@ -150,7 +159,7 @@ def test_the_worker_dead_letters_it_and_the_partition_goes_on(
     assert deadletters.pending(coord.engine, consumer) == []
 
 
-def test_the_search_servers_request_limit_is_read_and_checked(es: Elasticsearch) -> None:
+def test_the_search_servers_request_limit_is_read_and_checked(es: SearchEngine) -> None:
     assert parse_byte_size("100mb") == 100 << 20
     assert parse_byte_size("1gb") == 1 << 30 and parse_byte_size("512b") == 512
     assert parse_byte_size("1.5KB") == 1536
@@ -167,7 +176,7 @@ def test_the_search_servers_request_limit_is_read_and_checked(es: Elasticsearch)
 
 @pytest.mark.parametrize("command", ["replay", "reindex"])
 def test_rebuilds_skip_it_and_report_it(
-    coord: Coordinator, small_es: Elasticsearch, small_es_url: str, alias: str,
+    coord: Coordinator, small_es: SearchEngine, small_es_url: str, alias: str,
     database_url: str, command: str,
 ) -> None:
     coord.create_namespace("big")
@@ -177,7 +186,7 @@ def test_rebuilds_skip_it_and_report_it(
                      alias=alias)
     assert result.swapped
     assert [r.node_id for r in result.too_large] == [huge]
-    small_es.indices.refresh(index=alias)
+    small_es.refresh(alias)
     assert small_es.exists(index=alias, id=fine.node.id, routing="big")
     assert not small_es.exists(index=alias, id=huge, routing="big")
     # Recorded for the live worker's consumer: listed and retried with the others.
@@ -192,7 +201,7 @@ def test_rebuilds_skip_it_and_report_it(
 
 
 def test_verify_says_a_dead_lettered_document_is_one_not_silent_drift(
-    coord: Coordinator, small_es: Elasticsearch, small_es_url: str, alias: str,
+    coord: Coordinator, small_es: SearchEngine, small_es_url: str, alias: str,
     database_url: str,
 ) -> None:
     coord.create_namespace("big")
@@ -220,7 +229,7 @@ def test_verify_says_a_dead_lettered_document_is_one_not_silent_drift(
 
 
 def test_verify_repair_dead_letters_a_drift_too_large_to_write(
-    coord: Coordinator, small_es: Elasticsearch, small_es_url: str, alias: str,
+    coord: Coordinator, small_es: SearchEngine, small_es_url: str, alias: str,
     database_url: str,
 ) -> None:
     coord.create_namespace("big")

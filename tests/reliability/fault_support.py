@@ -275,7 +275,7 @@ def _response(status: int, body: dict[str, Any]) -> bytes:
     head = (
         f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
         # The official client refuses a 2xx answer without this header.
-        f"X-Elastic-Product: Elasticsearch\r\nContent-Length: {len(payload)}\r\n\r\n"
+        f"X-Elastic-Product: SearchEngine\r\nContent-Length: {len(payload)}\r\n\r\n"
     )
     return head.encode() + payload
 

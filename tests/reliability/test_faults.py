@@ -22,12 +22,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from elasticsearch import Elasticsearch
 from prometheus_client import REGISTRY
 from sqlalchemy import text
 
 from coordinator import Coordinator
 from coordinator.migrate import upgrade
+from indexer.search_engine import SearchEngine
 from pathkeeper.local.postgres import LocalPostgres
 
 from .fault_support import (
@@ -102,7 +102,7 @@ def unavailable_between(clients: list[ThreadClient], start: float, end: float) -
     "ignore:<psycopg.ServerCursor object at .*> was deleted while still open:ResourceWarning"
 )
 def test_postgres_restart_under_load(
-    es: Elasticsearch, es_url: str, alias: str, long_run: bool
+    es: SearchEngine, es_url: str, alias: str, long_run: bool
 ) -> None:
     restarts, threads, outage = (6, 8, 3.0) if long_run else (2, 4, 1.0)
     ns = "pgr"
@@ -160,7 +160,7 @@ def test_postgres_restart_under_load(
 
 
 def test_worker_kill_9_during_concurrent_history(
-    database_url: str, coord: Coordinator, es: Elasticsearch, es_url: str, alias: str,
+    database_url: str, coord: Coordinator, es: SearchEngine, es_url: str, alias: str,
     tmp_path: Path, long_run: bool,
 ) -> None:
     clients, seconds = (8, 120.0) if long_run else (4, 12.0)
@@ -223,7 +223,7 @@ def test_worker_kill_9_during_concurrent_history(
 
 
 def test_search_server_answering_errors(
-    es: Elasticsearch, es_url: str, alias: str, database_url: str, coord: Coordinator,
+    es: SearchEngine, es_url: str, alias: str, database_url: str, coord: Coordinator,
     long_run: bool,
 ) -> None:
     ns = "eserr"
@@ -275,7 +275,7 @@ def test_search_server_answering_errors(
 
 
 def test_worker_survives_its_lease_connection_being_cut(
-    database_url: str, coord: Coordinator, es: Elasticsearch, es_url: str, alias: str,
+    database_url: str, coord: Coordinator, es: SearchEngine, es_url: str, alias: str,
 ) -> None:
     """What a PostgreSQL restart does to the worker's lease connection, many times over:
     its backend is terminated (``pg_terminate_backend``, the same 57P01 as a fast

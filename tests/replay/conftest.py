@@ -13,12 +13,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from elasticsearch import Elasticsearch
 
 from coordinator import Coordinator
 from coordinator.indexing import consumer_for, wait_indexed
 from indexer.contract import comparable, expected_document, is_indexed
 from indexer.replay import current_bound
+from indexer.search_engine import SearchEngine
 from indexer.verify import stream_index_docs
 
 _aliases = itertools.count()
@@ -61,9 +61,9 @@ def live_worker(database_url: str, es_url: str, alias: str) -> Iterator[RunningW
         yield worker
 
 
-def index_docs(es: Elasticsearch, index: str) -> dict[str, dict[str, Any]]:
+def index_docs(es: SearchEngine, index: str) -> dict[str, dict[str, Any]]:
     """Every document of ``index`` (an alias is fine) by id, without ``seq``."""
-    es.indices.refresh(index=index)
+    es.refresh(index)
     return {d["node_id"]: comparable(d) for d in stream_index_docs(es, index)}
 
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import sys
 
-from elasticsearch import Elasticsearch
-
 from coordinator import Coordinator
 from indexer.replay import rebuild
+from indexer.search_client import open_search
 
 
 def main() -> None:
@@ -20,7 +19,7 @@ def main() -> None:
         sys.stdin.read()  # until the test kills us
 
     with Coordinator.connect(database_url) as coord:
-        rebuild(coord, Elasticsearch(es_url), alias=alias, after_load=pause)
+        rebuild(coord, open_search(es_url), alias=alias, after_load=pause)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,12 @@ from datetime import timedelta
 
 import pytest
 from click.testing import CliRunner
-from elasticsearch import Elasticsearch
 from sqlalchemy import text
 
 from coordinator import Coordinator
 from coordinator.indexing import consumer_for
 from indexer.retention import compact, take_snapshot
+from indexer.search_engine import SearchEngine
 from indexer.verify import verify_index, verify_log
 from pathkeeper.cli.main import main
 
@@ -37,7 +37,7 @@ def records(caplog: pytest.LogCaptureFixture, event: str) -> list[logging.LogRec
 
 
 def test_replay_moves_a_consumer_behind_the_horizon_forward_and_the_worker_reads_on(
-    coord: Coordinator, es: Elasticsearch, alias: str, database_url: str, es_url: str,
+    coord: Coordinator, es: SearchEngine, alias: str, database_url: str, es_url: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="pathkeeper.indexer")
@@ -78,7 +78,7 @@ def test_replay_moves_a_consumer_behind_the_horizon_forward_and_the_worker_reads
 
 
 def test_workers_for_a_new_alias_after_compaction_bootstrap_from_nodes_and_converge(
-    coord: Coordinator, es: Elasticsearch, alias: str, database_url: str, es_url: str,
+    coord: Coordinator, es: SearchEngine, alias: str, database_url: str, es_url: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Compaction up to another consumer's checkpoint (no --force), then the first start of

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner
-from elasticsearch import Elasticsearch
 from prometheus_client import REGISTRY
 
 from coordinator import Coordinator
@@ -22,6 +21,7 @@ from indexer.bulk import send
 from indexer.contract import index_action
 from indexer.index_scan import stream_index_docs
 from indexer.replay import ReplayBusy, building_marker, rebuild, rebuild_namespaces
+from indexer.search_engine import SearchEngine
 from indexer.verify import Drift, scheduled_verify, verify_index
 from pathkeeper.cli.main import main
 
@@ -32,7 +32,7 @@ HERE = Path(__file__).parent
 
 
 def test_kill_9_midway_leaves_the_alias_alone_and_a_rerun_succeeds(
-    coord: Coordinator, database_url: str, es_url: str, es: Elasticsearch, alias: str,
+    coord: Coordinator, database_url: str, es_url: str, es: SearchEngine, alias: str,
     live_worker: RunningWorker,
 ) -> None:
     coord.create_namespace("k")
@@ -61,25 +61,25 @@ def test_kill_9_midway_leaves_the_alias_alone_and_a_rerun_succeeds(
     assert proc.returncode == -signal.SIGKILL
     assert elasticsearch_index.alias_targets(es, alias) == live_index
     assert index_docs(es, alias) == live
-    assert half_built in es.indices.get_alias(name=building_marker(alias)).body
+    assert half_built in es.get_alias(building_marker(alias))
 
     coord.create_file("k", "/after-the-crash", "x")
     result = rebuild(coord, es, alias=alias)
-    assert result.cleaned_up == [half_built] and not es.indices.exists(index=half_built)
+    assert result.cleaned_up == [half_built] and not es.index_exists(half_built)
     assert result.swapped and result.index != half_built
     live_worker.caught_up(coord)
     actual, expected = index_docs(es, alias), expected_index(coord)
     assert actual == expected, diff_summary(actual, expected)
 
 
-def _plant(es: Elasticsearch, alias: str, doc: dict[str, Any], **changes: Any) -> None:
+def _plant(es: SearchEngine, alias: str, doc: dict[str, Any], **changes: Any) -> None:
     body = {**doc, **changes}
     es.index(index=alias, id=doc["node_id"], routing=doc["namespace"], document=body,
              version=int(doc["seq"]) + 1, version_type="external", refresh=True)
 
 
 def test_verify_finds_planted_drift_and_repair_fixes_exactly_it(
-    coord: Coordinator, database_url: str, es_url: str, es: Elasticsearch, alias: str,
+    coord: Coordinator, database_url: str, es_url: str, es: SearchEngine, alias: str,
     live_worker: RunningWorker,
 ) -> None:
     coord.create_namespace("v")
@@ -87,7 +87,7 @@ def test_verify_finds_planted_drift_and_repair_fixes_exactly_it(
     random_ops(coord, "v", 40, seed=31)
     files = [coord.create_file("v", f"/plant{i}", f"content {i}").node for i in range(3)]
     live_worker.caught_up(coord)
-    es.indices.refresh(index=alias)
+    es.refresh(alias)
     docs = {d["node_id"]: d for d in stream_index_docs(es, alias)}
     settle = lambda pos: wait_indexed(  # noqa: E731
         coord.engine, pos, 30, consumer_for(alias)
@@ -121,12 +121,12 @@ def test_verify_finds_planted_drift_and_repair_fixes_exactly_it(
     # The worker's scheduled job publishes the same count.
     assert scheduled_verify(coord, es, alias, settle) == 4
     assert REGISTRY.get_sample_value("pathkeeper_verify_drift") == 4
-    es.indices.refresh(index=alias)
+    es.refresh(alias)
     before = {d["node_id"]: d for d in stream_index_docs(es, alias)}
     fixed = CliRunner().invoke(main, ["verify", "--alias", alias, "--repair", "-q"], env=env)
     assert fixed.exit_code == 0, fixed.output
     assert "repaired 4" in fixed.output
-    es.indices.refresh(index=alias)
+    es.refresh(alias)
     after = {d["node_id"]: d for d in stream_index_docs(es, alias)}
     drifted = {missing.id, extra, wrong_path.id, stale.id}
     # Exactly those were rewritten: every other document is byte for byte the same.
@@ -141,14 +141,14 @@ def test_verify_finds_planted_drift_and_repair_fixes_exactly_it(
 
 
 def test_namespace_replay_rewrites_only_that_namespace_in_place(
-    coord: Coordinator, es: Elasticsearch, alias: str, live_worker: RunningWorker
+    coord: Coordinator, es: SearchEngine, alias: str, live_worker: RunningWorker
 ) -> None:
     for ns in ("n1", "n2"):
         coord.create_namespace(ns)
         random_ops(coord, ns, 30, seed=len(ns) * 7 + int(ns[1]))
         coord.create_file(ns, "/known", "k")
     live_worker.caught_up(coord)
-    es.indices.refresh(index=alias)
+    es.refresh(alias)
     docs = {d["path"] + d["namespace"]: d for d in stream_index_docs(es, alias)}
     for ns in ("n1", "n2"):
         _plant(es, alias, docs["/known" + ns], content="wrong")
@@ -162,12 +162,12 @@ def test_namespace_replay_rewrites_only_that_namespace_in_place(
     assert [(d.namespace, d.fields) for d in report.drift] == [("n2", ("content",))]
 
 
-def _doc(es: Elasticsearch, alias: str, ns: str, node_id: str) -> dict[str, Any]:
+def _doc(es: SearchEngine, alias: str, ns: str, node_id: str) -> dict[str, Any]:
     return dict(es.get(index=alias, id=node_id, routing=ns, realtime=True)["_source"])
 
 
 def test_repair_restores_documents_edited_by_hand_whatever_their_version(
-    coord: Coordinator, database_url: str, es_url: str, es: Elasticsearch, alias: str,
+    coord: Coordinator, database_url: str, es_url: str, es: SearchEngine, alias: str,
     live_worker: RunningWorker,
 ) -> None:
     """A hand edit through the update API (version + 1, right after a replay: no
@@ -182,7 +182,7 @@ def test_repair_restores_documents_edited_by_hand_whatever_their_version(
               refresh=True)
     es.index(index=alias, id=huge.id, routing="h", version=10**15, version_type="external",
              document={**_doc(es, alias, "h", huge.id), "content": "tampered"}, refresh=True)
-    es.indices.refresh(index=alias)
+    es.refresh(alias)
     env = {"PATHKEEPER_DATABASE_URL": database_url, "PATHKEEPER_ES_URL": es_url}
     fixed = CliRunner().invoke(main, ["verify", "--alias", alias, "--repair", "-q"], env=env)
     assert fixed.exit_code == 0, fixed.output
@@ -201,7 +201,7 @@ def test_repair_restores_documents_edited_by_hand_whatever_their_version(
 
 
 def test_a_conflict_never_overwrites_a_newer_legitimate_write(
-    coord: Coordinator, es: Elasticsearch, alias: str, live_worker: RunningWorker,
+    coord: Coordinator, es: SearchEngine, alias: str, live_worker: RunningWorker,
 ) -> None:
     """The compare-and-swap path replaces only documents whose stored seq is older: a
     late write (a worker that lost its lease, a repair from an old bound) of an older

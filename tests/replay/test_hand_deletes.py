@@ -11,22 +11,22 @@ from __future__ import annotations
 from typing import Any
 
 from click.testing import CliRunner
-from elasticsearch import Elasticsearch, NotFoundError
 
 from coordinator import Coordinator
 from indexer.bulk import resolve_conflicts, send
 from indexer.contract import index_action
 from indexer.replay import rebuild
+from indexer.search_engine import SearchEngine, SearchNotFound
 from indexer.snapshot import node_exists
 from pathkeeper.cli.main import main
 
 from .conftest import RunningWorker, diff_summary, expected_index, index_docs
 
 
-def _found(es: Elasticsearch, alias: str, ns: str, node_id: str) -> bool:
+def _found(es: SearchEngine, alias: str, ns: str, node_id: str) -> bool:
     try:
         es.get(index=alias, id=node_id, routing=ns, realtime=True)
-    except NotFoundError:
+    except SearchNotFound:
         return False
     return True
 
@@ -37,7 +37,7 @@ def _cli(database_url: str, es_url: str, *args: str) -> Any:
 
 
 def test_repair_and_namespace_reindex_restore_documents_deleted_by_hand(
-    coord: Coordinator, database_url: str, es_url: str, es: Elasticsearch, alias: str,
+    coord: Coordinator, database_url: str, es_url: str, es: SearchEngine, alias: str,
     live_worker: RunningWorker,
 ) -> None:
     coord.create_namespace("d")
@@ -77,7 +77,7 @@ def test_repair_and_namespace_reindex_restore_documents_deleted_by_hand(
 
 
 def test_a_late_write_never_brings_back_a_legitimately_deleted_document(
-    coord: Coordinator, es: Elasticsearch, alias: str, live_worker: RunningWorker,
+    coord: Coordinator, es: SearchEngine, alias: str, live_worker: RunningWorker,
 ) -> None:
     """Against the tombstone of a real delete (the node is gone from PostgreSQL) a late
     write of the node's older state loses, as it always did; so does one for a node
@@ -102,7 +102,7 @@ def test_a_late_write_never_brings_back_a_legitimately_deleted_document(
 
 
 def test_a_node_deleted_while_its_document_is_written_back_stays_deleted(
-    coord: Coordinator, es: Elasticsearch, alias: str, live_worker: RunningWorker,
+    coord: Coordinator, es: SearchEngine, alias: str, live_worker: RunningWorker,
 ) -> None:
     """The window between looking the node up and writing its document back: the node
     is deleted for real there, and the worker indexes that delete, before the write.

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from contextlib import closing
 
 import pytest
 from click.testing import CliRunner
-from elasticsearch import Elasticsearch
 from tree_checks import writer_holding_its_block
 
 from coordinator import Coordinator
 from indexer import elasticsearch_index
 from indexer.replay import ReplayBusy, ReplayError, ReplayLease, current_bound, rebuild
+from indexer.search_client import open_search
+from indexer.search_engine import SearchEngine
 from indexer.verify import verify_index, verify_log
 from pathkeeper.cli.main import main
 
@@ -22,7 +24,7 @@ from .replay_workload import concurrent_ops, random_ops
 
 
 def test_replay_and_reindex_equal_the_live_index(
-    coord: Coordinator, database_url: str, es_url: str, es: Elasticsearch, alias: str,
+    coord: Coordinator, database_url: str, es_url: str, es: SearchEngine, alias: str,
     live_worker: RunningWorker,
 ) -> None:
     for ns in ("a", "b"):
@@ -45,7 +47,7 @@ def test_replay_and_reindex_equal_the_live_index(
 
     again = rebuild(coord, es, source="snapshot", alias=alias)
     assert again.swapped and again.deleted == [result.index]
-    assert not es.indices.exists(index=result.index)
+    assert not es.index_exists(result.index)
     assert index_docs(es, alias) == live
 
     report = verify_index(coord, es, alias=alias)
@@ -62,7 +64,7 @@ def test_replay_and_reindex_equal_the_live_index(
 
 
 def test_swap_under_load_loses_nothing_and_search_never_comes_back_empty(
-    coord: Coordinator, es_url: str, es: Elasticsearch, alias: str,
+    coord: Coordinator, es_url: str, es: SearchEngine, alias: str,
     live_worker: RunningWorker,
 ) -> None:
     coord.create_namespace("stable")
@@ -81,10 +83,11 @@ def test_swap_under_load_loses_nothing_and_search_never_comes_back_empty(
         query = {"bool": {"filter": [{"term": {"namespace": "stable"}},
                                      {"term": {"path": "/keep/needle.txt"}}]}}
         after = 0
-        with Elasticsearch(es_url) as client:
+        client = open_search(es_url)
+        with closing(client):
             while not stop.is_set():
                 was_swapped = swapped.is_set()
-                hits = client.search(index=alias, query=query)["hits"]["hits"]
+                hits = client.search(alias, {"query": query})["hits"]["hits"]
                 searches.append(1)
                 if [h["_id"] for h in hits] != [needle.node.id]:
                     misses.append([h["_id"] for h in hits])
@@ -129,7 +132,7 @@ def test_swap_under_load_loses_nothing_and_search_never_comes_back_empty(
 
 
 def test_until_rebuilds_a_past_state_beside_the_live_index(
-    coord: Coordinator, es: Elasticsearch, alias: str, live_worker: RunningWorker
+    coord: Coordinator, es: SearchEngine, alias: str, live_worker: RunningWorker
 ) -> None:
     coord.create_namespace("p")
     random_ops(coord, "p", 60, seed=3)
@@ -148,12 +151,12 @@ def test_until_rebuilds_a_past_state_beside_the_live_index(
     assert index_docs(es, result.index) == captured
     # Not mistaken for an abandoned build by the next rebuild.
     nxt = rebuild(coord, es, source="events", alias=alias)
-    assert result.index not in nxt.cleaned_up and es.indices.exists(index=result.index)
+    assert result.index not in nxt.cleaned_up and es.index_exists(result.index)
     assert current_bound(coord.engine) >= past
 
 
 def test_a_second_rebuild_of_the_same_alias_is_refused(
-    coord: Coordinator, es: Elasticsearch, alias: str
+    coord: Coordinator, es: SearchEngine, alias: str
 ) -> None:
     with ReplayLease(coord.engine, alias):
         try:
@@ -169,7 +172,7 @@ def test_a_second_rebuild_of_the_same_alias_is_refused(
 
 
 def test_replay_that_times_out_names_the_transaction_it_waited_for(
-    coord: Coordinator, es: Elasticsearch, alias: str, monkeypatch: pytest.MonkeyPatch
+    coord: Coordinator, es: SearchEngine, alias: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A writer holds a block of positions open: replay cannot pick a safe bound, and its
     error says whom it waited for, so that the operator can act."""

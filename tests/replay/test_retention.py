@@ -9,7 +9,6 @@ from datetime import timedelta
 
 import pytest
 from click.testing import CliRunner
-from elasticsearch import Elasticsearch
 from sqlalchemy import text
 
 from coordinator import Coordinator, CursorExpired
@@ -17,6 +16,7 @@ from coordinator.api_keys import create_key
 from indexer import setfold
 from indexer.replay import ReplayError, current_bound, rebuild
 from indexer.retention import compact, list_snapshots, parse_duration, take_snapshot
+from indexer.search_engine import SearchEngine
 from indexer.verify import verify_log
 from pathkeeper.cli.main import main
 from pathkeeper.http.app import create_app
@@ -40,7 +40,7 @@ def states(coord: Coordinator, until: int) -> tuple[object, object, int | None]:
 
 
 def test_replay_from_a_snapshot_plus_the_tail_equals_a_replay_of_the_whole_log(
-    coord: Coordinator, es: Elasticsearch, alias: str
+    coord: Coordinator, es: SearchEngine, alias: str
 ) -> None:
     for ns in ("s", "t"):
         coord.create_namespace(ns)
@@ -70,7 +70,7 @@ def test_replay_from_a_snapshot_plus_the_tail_equals_a_replay_of_the_whole_log(
 
 
 def test_compaction_keeps_every_state_from_the_horizon_on_and_refuses_older_ones(
-    coord: Coordinator, es: Elasticsearch, alias: str, database_url: str, es_url: str
+    coord: Coordinator, es: SearchEngine, alias: str, database_url: str, es_url: str
 ) -> None:
     coord.create_namespace("c")
     random_ops(coord, "c", 60, seed=31)
