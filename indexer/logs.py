@@ -31,6 +31,8 @@ QUIET_LOGGERS = {
 }
 
 _chosen: LogFormat | None = None
+#: The handler ``configure`` installed last.
+_handler: logging.Handler | None = None
 
 
 def _ts(record: logging.LogRecord) -> str:
@@ -93,12 +95,19 @@ def current_format() -> LogFormat:
 
 
 def configure(level: int = logging.INFO, fmt: LogFormat | None = None) -> None:
-    """Send log records of ``level`` and above to stderr in the chosen format."""
+    """Send log records of ``level`` and above to stderr in the chosen format.
+
+    Called again, it replaces the handler it installed before and leaves alone the ones
+    others installed (an embedding application's, a test runner's capture)."""
+    global _handler
     chosen = choose_format(fmt) if fmt is not None or _chosen is None else _chosen
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if chosen == "json" else TextFormatter())
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    if _handler is not None:
+        root.removeHandler(_handler)
+    root.addHandler(handler)
+    _handler = handler
     root.setLevel(level)
     for name, quiet in QUIET_LOGGERS.items():
         logging.getLogger(name).setLevel(quiet)
