@@ -28,7 +28,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from elasticsearch import Elasticsearch
 from sqlalchemy import text
 
 from coordinator import Coordinator
@@ -41,14 +40,10 @@ from coordinator.migrate import upgrade
 from coordinator.results import MutationResult, block_end
 from coordinator.unit_of_work import UnitOfWork
 from indexer.elasticsearch_index import drop_alias_and_indices
+from indexer.search_client import open_search
 from indexer.verify import verify_index, verify_log
 from indexer.worker import Worker, WorkerConfig
 from pathkeeper.local.ha import LocalHACluster
-
-#: A server-side cursor of the worker whose connection died with the primary is
-#: collected unclosed: psycopg warns at collection (its close failed on the dead
-#: connection); not a failure of what this test checks.
-pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
 NS = "load"
 WRITERS = 3
@@ -201,7 +196,7 @@ def test_failovers_under_load_lose_and_duplicate_nothing(
         setup.append(coord.execute(NS, Mkdir(f"/w{i}")).seq or 0)
 
     alias = f"pk-failover-{os.getpid()}"
-    es = Elasticsearch(es_url, request_timeout=60)
+    es = open_search(es_url, request_timeout=60)
     ctx = multiprocessing.get_context("fork")  # before the worker's threads start
     stop = ctx.Event()
     outs = [str(tmp_path / f"w{i}.jsonl") for i in range(WRITERS)]
