@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import pytest
 
 from coordinator.migrate import head_revision
 from pathkeeper.local.postgres import LocalPostgres
+from pathkeeper.local.server import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -85,9 +85,7 @@ def test_wheel_migrates_serves_and_renames_outside_the_checkout(
     assert history[-1].startswith(f"* {head_revision()}"), history
     assert _run([pk, "--version"], cwd=tmp_path).startswith("pathkeeper, version ")
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     log = tmp_path / "serve.log"
     with log.open("wb") as sink:
         server = subprocess.Popen(
