@@ -1,0 +1,19 @@
+"""SQL kept as files: each server-side function and each long query lives in one
+``.sql`` file of this folder and is loaded by name, so the text a reader opens is the
+text PostgreSQL runs, and a change to a rule has one place to go."""
+
+from functools import cache
+from importlib.resources import files
+
+
+class UnknownSQL(LookupError):
+    """No ``.sql`` file of that name ships with the package."""
+
+
+@cache
+def load(name: str) -> str:
+    """The text of ``<name>.sql`` from this folder (read once per process)."""
+    resource = files(__name__).joinpath(f"{name}.sql")
+    if not resource.is_file():
+        raise UnknownSQL(f"no SQL file {name}.sql in {__name__}")
+    return resource.read_text(encoding="utf-8")
