@@ -27,6 +27,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from test_http_docs_browser import chromium
 
 from coordinator import Coordinator
+from coordinator.api_keys import create_key, revoke_key
 from indexer.worker import Worker, WorkerConfig
 from pathkeeper.http.app import create_app
 from pathkeeper.http.settings import ServiceSettings
@@ -52,7 +53,7 @@ def browser(tmp_path: Path) -> Iterator[WebDriver]:
     options.binary_location = chromium()
     for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                 "--disable-background-networking", "--disable-component-update",
-                "--disable-sync", "--window-size=1280,1000", f"--user-data-dir={tmp_path}",
+                "--disable-sync", "--window-size=1200,720", f"--user-data-dir={tmp_path}",
                 "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(chromedriver()), options=options)
@@ -184,7 +185,6 @@ def test_a_read_key_shows_lag_events_tree_and_search(
                   "the file's stat")
             assert one(browser, "#stat-kind").text == "file"
             assert one(browser, "#stat-version").text == "1"
-            screenshot(browser, "ui-tree.png")
 
             # Search by text.
             search_until(browser, "elastic", "/bill/projects/README.txt")
@@ -244,4 +244,15 @@ def test_a_wrong_missing_or_foreign_key_reads_nothing(
         # Forgetting the key clears it from the tab.
         one(browser, "#forget-key").click()
         shows(browser, lambda d: one(d, "#key-form").is_displayed(), "the key form again")
+        assert browser.execute_script("return sessionStorage.getItem('pathkeeper.key')") is None
+
+        # A key revoked while the page shows its data: the next read is refused and the
+        # page asks for a key again.
+        key_id, secret = create_key(coord.engine, ["a"], "read")
+        enter_key(browser, server.url, secret)
+        shows(browser, lambda d: one(d, "#console").is_displayed(), "the console opens")
+        assert revoke_key(coord.engine, key_id)
+        shows(browser, lambda d: "no longer accepts" in one(d, "#key-error").text,
+              "the revoked key refused")
+        assert not one(browser, "#console").is_displayed()
         assert browser.execute_script("return sessionStorage.getItem('pathkeeper.key')") is None

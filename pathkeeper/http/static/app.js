@@ -6,7 +6,7 @@
 
 (() => {
   const KEY = "pathkeeper.key";
-  const STATUS_EVERY_MS = 2000;
+  const STATUS_EVERY_MS = 5000;
   const RETRY_MS = 3000;
   const FEED_WAIT_S = 25;
   const MAX_EVENTS = 50;
@@ -46,7 +46,14 @@
     const body = await resp.json().catch(() => null);
     if (!resp.ok) {
       const error = (body && body.error) || {};
-      throw new ApiError(resp.status, error.code || "error", error.message || resp.statusText);
+      const failure = new ApiError(resp.status, error.code || "error",
+        error.message || resp.statusText);
+      if (resp.status === 401 && key === sessionStorage.getItem(KEY)) {
+        // The key in use was revoked (or expired): ask for one again.
+        sessionStorage.removeItem(KEY);
+        showLogin(`The service no longer accepts this key (${describe(failure)}).`);
+      }
+      throw failure;
     }
     return body;
   }
