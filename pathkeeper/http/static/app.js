@@ -222,9 +222,10 @@
 
   async function openDir(path, cursor) {
     const children = $("children");
+    const { signal } = view;
     try {
       const page = await api(nsUrl(ns, "/node/children"), { path, cursor, limit: 200 },
-        { signal: view.signal });
+        { signal });
       if (!cursor) {
         children.replaceChildren();
         renderCrumbs(path);
@@ -236,7 +237,7 @@
       more.onclick = () => openDir(path, page.cursor);
       $("tree-error").textContent = "";
     } catch (error) {
-      if (!view.signal.aborted) $("tree-error").textContent = `${path}: ${describe(error)}`;
+      if (!signal.aborted) $("tree-error").textContent = `${path}: ${describe(error)}`;
     }
   }
 
@@ -259,9 +260,9 @@
   }
 
   async function showNode(id) {
+    const { signal } = view;
     try {
-      const node = await api(nsUrl(ns, `/nodes/${encodeURIComponent(id)}`), {},
-        { signal: view.signal });
+      const node = await api(nsUrl(ns, `/nodes/${encodeURIComponent(id)}`), {}, { signal });
       $("stat-path").textContent = node.path;
       $("stat-kind").textContent = node.kind;
       $("stat-version").textContent = String(node.version);
@@ -274,7 +275,7 @@
       $("stat").hidden = false;
       $("tree-error").textContent = "";
     } catch (error) {
-      if (!view.signal.aborted) $("tree-error").textContent = describe(error);
+      if (!signal.aborted) $("tree-error").textContent = describe(error);
     }
   }
 
@@ -286,9 +287,9 @@
       hits.replaceChildren();
       return;
     }
+    const { signal } = view;
     try {
-      const page = await api(nsUrl(ns, "/search"), { q: text, limit: 50 },
-        { signal: view.signal });
+      const page = await api(nsUrl(ns, "/search"), { q: text, limit: 50 }, { signal });
       hits.replaceChildren(...page.hits.map((hit) => el("li", {},
         el("span", { class: "kind" }, hit.kind),
         el("button", { type: "button", class: "path", onclick: () => showNode(hit.node_id) },
@@ -296,7 +297,7 @@
       if (!page.hits.length) hits.append(el("li", { class: "muted" }, "No match."));
       $("search-error").textContent = "";
     } catch (error) {
-      if (!view.signal.aborted) $("search-error").textContent = `Search: ${describe(error)}`;
+      if (!signal.aborted) $("search-error").textContent = `Search: ${describe(error)}`;
     }
   }
 
