@@ -1,7 +1,7 @@
 """The built wheel works outside the checkout: installed into a fresh virtualenv in a
 temporary directory, it migrates an empty database (``pathkeeper db upgrade``, the
-migrations shipped inside the package), reports its revision, serves the API, and a
-rename made through the installed client reads back."""
+migrations shipped inside the package), reports its revision, serves the API and the
+operator page, and a rename made through the installed client reads back."""
 
 from __future__ import annotations
 
@@ -107,6 +107,11 @@ def test_wheel_migrates_serves_and_renames_outside_the_checkout(
             time.sleep(0.2)
         out = _run([str(installed / "python"), "-c", CLIENT_SCRIPT, base], cwd=tmp_path)
         assert out.split() == ["/bill/projects/README.txt", "file"]
+        # The operator page's files are package data of the wheel.
+        page = httpx.get(f"{base}/ui", timeout=10)
+        assert page.status_code == 200 and 'src="/ui/app.js"' in page.text
+        for asset in ("app.js", "app.css"):
+            assert httpx.get(f"{base}/ui/{asset}", timeout=10).status_code == 200, asset
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)

@@ -29,10 +29,11 @@ from pathkeeper.http.error_docs import document_errors
 from pathkeeper.http.lane import Lane
 from pathkeeper.http.limits import LimitsMiddleware
 from pathkeeper.http.metrics import RequestMetrics, ServiceMetrics
-from pathkeeper.http.routes import ROUTERS
+from pathkeeper.http.routes import ROUTERS, indexer_status
 from pathkeeper.http.search import Searcher
 from pathkeeper.http.settings import ServiceSettings
 from pathkeeper.http.threads import use_executor
+from pathkeeper.http.ui import router as operator_page
 
 log = logging.getLogger("pathkeeper.service")
 
@@ -77,7 +78,7 @@ def create_app(
             "AUTHENTICATION IS DISABLED (--no-auth): every request is treated as an admin "
             "of every namespace. Use this for local development only."
         )
-    for router in ROUTERS:
+    for router in (*ROUTERS, indexer_status.router, operator_page):
         app.include_router(router)
     document_errors(app)
     return app
