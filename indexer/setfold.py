@@ -354,7 +354,7 @@ FROM {gen} WHERE since IS NOT NULL
 # walk continues from them with an index (one probe per node, whatever the depth: paths
 # may be up to 256 levels deep).
 SHALLOW = 24
-WALK_SQL = """
+STATE_PATHS_SQL = """
 CREATE TEMPORARY TABLE {nodes} AS
 WITH RECURSIVE walk AS (
     SELECT s.namespace, s.id, s.parent_id, s.name, s.kind, s.content, s.metadata, s.version,
@@ -369,7 +369,7 @@ WITH RECURSIVE walk AS (
 )
 SELECT * FROM walk
 """
-DEEP_WALK_SQL = """
+DEEP_STATE_PATHS_SQL = """
 INSERT INTO {nodes}
 WITH RECURSIVE walk AS (
     SELECT namespace, id, parent_id, name, kind, content, metadata, version, path, depth
@@ -553,14 +553,14 @@ def fold_into(
     conn.execute(text(GEN_SQL.format(**t, ns_filter=_ns_filter(namespaces))), params)
     conn.execute(text(STATE_SQL.format(**t)), params)
     conn.execute(text(f"ANALYZE {t['state']} (namespace, id, parent_id)"))
-    conn.execute(text(WALK_SQL.format(**t, shallow=SHALLOW)), params)
+    conn.execute(text(STATE_PATHS_SQL.format(**t, shallow=SHALLOW)), params)
     deeper = conn.execute(text(
         f"SELECT EXISTS (SELECT FROM {t['nodes']} WHERE depth = {SHALLOW})"
     )).scalar_one()
     if deeper:
         conn.execute(text(f"CREATE INDEX ON {t['state']} (namespace, parent_id)"))
         conn.execute(text(f"ANALYZE {t['state']}"))
-        conn.execute(text(DEEP_WALK_SQL.format(**t, shallow=SHALLOW)), params)
+        conn.execute(text(DEEP_STATE_PATHS_SQL.format(**t, shallow=SHALLOW)), params)
     fold.events = int(
         conn.execute(text(f"SELECT coalesce(sum(n), 0) FROM {t['agg']}")).scalar_one()
     )

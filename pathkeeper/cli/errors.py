@@ -68,7 +68,7 @@ def describe(exc: BaseException) -> str | None:
     if search is not None:
         return search
     try:
-        from indexer.replay import ReplayError
+        from indexer.errors import ReplayError
     except ImportError:  # pragma: no cover - the indexer ships with the coordinator
         return None
     if isinstance(exc, ReplayError):

@@ -13,7 +13,10 @@ from tree_checks import writer_holding_its_block
 
 from coordinator import Coordinator
 from indexer import elasticsearch_index
-from indexer.replay import ReplayBusy, ReplayError, ReplayLease, current_bound, rebuild
+from indexer.errors import ReplayError
+from indexer.log_scan import current_bound
+from indexer.replay import rebuild
+from indexer.replay_lease import ReplayBusy, ReplayLease
 from indexer.search_client import open_search
 from indexer.search_engine import SearchEngine
 from indexer.verify import verify_index, verify_log
@@ -178,7 +181,7 @@ def test_replay_that_times_out_names_the_transaction_it_waited_for(
     error says whom it waited for, so that the operator can act."""
     coord.create_namespace("t")
     coord.mkdir("t", "/before")
-    monkeypatch.setattr("indexer.replay.BOUND_WAIT", 1.0, raising=False)
+    monkeypatch.setattr("indexer.log_scan.BOUND_WAIT", 1.0)
     with writer_holding_its_block(coord, "t", "/open") as pid:
         with pytest.raises(ReplayError) as err:
             current_bound(coord.engine, wait=0.5)

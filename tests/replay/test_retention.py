@@ -14,7 +14,9 @@ from sqlalchemy import text
 from coordinator import Coordinator, CursorExpired
 from coordinator.api_keys import create_key
 from indexer import setfold
-from indexer.replay import ReplayError, current_bound, rebuild
+from indexer.errors import ReplayError
+from indexer.log_scan import current_bound
+from indexer.replay import rebuild
 from indexer.retention import compact, list_snapshots, parse_duration, take_snapshot
 from indexer.search_engine import SearchEngine
 from indexer.verify import verify_log

@@ -20,7 +20,7 @@ from sqlalchemy import text
 
 from coordinator import Coordinator
 from indexer import retention
-from indexer.replay import current_bound
+from indexer.log_scan import current_bound
 from indexer.retention import (
     SNAPSHOT_FAILURES,
     SNAPSHOT_POSITION,

@@ -22,7 +22,7 @@ from coordinator import Coordinator, Event
 from coordinator.events import EVENT_TYPES, VERSION_KEY, Written, payload_keys
 from coordinator.results import POSITION_BLOCK
 from indexer import setfold
-from indexer.replay import current_bound, scan_events
+from indexer.log_scan import current_bound, scan_events
 from indexer.retention import compact, take_snapshot
 
 from .histories import History, build, insert
