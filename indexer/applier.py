@@ -83,6 +83,7 @@ from coordinator import Event, Node
 
 from .bulk import CHUNK_BYTES, BulkStats, Rejected, send, send_request
 from .contract import MAX_BATCH_AGE, delete_action, index_action, is_indexed, stale_under_query
+from .errors import IndexerError
 from .live_nodes import fetch_nodes, may_have_left, node_exists, stream_subtree_versions
 from .plan import BatchPlan, all_sweeps, plan_batch
 from .prefetch import prefetched
@@ -94,7 +95,7 @@ SWEEP_PAGE = 1000
 SWEEP_CLAUSES = 1024
 
 
-class Abandoned(Exception):
+class Abandoned(IndexerError):
     """The batch was given up (shutdown requested, or too old): not applied, not
     checkpointed; applying it again later is safe."""
 

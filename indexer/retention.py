@@ -84,6 +84,7 @@ from coordinator.eventlog import BoundTimeout, horizon, wait_for_bound
 from coordinator.indexing import DEFAULT_ALIAS, consumer_for
 
 from . import setfold
+from .errors import IndexerError
 from .logs import log
 
 #: Default retention: events younger than this are never compacted.
@@ -121,7 +122,7 @@ COMPACTION_HORIZON = Gauge(
 )
 
 
-class RetentionError(Exception):
+class RetentionError(IndexerError):
     """A snapshot or compaction could not be done (the message says why)."""
 
 

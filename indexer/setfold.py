@@ -80,6 +80,8 @@ from coordinator.events import (
 )
 from coordinator.tree import node_of
 
+from .errors import IndexerError
+
 #: Memory PostgreSQL may use per sort or hash of the fold before it spills to temporary
 #: files (a hash may use ``hash_mem_multiplier`` times this, 2 by default). The fold's
 #: one big hash is the per-node aggregate (~700 bytes a node, measured: 14 aggregates'
@@ -110,7 +112,7 @@ class Anomalies:
             self.first.append(message)
 
 
-class LogCompacted(Exception):
+class LogCompacted(IndexerError):
     """The state asked for needs events that compaction deleted."""
 
     def __init__(self, until: int, horizon: int) -> None:
