@@ -5,7 +5,7 @@ namespace as of a safe position P (every event <= P committed), stored in Postgr
 one ``log_snapshots`` row and one ``log_snapshot_nodes`` row per live node, roots
 included, as ``nodes`` holds them. It is computed by ``indexer.setfold`` from the previous
 snapshot plus the events after it, and written by one ``INSERT ... SELECT`` inside
-PostgreSQL. Replay (``indexer.replay.fold_log``), ``verify``'s log check and the next
+PostgreSQL. Replay (``indexer.replay_sources.fold_log``), ``verify``'s log check and the next
 snapshot start from the newest snapshot at or below the position they want and fold
 only the events after it.
 

@@ -126,14 +126,14 @@ class LogCompacted(IndexerError):
 
 
 @dataclass(frozen=True)
-class Base:
+class FoldStart:
     """Where a fold starts: a stored snapshot (id, position) or the empty log (None, 0)."""
 
     snapshot_id: int | None
     position: int
 
 
-def pick_base(conn: Connection, until: int, use_snapshots: bool = True) -> Base:
+def pick_base(conn: Connection, until: int, use_snapshots: bool = True) -> FoldStart:
     """The newest snapshot at or below ``until``, or the start of the log; raises
     ``LogCompacted`` if events the fold would need are gone."""
     cut = horizon(conn)
@@ -148,12 +148,12 @@ def pick_base(conn: Connection, until: int, use_snapshots: bool = True) -> Base:
             {"until": until, "cut": cut},
         ).first()
         if row is not None:
-            return Base(int(row.id), int(row.position))
+            return FoldStart(int(row.id), int(row.position))
     if cut > 0:
         # No snapshot at or above the horizon: compaction never leaves this state
         # (it deletes events only up to a snapshot it keeps), but say so if it happens.
         raise LogCompacted(until, cut)
-    return Base(None, 0)
+    return FoldStart(None, 0)
 
 
 # One scan of the events in range (of each part, see ``PARALLEL``): for each node, the
@@ -429,7 +429,7 @@ class SetFold:
     temporary tables go with the session, also when the process is killed.
     """
 
-    def __init__(self, conn: Connection, position: int, base: Base, owns_conn: bool) -> None:
+    def __init__(self, conn: Connection, position: int, base: FoldStart, owns_conn: bool) -> None:
         self.conn = conn
         self.position = position
         self.base = base
