@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import socket
 import subprocess
 import sys
 import threading
@@ -28,6 +27,7 @@ from common import load_average, median, migrated_cluster, now_utc, percentile, 
 
 from coordinator import Coordinator
 from coordinator.api_keys import create_key
+from pathkeeper.local.ports import free_port
 
 
 def rss_mib(pid: int) -> float:
@@ -36,12 +36,6 @@ def rss_mib(pid: int) -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     return float("nan")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def client(base: str, key: str, ns: str, me: int, stop: threading.Event,

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -33,6 +32,7 @@ from http_load import Script, drive, request
 from coordinator import Coordinator
 from coordinator.api_keys import create_key
 from coordinator.migrate import upgrade
+from pathkeeper.local.ports import free_port
 from pathkeeper.local.postgres import LocalPostgres
 
 NS = "bench"
@@ -90,13 +90,6 @@ def run_clients(label: str, clients: int, seconds: float,
     elapsed = time.perf_counter() - started
     flat = [x for per in latencies for x in per]
     return Result(label, len(flat), sum(errors), elapsed, flat)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def start_server(database_url: str, port: int, workers: int = 1,

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 import tempfile
 import threading
 import time
@@ -43,11 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_import import make_input
-from common import ROOT, load_average, median, migrated_cluster, now_utc, percentile, table
-
-sys.path.insert(0, str(ROOT / "tests" / "indexer"))
-
-from indexer_support import bulk_subtree
+from common import load_average, median, migrated_cluster, now_utc, percentile, table
 
 from coordinator import Coordinator, Node
 from coordinator.indexing import consumer_for
@@ -57,6 +52,7 @@ from indexer.contract import index_action
 from indexer.search_client import open_search
 from indexer.search_engine import SearchEngine, SearchError
 from indexer.worker import Worker, WorkerConfig
+from pathkeeper.local.bulk_tree import bulk_subtree
 from pathkeeper.local.search import new_local_search
 
 

@@ -63,7 +63,6 @@ import multiprocessing
 import os
 import queue
 import random
-import sys
 import tempfile
 import threading
 import time
@@ -73,20 +72,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from common import ROOT, load_average, median, migrated_cluster, now_utc, percentile, table
-
-sys.path.insert(0, str(ROOT / "tests" / "indexer"))
-
-from indexer_support import WorkerProcess, bulk_subtree, expected_docs, index_docs
+from common import load_average, median, migrated_cluster, now_utc, percentile, table
 from sqlalchemy import text
 
 from coordinator import Coordinator, CoordinatorError, Node
 from coordinator.indexing import consumer_for
 from indexer import elasticsearch_index
-from indexer.contract import index_action, is_indexed
+from indexer.contract import comparable, expected_document, index_action, is_indexed
+from indexer.index_scan import stream_index_docs
 from indexer.search_client import open_search
 from indexer.search_engine import SearchEngine
+from pathkeeper.local.bulk_tree import bulk_subtree
 from pathkeeper.local.search import new_local_search, search_kind
+from pathkeeper.local.worker_process import WorkerProcess
 
 NS = "load"
 ALIAS = "bench-rename-load"
@@ -444,9 +442,9 @@ def decompose(log_path: Path, seen: list[tuple[str, int, float, float, float, fl
 
 def compare(coord: Coordinator, es: SearchEngine) -> tuple[int, int, int, int]:
     """(documents expected, missing, extra, wrong): the index against PostgreSQL."""
-    want = expected_docs(coord, NS)
-    got = {k: {f: v for f, v in d.items() if f != "seq"}
-           for k, d in index_docs(es, ALIAS, NS).items()}
+    want = {n.id: expected_document(n) for n in coord.walk(NS) if is_indexed(n)}
+    es.refresh(ALIAS)
+    got = {d["node_id"]: comparable(d) for d in stream_index_docs(es, ALIAS, NS)}
     missing = len(set(want) - set(got))
     extra = len(set(got) - set(want))
     wrong = sum(1 for k in set(want) & set(got) if want[k] != got[k])

@@ -47,8 +47,10 @@ from coordinator.migrate import upgrade
 from coordinator.results import POSITION_BLOCK
 from indexer import elasticsearch_index, setfold
 from indexer.contract import index_action, is_indexed
+from indexer.log_scan import current_bound
 from indexer.progress import Progress
-from indexer.replay import BULK_BYTES, BULK_CHUNK, current_bound, rebuild
+from indexer.replay import rebuild
+from indexer.replay_loader import BULK_BYTES, BULK_CHUNK
 from indexer.retention import take_snapshot
 from indexer.search_client import open_search
 from indexer.search_engine import SearchEngine

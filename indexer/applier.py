@@ -37,7 +37,7 @@ Then the write with the highest version comes from a snapshot holding every
 event up to that version, and any later event would have led to a higher one:
 Elasticsearch's external versioning ("keep the write with the greater version")
 ends with the document as PostgreSQL has it, whatever order the writes arrive
-in. That is why the two parts can run in different threads (``indexer.worker``:
+in. That is why the two parts can run in different threads (``indexer.partition_runner``:
 the node lane never waits for a big subtree) and why several batches' subtree
 work can be merged into one pass with at most one refresh and one sweep.
 
@@ -64,7 +64,7 @@ Why this is safe, in the terms of the rule:
   and abandon any attempt older than ``MAX_BATCH_AGE`` (30 min), so a write
   from a stale snapshot can never outlive the tombstone it must lose against.
 * The checkpoint moves past a batch only after Elasticsearch acknowledged both
-  parts of it (``indexer.worker``).
+  parts of it (``indexer.partition_runner.publish_checkpoint``).
 """
 
 from __future__ import annotations
@@ -83,10 +83,11 @@ from coordinator import Event, Node
 
 from .bulk import CHUNK_BYTES, BulkStats, Rejected, send, send_request
 from .contract import MAX_BATCH_AGE, delete_action, index_action, is_indexed, stale_under_query
+from .errors import IndexerError
+from .live_nodes import fetch_nodes, may_have_left, node_exists, stream_subtree_versions
 from .plan import BatchPlan, all_sweeps, plan_batch
 from .prefetch import prefetched
 from .search_engine import SearchEngine
-from .snapshot import fetch_nodes, may_have_left, node_exists, stream_subtree_versions
 
 ID_CHUNK = 1000
 SWEEP_PAGE = 1000
@@ -94,7 +95,7 @@ SWEEP_PAGE = 1000
 SWEEP_CLAUSES = 1024
 
 
-class Abandoned(Exception):
+class Abandoned(IndexerError):
     """The batch was given up (shutdown requested, or too old): not applied, not
     checkpointed; applying it again later is safe."""
 
@@ -349,7 +350,7 @@ class Applier:
 
         ``yield_to`` is called before each bulk request of ``chunk_size`` actions and
         before the refresh: the worker uses it to let the node lane's small, latency-
-        bound batches go first (``indexer.worker.SubtreeLane``)."""
+        bound batches go first (``indexer.subtree_lane.SubtreeLane``)."""
         check = self._checker(stop)
         size = chunk_size or self.chunk_size
         pause = yield_to or (lambda: None)

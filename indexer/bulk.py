@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .contract import bulk_lines, supersedes
+from .errors import IndexerError
 from .search_engine import SearchConflict, SearchEngine, SearchNotFound, SearchRefused
 
 #: ``alive(namespace, node_id)``: whether the node exists in PostgreSQL now (read after
@@ -47,7 +48,7 @@ CHUNK_BYTES = 8 * 1024 * 1024
 REQUEST_TOO_LARGE = 413
 
 
-class Retryable(Exception):
+class Retryable(IndexerError):
     """Elasticsearch refused part of a batch for a reason that may pass (overload,
     server error, index missing): retry the whole batch later."""
 

@@ -12,10 +12,11 @@ from sqlalchemy import Connection, Engine, text
 
 from coordinator.indexing import INDEXED_CHANNEL
 
+from .errors import IndexerError
 from .leases import consumer_key
 
 
-class LayoutMismatch(Exception):
+class LayoutMismatch(IndexerError):
     """The consumer's checkpoints were written with another partition count, and
     another worker still runs with it."""
 

@@ -79,7 +79,7 @@ def building_marker(alias: str) -> str:
 #: Deleted documents keep their version (the tombstone that stops a late, older
 #: write from resurrecting them) this long. Elasticsearch's default is 60 s; the
 #: worker aborts any batch older than ``MAX_BATCH_AGE`` seconds, which must stay
-#: well below this (see indexer.worker).
+#: well below this (see indexer.applier).
 GC_DELETES = "1h"
 MAX_BATCH_AGE = 1800.0
 

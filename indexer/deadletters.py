@@ -14,6 +14,7 @@ document if the node is gone.
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,10 +24,14 @@ from sqlalchemy import Engine, text
 
 from coordinator.eventlog import wait_for_bound
 
+from . import metrics
 from .bulk import Rejected, send
 from .contract import delete_action, index_action, is_indexed
+from .live_nodes import fetch_nodes
+from .logs import log
 from .search_engine import SearchEngine
-from .snapshot import fetch_nodes
+
+logger = logging.getLogger("pathkeeper.indexer")
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,23 @@ def record(engine: Engine, consumer: str, rejected: Rejected, *, once: bool = Fa
                 "doc": json.dumps(rejected.document) if rejected.document is not None else None,
             },
         )
+
+
+def reject(engine: Engine, consumer: str, rejected: Rejected) -> None:
+    """The worker's answer to a document rejected for good: counted, logged, recorded."""
+    metrics.DEAD_LETTERS.labels(consumer).inc()
+    if rejected.too_large:
+        # The search server's limit, not a broken document: a warning, and the
+        # partition goes on (``indexer.bulk``: halving isolated this one).
+        metrics.TOO_LARGE.labels(consumer).inc()
+        log(logger, logging.WARNING, "document_too_large", namespace=rejected.namespace,
+            node_id=rejected.node_id, version=rejected.version, size=rejected.size,
+            error=rejected.error)
+    else:
+        log(logger, logging.ERROR, "document_rejected", namespace=rejected.namespace,
+            node_id=rejected.node_id, version=rejected.version, status=rejected.status,
+            error=rejected.error)
+    record(engine, consumer, rejected)
 
 
 def pending(engine: Engine, consumer: str | None = None, limit: int = 1000) -> list[DeadLetter]:

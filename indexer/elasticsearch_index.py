@@ -21,6 +21,7 @@ from .contract import (
     index_settings,
     missing_fields,
 )
+from .errors import IndexerError
 from .search_engine import SearchEngine, SearchNotFound, SearchRefused
 
 #: The setting that bounds one request to the server, a document's bulk action included.
@@ -69,7 +70,7 @@ def content_limit_problem(limit: int | None, max_content_bytes: int) -> str | No
     )
 
 
-class MappingOutdated(Exception):
+class MappingOutdated(IndexerError):
     """The live index lacks fields this version writes (it was created by an older
     version): writing to it would dead-letter every document."""
 
@@ -118,7 +119,7 @@ def alias_targets(es: SearchEngine, alias: str = DEFAULT_ALIAS) -> list[str]:
     return sorted(found.keys())
 
 
-class IndexMissing(Exception):
+class IndexMissing(IndexerError):
     """The alias is gone (deleted by hand, or with its index) although documents were
     indexed behind it. Recreating it empty would make search answer nothing while
     every check says the index is up to date, so nothing recreates it but a rebuild."""

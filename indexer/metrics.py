@@ -7,8 +7,12 @@ periodic job from the same query as ``pathkeeper indexer status``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+if TYPE_CHECKING:
+    from .bulk import BulkStats
 
 EVENTS_APPLIED = Counter(
     "pathkeeper_indexer_events_applied_total", "Events applied to Elasticsearch",
@@ -73,6 +77,14 @@ READ_BLOCKER_AGE = Gauge(
 PARTITIONS_HELD = Gauge(
     "pathkeeper_indexer_partitions_held", "Partitions this process holds", ["consumer"]
 )
+
+
+def count_documents(consumer: str, stats: BulkStats) -> None:
+    """Add one request's outcomes to ``DOCUMENTS``."""
+    for outcome in ("indexed", "deleted", "already_newer", "rejected", "overridden"):
+        n = getattr(stats, outcome)
+        if n:
+            DOCUMENTS.labels(consumer, outcome).inc(n)
 
 
 def serve(port: int) -> Callable[[], None]:

@@ -45,391 +45,47 @@ The state as of V0 comes from ``indexer.setfold``: the newest stored snapshot at
 below V0 plus the events after it, folded by PostgreSQL. Retention (snapshots,
 compaction, what compaction gives up) is ``indexer.retention``; a replay ``--until``
 below the compaction horizon fails with a ``ReplayError`` saying so.
+
+This module is the procedure; its parts are ``indexer.replay_lease`` (step 1's lease),
+``indexer.log_scan`` (safe positions, step 2), ``indexer.replay_sources`` (step 3),
+``indexer.replay_loader`` (steps 1's cleanup and 4) and ``indexer.replay_tail``
+(steps 5 and 7).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from sqlalchemy import Connection, Engine, text
-
-from coordinator import Coordinator, Event, Node
-from coordinator.db import streamed
-from coordinator.eventlog import BoundTimeout, Writer, wait_for_bound
+from coordinator import Coordinator
 from coordinator.indexing import consumer_for
-from coordinator.subtree import subtree_cte
-from coordinator.tree import node_of
 
-from . import bulk, checkpoints, contract, deadletters, elasticsearch_index, setfold
-from .applier import Applier
-from .bulk import Alive, Rejected, resolve_conflicts, stream_answers
-from .contract import building_marker, delete_action, index_action, is_indexed
+from . import checkpoints, contract, elasticsearch_index
+from .bulk import Rejected
+from .contract import building_marker, delete_action, index_action
+from .errors import ReplayError
+from .live_nodes import node_exists
+from .log_scan import current_bound
 from .prefetch import prefetched
 from .progress import Progress
+from .replay_lease import ReplayLease
+from .replay_loader import (
+    BULK_CHUNK,
+    bulk_index,
+    cleanup_abandoned,
+    create_building_index,
+    record_left_out,
+)
+from .replay_sources import state_nodes
+from .replay_tail import catch_up, worker_batch_apply
 from .search_engine import SearchEngine
-from .setfold import SetFold
-from .snapshot import node_exists
 
 log = logging.getLogger("pathkeeper.replay")
-
-#: Classid of the replay lease: ``pg_try_advisory_lock(LEASE_CLASS, hashtext(alias))``.
-LEASE_CLASS = 0x5245504C  # "REPL"
-BULK_CHUNK = 2000
-BULK_BYTES = 10 * 1024 * 1024  # Elastic's advice: a few MB to tens of MB per request
-TAIL_BATCH = 5000
-#: The tail is "caught up" when a read returns fewer events than this.
-CAUGHT_UP_EVENTS = 500
-#: How long a read of the log waits for writers in flight before replay gives up on it.
-BOUND_WAIT = 30.0
-
-class ReplayError(Exception):
-    """A replay, reindex or verify could not be done (the message says why)."""
-
-
-class ReplayBusy(ReplayError):
-    """Another replay or reindex of the same alias holds the lease."""
-
-
-# --------------------------------------------------------------------- the lease
-
-
-class ReplayLease:
-    """A session-level advisory lock on a hash of the alias, on a dedicated connection.
-
-    Held for the whole rebuild; released on exit, or by the server when the
-    process dies (the session ends), so a killed replay never blocks the next.
-    """
-
-    def __init__(self, engine: Engine, alias: str) -> None:
-        self.engine = engine
-        self.alias = alias
-        self._conn: Connection | None = None
-
-    def __enter__(self) -> ReplayLease:
-        conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-        got = conn.execute(
-            text("SELECT pg_try_advisory_lock(:cls, hashtext(:alias))"),
-            {"cls": LEASE_CLASS, "alias": self.alias},
-        ).scalar_one()
-        if not got:
-            pid = conn.execute(
-                text(
-                    "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
-                    "AND classid = CAST(:cls AS oid) "
-                    "AND objid = CAST(CAST(hashtext(:alias) AS bigint) & 4294967295 AS oid) "
-                    "LIMIT 1"
-                ),
-                {"cls": LEASE_CLASS, "alias": self.alias},
-            ).scalar()
-            conn.close()
-            raise ReplayBusy(
-                f"another replay or reindex of alias {self.alias!r} is running "
-                f"(PostgreSQL backend pid {pid}); wait for it to finish or stop it"
-            )
-        self._conn = conn
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        conn, self._conn = self._conn, None
-        if conn is None:
-            return
-        try:
-            conn.execute(
-                text("SELECT pg_advisory_unlock(:cls, hashtext(:alias))"),
-                {"cls": LEASE_CLASS, "alias": self.alias},
-            )
-        finally:
-            # Never hand a session that might still hold the lock back to the pool.
-            conn.invalidate()
-            conn.close()
-
-
-# ------------------------------------------------------------ the event log
-
-
-def scan_events(
-    conn: Connection,
-    *,
-    after: int = 0,
-    until: int,
-    namespaces: Sequence[str] | None = None,
-    batch: int = 5000,
-) -> Iterator[Event]:
-    """Events with ``after < position <= until`` in position order, streamed by a
-    server-side cursor. ``until`` must be a safe position (or the caller's snapshot
-    must be the one that defines what exists)."""
-    where = "position > :after AND position <= :until"
-    params: dict[str, Any] = {"after": after, "until": until}
-    if namespaces is not None:
-        where += " AND namespace = ANY(:nss)"
-        params["nss"] = list(namespaces)
-    sql = text(
-        "SELECT position, namespace, type, node_id, payload, committed_at FROM events "
-        f"WHERE {where} ORDER BY position"
-    )
-    for r in streamed(conn, sql, params, batch):
-        yield Event(
-            position=int(r.position), namespace=r.namespace, type=r.type,
-            node_id=None if r.node_id is None else str(r.node_id), payload=r.payload,
-            committed_at=r.committed_at,
-        )
-
-
-def current_bound(engine: Engine, wait: float | None = None) -> int:
-    """A safe position: every event at or below it is committed and visible. Raises
-    ``ReplayError`` naming the writers still in flight after ``wait`` (default
-    ``BOUND_WAIT``) seconds."""
-    try:
-        return wait_for_bound(engine, BOUND_WAIT if wait is None else wait)
-    except BoundTimeout as exc:
-        raise ReplayError(f"cannot pick a safe position of the event log: {exc}") from exc
-
-
-# ------------------------------------------------------------ state sources
-
-
-def fold_log(
-    engine: Engine,
-    until: int,
-    namespaces: Sequence[str] | None,
-    progress: Progress,
-) -> SetFold:
-    """Fold the log as of ``until`` (replay's source), from the newest snapshot at or below
-    it plus the events after it, by PostgreSQL (``indexer.setfold``); the caller closes
-    the result. Raises ``ReplayError`` if compaction deleted events it would need."""
-    progress.phase("fold events", unit="events")
-    try:
-        folded = setfold.fold(engine, until=until, namespaces=namespaces)
-    except setfold.LogCompacted as exc:
-        raise ReplayError(str(exc)) from exc
-    progress.advance(folded.events)
-    if folded.base.snapshot_id is not None:
-        progress.note(f"started from snapshot {folded.base.snapshot_id} "
-                      f"(position {folded.base.position}) plus {folded.events} events")
-    if folded.anomalies.count:
-        progress.note(
-            f"the log has {folded.anomalies.count} inconsistencies, first: "
-            f"{folded.anomalies.first[:3]} (run `pathkeeper verify` for the full story)"
-        )
-    return folded
-
-
-def folded_nodes(folder: SetFold) -> Iterator[Node]:
-    """Every indexed node of a folded log."""
-    for ns in folder.namespaces():
-        for node in folder.trees[ns].nodes():
-            if is_indexed(node):
-                yield node
-
-
-def state_nodes(
-    stack: ExitStack,
-    source: str,
-    engine: Engine,
-    until: int,
-    namespaces: Sequence[str] | None,
-    progress: Progress,
-) -> Iterator[Node]:
-    """The nodes as of ``until``: from the log (folded now, before anything is written)
-    or from a snapshot (opened lazily, when the caller starts reading)."""
-    if source == "events":
-        folder = stack.enter_context(fold_log(engine, until, namespaces, progress))
-        return folded_nodes(folder)
-    return snapshot_nodes(engine, namespaces)
-
-
-SNAPSHOT_WALK = subtree_cte(
-    ("id", "parent_id", "name", "kind", "version", "content", "metadata"),
-    "namespace = :ns AND parent_id IS NULL",
-    top_path="CAST('/' AS text)",
-)
-
-
-def walk_nodes(conn: Connection, namespace: str, order_by_id: bool = False) -> Iterator[Node]:
-    """Every node of ``namespace`` (root included) with its path, streamed from the
-    connection's current transaction; sorted by id when asked."""
-    sql = SNAPSHOT_WALK + "SELECT * FROM sub" + (" ORDER BY id" if order_by_id else "")
-    for r in streamed(conn, text(sql), {"ns": namespace}, 2000):
-        yield node_of(namespace, r, r.path)
-
-
-def snapshot_nodes(engine: Engine, namespaces: Sequence[str] | None) -> Iterator[Node]:
-    """Every indexed node in one REPEATABLE READ snapshot of ``nodes`` (reindex's
-    source). The caller takes its bound BEFORE iterating (the snapshot opens here)."""
-    with engine.connect() as conn, conn.begin():
-        conn.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"))
-        # Idle between fetches while Elasticsearch loads a chunk: not a hung client.
-        conn.execute(text("SET LOCAL idle_in_transaction_session_timeout = 0"))
-        names = list(conn.execute(text("SELECT name FROM namespaces ORDER BY name")).scalars())
-        for ns in names:
-            if namespaces is not None and ns not in namespaces:
-                continue
-            for node in walk_nodes(conn, ns):
-                if is_indexed(node):
-                    yield node
-
-
-# ------------------------------------------------------- Elasticsearch side
-
-
-def cleanup_abandoned(es: SearchEngine, alias: str) -> list[str]:
-    """Delete the indices a killed rebuild of ``alias`` left (marked ``alias-building``).
-
-    Only call while holding the lease: then no living process is building them.
-    """
-    doomed = elasticsearch_index.abandoned_indices(es, alias)
-    for index in doomed:
-        log.warning("deleting %s, left half-built by an earlier rebuild of %s", index, alias)
-        es.delete_index(index)
-    return doomed
-
-
-def create_building_index(es: SearchEngine, alias: str, name: str, shards: int = 1) -> str:
-    """Create ``name`` for loading, marked as building (``elasticsearch_index``);
-    ``ReplayError`` if it appeared meanwhile."""
-    if not elasticsearch_index.create_building_index(es, alias, name, shards):
-        raise ReplayError(f"index {name} appeared while we created it")
-    return name
-
-
-def bulk_index(
-    es: SearchEngine,
-    actions: Iterable[dict[str, Any]],
-    progress: Progress,
-    *,
-    alive: Alive | None = None,
-    too_large: list[Rejected] | None = None,
-) -> tuple[int, int]:
-    """Stream ``actions`` through the bulk helper; returns (written, version conflicts).
-
-    With ``alive``, a version conflict is judged as the worker judges it
-    (``bulk.resolve_conflicts``): a document edited or deleted by hand is written
-    anyway and counted as written; one at least as new stays and is counted as a
-    conflict. A document larger than the search server takes in one request can never
-    be written: it is left out and added to ``too_large`` (``indexer.bulk``; the caller
-    reports it). Any other failure raises ``ReplayError`` (a rebuild must not be swapped
-    in with holes)."""
-    ok = conflicts = 0
-    conflicting: list[dict[str, Any]] = []
-    refused: list[dict[str, Any]] = []
-
-    def settle() -> None:
-        nonlocal ok, conflicts
-        replaced = resolve_conflicts(es, conflicting, alive=alive)
-        ok += sum(replaced)
-        conflicts += len(replaced) - sum(replaced)
-        conflicting.clear()
-
-    for action, success, info in stream_answers(
-        es, actions, refused, chunk_size=BULK_CHUNK, max_chunk_bytes=BULK_BYTES,
-        max_retries=5, initial_backoff=0.5, max_backoff=10,
-    ):
-        item = next(iter(info.values()))
-        if success:
-            ok += 1
-        elif item.get("status") == 409 and alive is not None:
-            conflicting.append(action)
-            if len(conflicting) >= BULK_CHUNK:
-                settle()
-        elif item.get("status") == 404 and next(iter(info)) == "delete":
-            ok += 1  # deleting what is not there: the goal is reached
-        else:
-            raise ReplayError(f"bulk write failed: {info}")
-        progress.advance(1)
-        progress.advance(_left_out(refused, too_large))
-    progress.advance(_left_out(refused, too_large))
-    settle()
-    return ok, conflicts
-
-
-def _left_out(refused: list[dict[str, Any]], into: list[Rejected] | None) -> int:
-    """Move the actions no request could carry from ``refused`` into ``into`` (as
-    rejections); how many. Without ``into``, a rebuild cannot leave one out: error."""
-    n = len(refused)
-    for action in refused:
-        rejected = bulk.too_large(action)
-        if into is None:
-            raise ReplayError(f"bulk write failed: {rejected.node_id}: {rejected.error}")
-        log.warning("left out %s %s: %s", rejected.namespace, rejected.node_id, rejected.error)
-        into.append(rejected)
-    refused.clear()
-    return n
-
-
-# ----------------------------------------------------------------- the tail
-
-#: ``apply(events, cursor)``: apply one ``read_events`` batch at version ``cursor``.
-BatchApply = Callable[[list[Event], int], object]
-
-
-def worker_batch_apply(
-    engine: Engine, es: SearchEngine, target: str, rejected: list[Rejected]
-) -> BatchApply:
-    """The live worker's batch apply (``indexer.applier.Applier``), writing through the
-    alias ``target``: the tail is applied exactly as the worker would, so the two
-    agree. (The worker writes with ``require_alias``, so the target must be an
-    alias: before the swap it is the ``building`` marker, which names exactly the
-    new index; after it, the live alias itself.)"""
-    applier = Applier(engine, es, target, rejected.append)
-    return applier.apply
-
-
-def catch_up(
-    coord: Coordinator,
-    after: int,
-    apply: BatchApply,
-    progress: Progress,
-    *,
-    until: int | None = None,
-    namespaces: Sequence[str] | None = None,
-) -> tuple[int, int]:
-    """Apply events after ``after`` with ``apply``, in worker-sized batches, up to
-    ``until`` (or until a read comes back nearly empty); returns (cursor, events)."""
-    cursor, total, stuck = after, 0, 0
-    writers: list[Writer] = []
-    while True:
-        events, nxt = coord.read_events(
-            cursor, TAIL_BATCH, namespaces=namespaces, until=until, wait=BOUND_WAIT,
-            on_slow=lambda w: writers.__setitem__(slice(None), w),
-            contents=False,  # applied as the worker does: from PostgreSQL's rows
-        )
-        if events:
-            apply(events, nxt)
-            total += len(events)
-            progress.advance(len(events))
-        moved = nxt > cursor
-        cursor = nxt
-        if until is None:
-            if len(events) < CAUGHT_UP_EVENTS:
-                return cursor, total
-        elif cursor >= until:
-            return cursor, total
-        elif not moved:
-            # read_events gave up waiting for transactions in flight: try again, since
-            # stopping short of ``until`` would leave a gap.
-            stuck += 1
-            if stuck > 10:
-                names = "; ".join(str(w) for w in writers) or "none seen"
-                raise ReplayError(
-                    f"could not read the log up to position {until}: writers in flight: {names}"
-                )
-
-
-# ------------------------------------------------------------------ rebuild
-
-
-def record_left_out(engine: Engine, consumer: str, too_large: list[Rejected]) -> None:
-    """Record the documents a rebuild left out as dead letters of the live ``consumer``
-    (once a node: the worker may have recorded it already), so ``indexer dead-letters``
-    lists them and ``--retry`` writes them once the search server takes them."""
-    for rejected in too_large:
-        deadletters.record(engine, consumer, rejected, once=True)
 
 
 @dataclass

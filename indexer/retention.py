@@ -5,7 +5,7 @@ namespace as of a safe position P (every event <= P committed), stored in Postgr
 one ``log_snapshots`` row and one ``log_snapshot_nodes`` row per live node, roots
 included, as ``nodes`` holds them. It is computed by ``indexer.setfold`` from the previous
 snapshot plus the events after it, and written by one ``INSERT ... SELECT`` inside
-PostgreSQL. Replay (``indexer.replay.fold_log``), ``verify``'s log check and the next
+PostgreSQL. Replay (``indexer.replay_sources.fold_log``), ``verify``'s log check and the next
 snapshot start from the newest snapshot at or below the position they want and fold
 only the events after it.
 
@@ -84,6 +84,7 @@ from coordinator.eventlog import BoundTimeout, horizon, wait_for_bound
 from coordinator.indexing import DEFAULT_ALIAS, consumer_for
 
 from . import setfold
+from .errors import IndexerError
 from .logs import log
 
 #: Default retention: events younger than this are never compacted.
@@ -121,7 +122,7 @@ COMPACTION_HORIZON = Gauge(
 )
 
 
-class RetentionError(Exception):
+class RetentionError(IndexerError):
     """A snapshot or compaction could not be done (the message says why)."""
 
 

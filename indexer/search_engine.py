@@ -18,6 +18,8 @@ from typing import Any, Protocol
 
 from coordinator.errors import InvalidConfiguration
 
+from .errors import IndexerError
+
 #: The engines and major versions Pathkeeper is tested on.
 SUPPORTED = {"elasticsearch": (8, 9), "opensearch": (2, 3)}
 ENGINES = tuple(SUPPORTED)
@@ -27,7 +29,7 @@ def supported_text() -> str:
     return "Elasticsearch 8.x, 9.x; OpenSearch 2.x, 3.x"
 
 
-class SearchError(Exception):
+class SearchError(IndexerError):
     """A call to the search server failed."""
 
 

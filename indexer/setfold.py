@@ -80,6 +80,8 @@ from coordinator.events import (
 )
 from coordinator.tree import node_of
 
+from .errors import IndexerError
+
 #: Memory PostgreSQL may use per sort or hash of the fold before it spills to temporary
 #: files (a hash may use ``hash_mem_multiplier`` times this, 2 by default). The fold's
 #: one big hash is the per-node aggregate (~700 bytes a node, measured: 14 aggregates'
@@ -110,7 +112,7 @@ class Anomalies:
             self.first.append(message)
 
 
-class LogCompacted(Exception):
+class LogCompacted(IndexerError):
     """The state asked for needs events that compaction deleted."""
 
     def __init__(self, until: int, horizon: int) -> None:
@@ -124,14 +126,14 @@ class LogCompacted(Exception):
 
 
 @dataclass(frozen=True)
-class Base:
+class FoldStart:
     """Where a fold starts: a stored snapshot (id, position) or the empty log (None, 0)."""
 
     snapshot_id: int | None
     position: int
 
 
-def pick_base(conn: Connection, until: int, use_snapshots: bool = True) -> Base:
+def pick_base(conn: Connection, until: int, use_snapshots: bool = True) -> FoldStart:
     """The newest snapshot at or below ``until``, or the start of the log; raises
     ``LogCompacted`` if events the fold would need are gone."""
     cut = horizon(conn)
@@ -146,12 +148,12 @@ def pick_base(conn: Connection, until: int, use_snapshots: bool = True) -> Base:
             {"until": until, "cut": cut},
         ).first()
         if row is not None:
-            return Base(int(row.id), int(row.position))
+            return FoldStart(int(row.id), int(row.position))
     if cut > 0:
         # No snapshot at or above the horizon: compaction never leaves this state
         # (it deletes events only up to a snapshot it keeps), but say so if it happens.
         raise LogCompacted(until, cut)
-    return Base(None, 0)
+    return FoldStart(None, 0)
 
 
 # One scan of the events in range (of each part, see ``PARALLEL``): for each node, the
@@ -354,7 +356,7 @@ FROM {gen} WHERE since IS NOT NULL
 # walk continues from them with an index (one probe per node, whatever the depth: paths
 # may be up to 256 levels deep).
 SHALLOW = 24
-WALK_SQL = """
+STATE_PATHS_SQL = """
 CREATE TEMPORARY TABLE {nodes} AS
 WITH RECURSIVE walk AS (
     SELECT s.namespace, s.id, s.parent_id, s.name, s.kind, s.content, s.metadata, s.version,
@@ -369,7 +371,7 @@ WITH RECURSIVE walk AS (
 )
 SELECT * FROM walk
 """
-DEEP_WALK_SQL = """
+DEEP_STATE_PATHS_SQL = """
 INSERT INTO {nodes}
 WITH RECURSIVE walk AS (
     SELECT namespace, id, parent_id, name, kind, content, metadata, version, path, depth
@@ -427,7 +429,7 @@ class SetFold:
     temporary tables go with the session, also when the process is killed.
     """
 
-    def __init__(self, conn: Connection, position: int, base: Base, owns_conn: bool) -> None:
+    def __init__(self, conn: Connection, position: int, base: FoldStart, owns_conn: bool) -> None:
         self.conn = conn
         self.position = position
         self.base = base
@@ -553,14 +555,14 @@ def fold_into(
     conn.execute(text(GEN_SQL.format(**t, ns_filter=_ns_filter(namespaces))), params)
     conn.execute(text(STATE_SQL.format(**t)), params)
     conn.execute(text(f"ANALYZE {t['state']} (namespace, id, parent_id)"))
-    conn.execute(text(WALK_SQL.format(**t, shallow=SHALLOW)), params)
+    conn.execute(text(STATE_PATHS_SQL.format(**t, shallow=SHALLOW)), params)
     deeper = conn.execute(text(
         f"SELECT EXISTS (SELECT FROM {t['nodes']} WHERE depth = {SHALLOW})"
     )).scalar_one()
     if deeper:
         conn.execute(text(f"CREATE INDEX ON {t['state']} (namespace, parent_id)"))
         conn.execute(text(f"ANALYZE {t['state']}"))
-        conn.execute(text(DEEP_WALK_SQL.format(**t, shallow=SHALLOW)), params)
+        conn.execute(text(DEEP_STATE_PATHS_SQL.format(**t, shallow=SHALLOW)), params)
     fold.events = int(
         conn.execute(text(f"SELECT coalesce(sum(n), 0) FROM {t['agg']}")).scalar_one()
     )

@@ -47,11 +47,13 @@ from .contract import (
     index_action,
     is_indexed,
 )
+from .errors import ReplayError
 from .index_scan import stream_index_docs
+from .live_nodes import node_exists, walk_nodes
+from .log_scan import current_bound
 from .progress import Progress
-from .replay import ReplayError, current_bound, record_left_out, walk_nodes
+from .replay_loader import record_left_out
 from .search_engine import SearchEngine
-from .snapshot import node_exists
 
 log = logging.getLogger("pathkeeper.verify")
 

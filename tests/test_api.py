@@ -31,7 +31,7 @@ from coordinator import (
     Unavailable,
 )
 from coordinator.events import MetadataSet
-from pathkeeper.local.postgres import free_port
+from pathkeeper.local.ports import free_port
 
 
 def last_event(coord: Coordinator) -> tuple[object, ...]:

@@ -20,7 +20,7 @@ from coordinator.errors import InvalidConfiguration
 from coordinator.settings import Settings
 from indexer.leases import Leases
 from pathkeeper.cli.main import main
-from pathkeeper.local.postgres import free_port
+from pathkeeper.local.ports import free_port
 
 
 def _forms(database_url: str) -> dict[str, str]:

@@ -22,7 +22,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from pathkeeper.local.postgres import free_port
+from pathkeeper.local.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "deploy" / "prometheus" / "alerts.yml"

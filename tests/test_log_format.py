@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from pathkeeper.local.postgres import free_port
+from pathkeeper.local.ports import free_port
 
 DOWN_SEARCH = "http://127.0.0.1:9"
 

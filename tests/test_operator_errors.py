@@ -20,7 +20,8 @@ import pytest
 
 from coordinator import Coordinator, CoordinatorError
 from coordinator.errors import InvalidArgument, InvalidConfiguration, NotMigrated
-from pathkeeper.local.postgres import LocalPostgres, free_port
+from pathkeeper.local.ports import free_port
+from pathkeeper.local.postgres import LocalPostgres
 
 ROOT = Path(__file__).resolve().parent.parent
 EXIT_CANNOT_RUN = 2

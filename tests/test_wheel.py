@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from coordinator.migrate import head_revision
+from pathkeeper.local.ports import free_port
 from pathkeeper.local.postgres import LocalPostgres
-from pathkeeper.local.server import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,7 +1,10 @@
 """One line for an operator instead of a traceback.
 
 The usual ways an operator command fails are not bugs: the database or the search
-server is down, a URL is malformed, the database was never migrated. For those,
+server is down, a URL is malformed, the database was never migrated, a rebuild or a
+compaction cannot be done. They arrive under two roots, ``CoordinatorError`` and the
+indexer's ``IndexerError`` (the search seam's errors among them), plus the drivers'
+errors of code that holds a connection of its own. For those,
 ``describe`` gives one line saying what failed and what to do, and every
 ``pathkeeper`` command prints it as ``error: ...`` and exits with ``EXIT_CANNOT_RUN``;
 so does a bad option or argument (click's usage errors).
@@ -67,11 +70,9 @@ def describe(exc: BaseException) -> str | None:
     search = _describe_search(exc)
     if search is not None:
         return search
-    try:
-        from indexer.replay import ReplayError
-    except ImportError:  # pragma: no cover - the indexer ships with the coordinator
-        return None
-    if isinstance(exc, ReplayError):
+    from indexer.errors import IndexerError
+
+    if isinstance(exc, IndexerError):
         return _short(exc, 300)
     from alembic.util import CommandError
 

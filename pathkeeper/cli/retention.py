@@ -18,7 +18,7 @@ EXIT_ERROR = 2
 
 def _run(fn: Callable[[], None]) -> None:
     from coordinator import CoordinatorError
-    from indexer.replay import ReplayError
+    from indexer.errors import ReplayError
     from indexer.retention import RetentionError
 
     try:

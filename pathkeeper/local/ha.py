@@ -32,7 +32,8 @@ from typing import Any
 
 import httpx
 
-from pathkeeper.local.postgres import SERVER_SETTINGS, _server_user, find_bin_dir, free_port
+from pathkeeper.local.ports import free_port
+from pathkeeper.local.postgres import SERVER_SETTINGS, _server_user, find_bin_dir
 
 #: The Patroni cluster's name (its key prefix in etcd).
 SCOPE = "pathkeeper"

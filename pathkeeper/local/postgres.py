@@ -11,11 +11,12 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from pathkeeper.local.ports import free_port
 
 SERVER_SETTINGS = {
     # Opposing directory moves can deadlock; detect it quickly so the retry is cheap.
@@ -50,12 +51,6 @@ def find_bin_dir() -> Path:
     raise RuntimeError(
         "no PostgreSQL binaries found: install postgresql (Debian) or `pip install pgserver`"
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _server_user() -> str | None:

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pathkeeper.local.server import LocalServer, LocalServerError, free_port
+from pathkeeper.local.ports import free_port
+from pathkeeper.local.server import LocalServer, LocalServerError
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -10,6 +9,8 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
+
+from pathkeeper.local.ports import free_port
 
 
 @dataclass(frozen=True)
@@ -41,13 +42,6 @@ def err(resp: Any, status: int, code: str) -> dict[str, Any]:
     assert body["error"]["code"] == code, body
     assert isinstance(body["error"]["message"], str) and body["error"]["message"]
     return body
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class LiveServer:

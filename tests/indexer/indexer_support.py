@@ -1,23 +1,18 @@
-"""Helpers for the indexer tests: workers (in a thread or as a real process), the
-index-equals-PostgreSQL check, random concurrent clients, fast bulk test data."""
+"""Helpers for the indexer tests: workers in a thread, the index-equals-PostgreSQL
+check, random concurrent clients. (A worker as a real process and fast bulk test data
+are the package's, shared with the benchmarks: ``pathkeeper.local.worker_process``,
+``pathkeeper.local.bulk_tree``.)"""
 
 from __future__ import annotations
 
 import itertools
-import json
-import os
 import random
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 import traceback
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import text
@@ -29,8 +24,6 @@ from indexer import bulk
 from indexer.contract import document_for, is_indexed
 from indexer.search_engine import SearchEngine
 from indexer.worker import Worker, WorkerConfig
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @contextmanager
@@ -78,68 +71,6 @@ def run_once(database_url: str, es_url: str, alias: str, partitions: int = 2) ->
     config = WorkerConfig(database_url=database_url, es_url=es_url, alias=alias,
                           partitions=partitions, once=True)
     assert Worker(config).run() == 0
-
-
-class WorkerProcess:
-    """``python -m pathkeeper indexer run ...`` as a real child process (``kill -9``-able)."""
-
-    def __init__(
-        self, database_url: str, es_url: str, alias: str, log_path: Path, *args: str,
-        own_session: bool = False,
-    ) -> None:
-        #: ``own_session``: start it in a session of its own, as a service manager would.
-        #: With the kernel's autogroup scheduling (``/proc/sys/kernel/sched_autogroup_enabled``)
-        #: CPU is shared fairly between sessions, so a worker left in the session of a
-        #: benchmark's client threads competes with them for that session's share.
-        self.own_session = own_session
-        self.cmd = [
-            sys.executable, "-m", "pathkeeper", "indexer", "run", "--database-url", database_url,
-            "--es-url", es_url, "--alias", alias, "--poll-interval", "0.2", *args,
-        ]
-        self.log_path = log_path
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> WorkerProcess:
-        with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
-            self.proc = subprocess.Popen(
-                self.cmd, stdout=log, stderr=log, cwd=REPO,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=self.own_session,
-            )
-        return self
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(30)
-
-    def terminate(self, timeout: float = 30) -> int:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout)
-
-    def wait(self, timeout: float) -> int:
-        assert self.proc is not None
-        return self.proc.wait(timeout)
-
-    def log_lines(self) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        if not self.log_path.exists():
-            return out
-        for line in self.log_path.read_text(errors="replace").splitlines():
-            if line.startswith("{"):
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    pass
-        return out
-
-    def started_lines(self) -> list[dict[str, Any]]:
-        return [line for line in self.log_lines() if line.get("event") == "worker_started"]
-
-    def ensure_dead(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(30)
 
 
 class TcpProxy:
@@ -354,61 +285,6 @@ def run_clients(
         t.join(60)
     assert not errors, errors
     return sum(results)
-
-
-def bulk_subtree(
-    coord: Coordinator, ns: str, parent_path: str, name: str, dirs: int, files_per_dir: int
-) -> tuple[str, int]:
-    """Create ``parent_path/name`` with ``dirs`` directories of ``files_per_dir`` files,
-    in ONE transaction, writing the same rows and the same ``created`` events as the
-    coordinator would (one block of positions, a NOTIFY). The coordinator creates
-    nodes one statement at a time (~5 ms each here), far too slow for 20,000 nodes
-    in a test; the indexer only sees rows and events, which are identical.
-    Returns (id of the new directory, number of nodes created)."""
-    parent = coord.stat(ns, parent_path)
-    top = str(uuid.uuid4())
-    top_path = f"{parent.path.rstrip('/')}/{name}"
-    rows: list[tuple[str, str, str, str, str | None, str]] = [
-        (top, parent.id, name, "dir", None, top_path)
-    ]
-    for d in range(dirs):
-        did = str(uuid.uuid4())
-        dpath = f"{top_path}/d{d}"
-        rows.append((did, top, f"d{d}", "dir", None, dpath))
-        for f in range(files_per_dir):
-            rows.append((str(uuid.uuid4()), did, f"f{f}", "file", f"body {d}/{f}", f"{dpath}/f{f}"))
-    payloads = [
-        json.dumps({"id": i, "parent_id": p, "name": n, "kind": k, "path": path,
-                    "content": c, "metadata": {}, "version": 1})
-        for i, p, n, k, c, path in rows
-    ]
-    with coord.engine.begin() as conn:
-        conn.execute(
-            text(
-                "INSERT INTO nodes (namespace, id, parent_id, name, kind, content) "
-                "SELECT :ns, i, p, n, k, c FROM unnest(CAST(:ids AS uuid[]), "
-                "CAST(:parents AS uuid[]), CAST(:names AS text[]), CAST(:kinds AS text[]), "
-                "CAST(:contents AS text[])) AS t(i, p, n, k, c)"
-            ),
-            {"ns": ns, "ids": [r[0] for r in rows], "parents": [r[1] for r in rows],
-             "names": [r[2] for r in rows], "kinds": [r[3] for r in rows],
-             "contents": [r[4] for r in rows]},
-        )
-        # As coordinator.eventlog.EventAppender.flush does: the block is taken by the
-        # last statement, after the transaction has its id (readers wait on it).
-        conn.execute(text("SELECT pg_current_xact_id()"))
-        base = int(conn.execute(text("SELECT nextval('event_position_seq')")).scalar_one())
-        conn.execute(
-            text(
-                "INSERT INTO events (namespace, position, node_id, type, payload) "
-                "SELECT :ns, :base + o - 1, i, 'created', CAST(p AS jsonb) "
-                "FROM unnest(CAST(:ids AS uuid[]), CAST(:payloads AS text[])) "
-                "WITH ORDINALITY AS t(i, p, o)"
-            ),
-            {"ns": ns, "base": base, "ids": [r[0] for r in rows], "payloads": payloads},
-        )
-        conn.execute(text("SELECT pg_notify('pathkeeper_events', '')"))
-    return top, len(rows)
 
 
 class SearchServerGone(Exception):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from indexer_support import (
     assert_index_matches,
-    bulk_subtree,
     run_clients,
     run_once,
     running_worker,
@@ -15,6 +14,7 @@ from coordinator.eventlog import EventAppender
 from coordinator.indexing import consumer_for
 from coordinator.tree import TreeTx
 from indexer.search_engine import SearchEngine
+from pathkeeper.local.bulk_tree import bulk_subtree
 
 
 def test_concurrent_random_clients_converge(

@@ -24,14 +24,14 @@ from sqlalchemy import Connection, text
 
 import indexer.applier as applier_module
 from coordinator import Coordinator
-from indexer import elasticsearch_index, snapshot
+from indexer import elasticsearch_index, live_nodes
 from indexer.applier import ID_CHUNK, Applier
 from indexer.contract import search_filters, text_query
+from indexer.live_nodes import fetch_nodes
 from indexer.plan import plan_batch
 from indexer.prefetch import PREFETCH_CHUNKS
 from indexer.replay import rebuild
 from indexer.search_engine import SearchEngine
-from indexer.snapshot import fetch_nodes
 
 DIRS = 12
 #: Enough nodes that an import is one batch larger than ID_CHUNK: the worker streams
@@ -235,7 +235,7 @@ def test_the_worker_reads_nodes_by_index_whatever_the_namespace_size(
             "SELECT id FROM nodes WHERE namespace = :ns AND parent_id IS NOT NULL "
             "ORDER BY id LIMIT 1000"), {"ns": ns}).scalars())
         plan = conn.execute(
-            text("EXPLAIN (FORMAT JSON) " + snapshot._NODES_WITH_PATHS.text),
+            text("EXPLAIN (FORMAT JSON) " + live_nodes._NODES_WITH_PATHS.text),
             {"ns": ns, "ids": ids},
         ).scalar_one()[0]["Plan"]
     union = next(n for n in _plan_nodes(plan) if n["Node Type"] == "Recursive Union")

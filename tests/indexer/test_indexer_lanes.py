@@ -13,7 +13,6 @@ import psycopg
 import pytest
 from indexer_support import (
     assert_index_matches,
-    bulk_subtree,
     expected_docs,
     index_docs,
     last_position,
@@ -29,6 +28,7 @@ from indexer import checkpoints
 from indexer.applier import Abandoned, Applier, SubtreeWork
 from indexer.plan import plan_batch
 from indexer.search_engine import SearchEngine
+from pathkeeper.local.bulk_tree import bulk_subtree
 
 
 def test_file_renames_flow_past_a_big_subtree_rewrite(

@@ -14,7 +14,7 @@ from coordinator.indexing import consumer_for
 from indexer import contract, deadletters, elasticsearch_index
 from indexer.search_engine import SearchEngine
 from pathkeeper.cli.main import main
-from pathkeeper.local.postgres import free_port
+from pathkeeper.local.ports import free_port
 
 
 def test_rejected_document_goes_to_dead_letters_and_the_worker_goes_on(

@@ -12,9 +12,7 @@ from typing import Any
 
 from indexer_support import (
     TcpProxy,
-    WorkerProcess,
     assert_index_matches,
-    bulk_subtree,
     last_position,
     run_clients,
     running_worker,
@@ -28,7 +26,9 @@ from indexer import elasticsearch_index
 from indexer.leases import MEMBER_BASE, consumer_key
 from indexer.search_client import open_search
 from indexer.search_engine import SearchEngine, SearchNotFound
+from pathkeeper.local.bulk_tree import bulk_subtree
 from pathkeeper.local.search import new_local_search
+from pathkeeper.local.worker_process import WorkerProcess
 
 TIMEOUT = 90.0
 

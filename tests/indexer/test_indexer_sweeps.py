@@ -17,8 +17,8 @@ from sqlalchemy import text
 
 from coordinator import Coordinator, Event
 from indexer.applier import Applier, BatchResult
+from indexer.live_nodes import may_have_left
 from indexer.search_engine import SearchEngine
-from indexer.snapshot import may_have_left
 
 
 def applier(coord: Coordinator, es: SearchEngine, alias: str) -> Applier:

@@ -10,15 +10,11 @@ from __future__ import annotations
 
 import time
 
-import pytest
-from click.testing import CliRunner
 from indexer_support import running_worker, wait_caught_up
 
 from coordinator import Coordinator
 from indexer.search_engine import SearchEngine
-from indexer.verify import VERIFY_DRIFT, cron_trigger
-from indexer.worker import WorkerConfig
-from pathkeeper.cli.main import main
+from indexer.verify import VERIFY_DRIFT
 
 
 def gauge() -> float:
@@ -53,22 +49,3 @@ def test_scheduled_verify_publishes_drift(
         assert worker.config.verify_cron == "* * * * * *"
 
 
-def test_verify_is_off_by_default() -> None:
-    assert WorkerConfig(database_url="postgresql://x", es_url="http://x").verify_cron is None
-
-
-def test_cron_forms() -> None:
-    assert "second='*'" in repr(cron_trigger("* * * * * *"))
-    assert "hour='3'" in repr(cron_trigger("0 3 * * *"))
-    for bad in ["", "* * *", "61 * * * *", "0 3 * * * * *", "x y z a b"]:
-        with pytest.raises(ValueError):
-            cron_trigger(bad)
-
-
-def test_cli_refuses_a_bad_schedule_before_starting() -> None:
-    result = CliRunner().invoke(
-        main, ["indexer", "run", "--database-url", "postgresql://unused", "--es-url", "http://unused",
-                  "--verify-cron", "61 * * * *"],
-    )
-    assert result.exit_code == 2, result.output
-    assert "--verify-cron" in result.output

@@ -27,7 +27,7 @@ from indexer.search_engine import (
     SearchUnavailable,
     UnsupportedEngine,
 )
-from pathkeeper.local.postgres import free_port
+from pathkeeper.local.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

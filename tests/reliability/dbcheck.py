@@ -9,7 +9,7 @@ from sqlalchemy import Engine, text
 from coordinator import Coordinator, Event
 from coordinator.results import block_end
 from indexer import setfold
-from indexer.replay import current_bound
+from indexer.log_scan import current_bound
 
 from .fold_check import Fold
 

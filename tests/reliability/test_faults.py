@@ -29,6 +29,7 @@ from coordinator import Coordinator
 from coordinator.migrate import upgrade
 from indexer.search_engine import SearchEngine
 from pathkeeper.local.postgres import LocalPostgres
+from pathkeeper.local.worker_process import WorkerProcess
 
 from .fault_support import (
     ErrorProxy,
@@ -76,7 +77,7 @@ def all_acknowledged(clients: list[ThreadClient], since: float) -> Callable[[], 
     return lambda: all(acknowledged_after(c, since) >= 3 for c in clients)
 
 
-def started_after(worker: indexer_support.WorkerProcess, starts: int) -> Callable[[], bool]:
+def started_after(worker: WorkerProcess, starts: int) -> Callable[[], bool]:
     """The condition: the worker logged more than ``starts`` ``worker_started`` lines."""
     return lambda: len(worker.started_lines()) > starts
 
@@ -166,7 +167,7 @@ def test_worker_kill_9_during_concurrent_history(
     clients, seconds = (8, 120.0) if long_run else (4, 12.0)
     logs = tmp_path / "clients"
     logs.mkdir()
-    worker = indexer_support.WorkerProcess(
+    worker = WorkerProcess(
         database_url, es_url, alias, tmp_path / "worker.log", "--partitions", "2",
     )
     stop = threading.Event()

@@ -17,7 +17,7 @@ import pytest
 from coordinator import Coordinator
 from coordinator.indexing import consumer_for, wait_indexed
 from indexer.contract import comparable, expected_document, is_indexed
-from indexer.replay import current_bound
+from indexer.log_scan import current_bound
 from indexer.search_engine import SearchEngine
 from indexer.verify import stream_index_docs
 

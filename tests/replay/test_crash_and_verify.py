@@ -18,9 +18,10 @@ from coordinator import Coordinator
 from coordinator.indexing import consumer_for, wait_indexed
 from indexer import elasticsearch_index
 from indexer.bulk import send
-from indexer.contract import index_action
+from indexer.contract import building_marker, index_action
 from indexer.index_scan import stream_index_docs
-from indexer.replay import ReplayBusy, building_marker, rebuild, rebuild_namespaces
+from indexer.replay import rebuild, rebuild_namespaces
+from indexer.replay_lease import ReplayBusy
 from indexer.search_engine import SearchEngine
 from indexer.verify import Drift, scheduled_verify, verify_index
 from pathkeeper.cli.main import main

@@ -9,7 +9,7 @@ from sqlalchemy import text
 
 from coordinator import Coordinator
 from indexer import setfold
-from indexer.replay import current_bound
+from indexer.log_scan import current_bound
 from indexer.verify import verify_log
 
 from .replay_workload import concurrent_ops, random_ops

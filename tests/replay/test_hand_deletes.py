@@ -15,9 +15,9 @@ from click.testing import CliRunner
 from coordinator import Coordinator
 from indexer.bulk import resolve_conflicts, send
 from indexer.contract import index_action
+from indexer.live_nodes import node_exists
 from indexer.replay import rebuild
 from indexer.search_engine import SearchEngine, SearchNotFound
-from indexer.snapshot import node_exists
 from pathkeeper.cli.main import main
 
 from .conftest import RunningWorker, diff_summary, expected_index, index_docs

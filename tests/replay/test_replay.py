@@ -4,7 +4,6 @@ no empty search, and ``--until`` reproduces a past state."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from contextlib import closing
 
 import pytest
@@ -13,7 +12,10 @@ from tree_checks import writer_holding_its_block
 
 from coordinator import Coordinator
 from indexer import elasticsearch_index
-from indexer.replay import ReplayBusy, ReplayError, ReplayLease, current_bound, rebuild
+from indexer.errors import ReplayError
+from indexer.log_scan import current_bound
+from indexer.replay import rebuild
+from indexer.replay_lease import ReplayBusy, ReplayLease
 from indexer.search_client import open_search
 from indexer.search_engine import SearchEngine
 from indexer.verify import verify_index, verify_log
@@ -178,7 +180,7 @@ def test_replay_that_times_out_names_the_transaction_it_waited_for(
     error says whom it waited for, so that the operator can act."""
     coord.create_namespace("t")
     coord.mkdir("t", "/before")
-    monkeypatch.setattr("indexer.replay.BOUND_WAIT", 1.0, raising=False)
+    monkeypatch.setattr("indexer.log_scan.BOUND_WAIT", 1.0)
     with writer_holding_its_block(coord, "t", "/open") as pid:
         with pytest.raises(ReplayError) as err:
             current_bound(coord.engine, wait=0.5)
@@ -188,37 +190,3 @@ def test_replay_that_times_out_names_the_transaction_it_waited_for(
             rebuild(coord, es, source="events", alias=alias)
         assert f"pid {pid}" in str(err.value), str(err.value)
     assert current_bound(coord.engine, wait=5.0) > 0  # released: the bound moves again
-
-
-def test_prefetched_keeps_order_raises_errors_and_stops_its_thread_when_closed() -> None:
-    from indexer.prefetch import prefetched
-
-    assert list(prefetched(iter(range(10)), batch=3)) == list(range(10))
-    assert list(prefetched(iter([]), batch=3)) == []
-
-    def failing() -> Iterator[int]:
-        yield 1
-        raise RuntimeError("fold broke")
-
-    got: list[int] = []
-    with pytest.raises(RuntimeError, match="fold broke"):
-        for x in prefetched(failing(), batch=1):
-            got.append(x)
-    assert got == [1]
-
-    closed = threading.Event()
-
-    def endless() -> Iterator[int]:
-        try:
-            n = 0
-            while True:
-                n += 1
-                yield n
-        finally:
-            closed.set()
-
-    docs = prefetched(endless(), batch=2, depth=1)
-    assert [next(docs) for _ in range(5)] == [1, 2, 3, 4, 5]
-    docs.close()  # returns once the thread has stopped and closed its source
-    assert closed.is_set()
-    assert not any(t.name == "prefetch" for t in threading.enumerate())

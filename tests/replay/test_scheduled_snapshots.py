@@ -15,12 +15,11 @@ from datetime import timedelta
 from itertools import pairwise
 
 import pytest
-from click.testing import CliRunner
 from sqlalchemy import text
 
 from coordinator import Coordinator
 from indexer import retention
-from indexer.replay import current_bound
+from indexer.log_scan import current_bound
 from indexer.retention import (
     SNAPSHOT_FAILURES,
     SNAPSHOT_POSITION,
@@ -29,7 +28,6 @@ from indexer.retention import (
     scheduled_snapshot,
     snapshot_lock,
 )
-from pathkeeper.cli.main import main
 
 from .conftest import RunningWorker
 from .replay_workload import random_ops
@@ -140,15 +138,3 @@ def test_a_failing_snapshot_job_is_logged_and_indexing_goes_on(
     failed = [r for r in caplog.records if r.getMessage() == "snapshot_failed"]
     assert failed and "disk full" in failed[0].fields["error"]  # type: ignore[attr-defined]
     assert list_snapshots(coord.engine) == []
-
-
-def test_the_cli_checks_the_schedule_and_the_retention_before_starting() -> None:
-    base = ["indexer", "run", "--database-url", "postgresql://unused", "--es-url",
-            "http://unused"]
-    runner = CliRunner()
-    res = runner.invoke(main, [*base, "--snapshot-cron", "61 * * * *"])
-    assert res.exit_code == 2 and "--snapshot-cron" in res.output, res.output
-    res = runner.invoke(main, [*base, "--snapshot-cron", "0 3 * * *", "--compact-retain", "soon"])
-    assert res.exit_code == 2 and "not a duration" in res.output, res.output
-    res = runner.invoke(main, [*base, "--compact-retain", "7d"])
-    assert res.exit_code == 2 and "needs --snapshot-cron" in res.output, res.output

@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
-import re
 from datetime import timedelta
 from typing import Any
 
@@ -19,10 +18,10 @@ from reliability.fold_check import Fold
 from sqlalchemy import Engine, text
 
 from coordinator import Coordinator, Event
-from coordinator.events import EVENT_TYPES, VERSION_KEY, Written, payload_keys
+from coordinator.events import VERSION_KEY, Written
 from coordinator.results import POSITION_BLOCK
 from indexer import setfold
-from indexer.replay import current_bound, scan_events
+from indexer.log_scan import current_bound, scan_events
 from indexer.retention import compact, take_snapshot
 
 from .histories import History, build, insert
@@ -221,14 +220,6 @@ def test_deep_trees_are_walked_past_the_shallow_levels(
     assert got == {n.id: (n.parent_id, n.name, n.path) for n in coord.walk(ns)}
     assert max(p.count("/") for _, _, p in got.values()) == 27  # deeper than SHALLOW
 
-
-def test_the_set_fold_reads_only_payload_keys_that_events_define() -> None:
-    """The set fold reads payloads in SQL; a key renamed in ``coordinator.events`` must
-    not leave it reading a key nobody writes."""
-    sql = setfold.AGG_SQL + setfold.STATE_SQL
-    read = set(re.findall(r"payload\s*->>?\s*'(\w+)'", sql))
-    assert read and read <= {k for cls in EVENT_TYPES.values() for k in payload_keys(cls)}
-    assert {v for k, v in setfold.EVENT_PARAMS.items() if k.startswith("t_")} == set(EVENT_TYPES)
 
 
 def test_events_of_unknown_types_or_versions_are_anomalies(

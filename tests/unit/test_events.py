@@ -123,6 +123,15 @@ def test_an_unknown_type_or_version_raises_unknown_event(
     assert ev.payload == payload  # the envelope stays readable
 
 
+def test_an_unknown_version_names_the_version_found_and_the_one_read() -> None:
+    """No upcasters: the log is rewritten by a migration when a payload changes
+    (``coordinator.events``), so a reader meeting another version says which."""
+    with pytest.raises(UnknownEvent) as info:
+        decode("moved", A, {**encode(SAMPLES[6])[2], "v": 2})
+    assert str(info.value) == "moved event: payload version 2 is not supported " \
+        "(this code reads version 1)"
+
+
 @pytest.mark.parametrize(
     ("type_", "node_id", "payload", "says"),
     [

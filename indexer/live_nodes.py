@@ -1,4 +1,5 @@
-"""Reading nodes as they are now, with their paths, and whether the event log says a
+"""Reading the live ``nodes`` rows as they are now (not the event log's snapshots:
+those are ``indexer.retention``'s), with their paths, and whether the event log says a
 subtree may have lost nodes since a position, inside the caller's transaction.
 
 The worker calls these in one REPEATABLE READ transaction per batch, so every
@@ -8,7 +9,7 @@ document of a batch comes from one consistent state of the tree.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Row, text
@@ -157,3 +158,18 @@ def node_exists(engine: Engine, ns: str, node_id: str) -> bool:
             text("SELECT EXISTS (SELECT 1 FROM nodes WHERE namespace = :ns AND id = :id)"),
             {"ns": ns, "id": wanted},
         ).scalar_one() is True
+
+
+NAMESPACE_WALK = subtree_cte(
+    ("id", "parent_id", "name", "kind", "version", "content", "metadata"),
+    "namespace = :ns AND parent_id IS NULL",
+    top_path="CAST('/' AS text)",
+)
+
+
+def walk_nodes(conn: Connection, namespace: str, order_by_id: bool = False) -> Iterator[Node]:
+    """Every node of ``namespace`` (root included) with its path, streamed from the
+    connection's current transaction; sorted by id when asked."""
+    sql = NAMESPACE_WALK + "SELECT * FROM sub" + (" ORDER BY id" if order_by_id else "")
+    for r in streamed(conn, text(sql), {"ns": namespace}, 2000):
+        yield node_of(namespace, r, r.path)

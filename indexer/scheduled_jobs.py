@@ -1,0 +1,70 @@
+"""The worker's scheduled jobs besides the poll: lag metrics, ``verify`` on a crontab
+schedule, event log snapshots (and compaction) on a crontab schedule."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+from sqlalchemy import Engine
+
+from coordinator import Coordinator
+from coordinator.indexing import wait_indexed
+
+from . import deadletters, metrics, status
+from .logs import log
+from .search_engine import SearchEngine
+
+logger = logging.getLogger("pathkeeper.indexer")
+#: How long a scheduled verify waits for this worker to apply recent events before it
+#: counts what still differs as drift.
+VERIFY_SETTLE_SECONDS = 30.0
+
+
+def refresh_lag_metrics(engine: Engine, consumer: str) -> None:
+    """The lag gauges, from the query of ``pathkeeper indexer status``, and the count
+    of pending dead letters."""
+    try:
+        with engine.connect() as conn:
+            for st in status.partitions(conn, consumer):
+                label = str(st.partition)
+                metrics.LAG_EVENTS.labels(consumer, label).set(st.lag_events)
+                metrics.LAG_SECONDS.labels(consumer, label).set(st.lag_seconds)
+        metrics.DEAD_LETTERS_PENDING.labels(consumer).set(
+            deadletters.count_pending(engine, consumer)
+        )
+    except Exception as exc:
+        log(logger, logging.WARNING, "lag_metrics_failed", error=str(exc))
+
+
+def add_verify(
+    scheduler: Any, coord: Coordinator, es: SearchEngine, alias: str, consumer: str, cron: str
+) -> None:
+    """Schedule ``verify`` of the worker's alias. A document that differs only
+    because this worker has not applied the latest events yet is rechecked after
+    waiting (bounded) for this consumer to catch up, so it is not counted as drift."""
+    from .verify import add_verify_job, scheduled_verify
+
+    def settle(position: int) -> bool:
+        return wait_indexed(coord.engine, position, VERIFY_SETTLE_SECONDS, consumer)
+
+    add_verify_job(
+        scheduler,
+        partial(scheduled_verify, coord, es, alias, settle=settle),
+        cron,
+    )
+    log(logger, logging.INFO, "verify_scheduled", cron=cron, alias=alias)
+
+
+def add_snapshot(
+    scheduler: Any, engine: Engine, cron: str, compact_retain: timedelta | None
+) -> None:
+    """Schedule snapshots of the event log (and compaction, with a retention);
+    with several workers one takes each (``indexer.retention``)."""
+    from .retention import add_snapshot_job
+
+    add_snapshot_job(scheduler, engine, cron, compact_retain)
+    log(logger, logging.INFO, "snapshot_scheduled", cron=cron,
+        compact_retain=None if compact_retain is None else compact_retain.total_seconds())
