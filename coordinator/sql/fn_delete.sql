@@ -23,7 +23,7 @@ DECLARE
     gone uuid[];
     parents uuid[];
 BEGIN
-    SELECT * INTO target FROM pathkeeper_lock(p_ns, p_ref, p_parts, p_id, true);
+    target := pathkeeper_lock(p_ns, p_ref, p_parts, p_id, true);
     r := target.node;
     path := target.path;
     IF r.parent_id IS NULL THEN

@@ -7,6 +7,9 @@
 --   COMMITTED, a snapshot) of its own, which sees the commits the lock waited for: the
 --   path must still lead to the row that was locked, else try again; the path's errors
 --   are pathkeeper_walk_path's; PK004 if it kept changing for five tries.
+-- Callers assign it (target := pathkeeper_lock(...)): a plain expression, which skips
+-- the function scan of SELECT ... FROM pathkeeper_lock(...) (measured: about 10 us of
+-- backend CPU per write or move).
 CREATE OR REPLACE FUNCTION pathkeeper_lock(
     p_ns text, p_ref text, p_parts text[], p_id uuid, p_key boolean,
     OUT node nodes, OUT path text

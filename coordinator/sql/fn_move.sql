@@ -30,7 +30,7 @@ DECLARE
     budget integer;
     height integer;
 BEGIN
-    SELECT * INTO target FROM pathkeeper_lock(p_ns, p_ref, p_parts, p_id, true);
+    target := pathkeeper_lock(p_ns, p_ref, p_parts, p_id, true);
     r := target.node;
     old_path := target.path;
     IF r.parent_id IS NULL THEN

@@ -16,7 +16,7 @@ DECLARE
     target record;
     r nodes%ROWTYPE;
 BEGIN
-    SELECT * INTO target FROM pathkeeper_lock(p_ns, p_ref, p_parts, p_id, true);
+    target := pathkeeper_lock(p_ns, p_ref, p_parts, p_id, true);
     r := target.node;
     old_path := target.path;
     IF r.parent_id IS NULL THEN

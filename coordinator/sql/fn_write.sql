@@ -14,7 +14,7 @@ DECLARE
     target record;
     r nodes%ROWTYPE;
 BEGIN
-    SELECT * INTO target FROM pathkeeper_lock(p_ns, p_ref, p_parts, p_id, false);
+    target := pathkeeper_lock(p_ns, p_ref, p_parts, p_id, false);
     r := target.node;
     path := target.path;
     IF r.kind = 'dir' THEN
