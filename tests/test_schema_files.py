@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from alembic.script import ScriptDirectory
 
-from coordinator.migrate import alembic_config, upgrade
+from coordinator.migrate import alembic_config, downgrade, upgrade
 from coordinator.sql import load
 from coordinator.sql.functions import FUNCTIONS, digest, install
 from pathkeeper.local.postgres import LocalPostgres
@@ -95,14 +95,15 @@ def catalog(url: str) -> dict[str, set[tuple[Any, ...]]]:
 
 
 def differences(migrated: dict[str, set[tuple[Any, ...]]],
-                from_files: dict[str, set[tuple[Any, ...]]]) -> list[str]:
+                from_files: dict[str, set[tuple[Any, ...]]],
+                sides: tuple[str, str] = ("the migrated database", "the files")) -> list[str]:
     """Each row one side has and the other lacks, said in a line."""
     out = []
     for kind in _QUERIES:
         for row in sorted(migrated[kind] - from_files[kind], key=repr):
-            out.append(f"{kind}: only the migrated database has {row!r}")
+            out.append(f"{kind}: only in {sides[0]}: {row!r}")
         for row in sorted(from_files[kind] - migrated[kind], key=repr):
-            out.append(f"{kind}: only the files have {row!r}")
+            out.append(f"{kind}: only in {sides[1]}: {row!r}")
     return out
 
 
@@ -202,3 +203,15 @@ def test_a_name_not_nfc_is_refused_by_the_database(database_url: str) -> None:
         assert info.value.diag.constraint_name == "ck_nodes_name_valid"
         conn.rollback()
         conn.execute(insert.encode(), (root[0], "caf\u00e9"))
+
+
+def test_downgrading_0011_brings_back_the_frozen_functions(pg_cluster: LocalPostgres) -> None:
+    """Below 0011 the database is what 0010 built: the frozen bodies of 0004-0009, no
+    helpers, the name rule without NFC (functions, constraints and all compared)."""
+    before = pg_cluster.create_database(f"pk_schema_0010_{next(_ids)}")
+    upgrade(before, "0010_position_lock_tables")
+    round_trip = pg_cluster.create_database(f"pk_schema_down_{next(_ids)}")
+    upgrade(round_trip)
+    downgrade(round_trip, "0010_position_lock_tables")
+    assert differences(catalog(round_trip), catalog(before),
+                       ("the downgraded database", "the one migrated to 0010")) == []
