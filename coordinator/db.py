@@ -55,8 +55,8 @@ UNDEFINED_FUNCTION = "42883"
 #: The prefix of the server-side functions that migrations create.
 SERVER_FUNCTIONS = "pathkeeper_"
 
-#: Raised by the server-side functions of ``migrations/`` (a class of our own, "PK"), each
-#: with the message the caller sees.
+#: Raised by the server-side functions (``coordinator/sql/fn_*.sql``; a class of our own,
+#: "PK"), each with the message the caller sees; a path's are ``fn_walk_path``'s.
 SERVER_NOT_FOUND = "PK001"
 SERVER_NOT_A_DIRECTORY = "PK002"
 SERVER_INVALID_MOVE = "PK003"

@@ -45,11 +45,13 @@ NAMING = {
 # contiguous range that a reader takes whole (see coordinator/eventlog.py).
 
 # A valid non-root name, as the database checks it (paths.validate_name is the
-# friendly front door; this makes invalid trees impossible to store).
+# friendly front door; this makes invalid trees impossible to store). NFC since
+# migration 0011; coordinator/sql/schema.sql has the schema as it stands.
 VALID_NAME_SQL = (
-    "(parent_id IS NULL AND name = '') OR (parent_id IS NOT NULL AND name <> '' "
+    "((parent_id IS NULL AND name = '') OR (parent_id IS NOT NULL AND name <> '' "
     "AND name NOT IN ('.', '..') AND strpos(name, '/') = 0 "
-    "AND octet_length(name) <= 255 AND name !~ '[\\x01-\\x1f\\x7f-\\x9f]')"
+    "AND octet_length(name) <= 255 AND name !~ '[\\x01-\\x1f\\x7f-\\x9f]')) "
+    "AND name IS NFC NORMALIZED"
 )
 
 

@@ -1,0 +1,33 @@
+-- pathkeeper_write: a file's content (and its metadata if given) in one call, so a lone
+-- write is one statement (coordinator/single_statement.py). The node is locked FOR NO
+-- KEY UPDATE (pathkeeper_lock): a write leaves the row's key alone. Refuses a directory
+-- (PK006) and a stale version (pathkeeper_check_version). The content's and the
+-- metadata's own checks are Python's, before the call. ROWS 1: see fn_rename.sql.
+CREATE OR REPLACE FUNCTION pathkeeper_write(
+    p_ns text, p_ref text, p_parts text[], p_id uuid, p_content text, p_metadata jsonb,
+    p_if_version bigint
+) RETURNS TABLE (
+    id uuid, parent_id uuid, name text, kind varchar, version bigint, content text,
+    metadata jsonb, created_at timestamptz, updated_at timestamptz, path text
+) LANGUAGE plpgsql ROWS 1 AS $fn$
+DECLARE
+    target record;
+    r nodes%ROWTYPE;
+BEGIN
+    target := pathkeeper_lock(p_ns, p_ref, p_parts, p_id, false);
+    r := target.node;
+    path := target.path;
+    IF r.kind = 'dir' THEN
+        RAISE EXCEPTION USING ERRCODE = 'PK006', MESSAGE = format('%s is a directory', path);
+    END IF;
+    PERFORM pathkeeper_check_version(r.version, p_if_version);
+    UPDATE nodes x SET content = p_content, metadata = COALESCE(p_metadata, x.metadata),
+                       version = x.version + 1, updated_at = now()
+    WHERE x.namespace = p_ns AND x.id = r.id
+    RETURNING x.* INTO r;
+    id := r.id; parent_id := r.parent_id; name := r.name; kind := r.kind;
+    version := r.version; content := r.content; metadata := r.metadata;
+    created_at := r.created_at; updated_at := r.updated_at;
+    RETURN NEXT;
+END
+$fn$;

@@ -1,0 +1,217 @@
+"""The migrated database equals the files: every server-side function equals its
+``coordinator/sql/fn_*.sql`` file and every table, column, constraint, index and
+sequence equals ``coordinator/sql/schema.sql``; a file changed without a migration that
+installs it is caught; each server-side rule is written in one file; the database
+itself refuses a name that is not NFC."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterator
+from importlib.resources import files
+from typing import Any
+
+import psycopg
+import pytest
+from alembic.script import ScriptDirectory
+
+from coordinator.migrate import alembic_config, downgrade, upgrade
+from coordinator.sql import load
+from coordinator.sql.functions import FUNCTIONS, digest, install
+from pathkeeper.local.postgres import LocalPostgres
+
+_ids = itertools.count()
+
+#: Schemas of ours (``public`` holds the tables, ``pathkeeper_locks`` the lock tables).
+_OURS = "n.nspname IN ('public', 'pathkeeper_locks')"
+
+_QUERIES = {
+    "schemas": """
+        SELECT n.nspname, coalesce(n.nspacl::text, '') FROM pg_namespace n WHERE {ours}
+    """,
+    "columns": """
+        SELECT n.nspname || '.' || c.relname, a.attnum::int, a.attname,
+               format_type(a.atttypid, a.atttypmod), a.attnotnull,
+               coalesce(pg_get_expr(d.adbin, d.adrelid), ''),
+               coalesce(obj_description(c.oid, 'pg_class'), '')
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0
+                                 AND NOT a.attisdropped
+        LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
+        WHERE {ours} AND c.relkind IN ('r', 'p', 'v', 'm')
+          AND c.relname <> 'alembic_version'
+    """,
+    "constraints": """
+        SELECT n.nspname || '.' || c.conrelid::regclass::text, c.conname,
+               pg_get_constraintdef(c.oid)
+        FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace
+        WHERE {ours} AND c.conrelid <> 0
+          AND c.conrelid::regclass::text <> 'alembic_version'
+    """,
+    "indexes": """
+        SELECT n.nspname || '.' || i.tablename, i.indexname, i.indexdef
+        FROM pg_indexes i JOIN pg_namespace n ON n.nspname = i.schemaname
+        WHERE {ours} AND i.tablename <> 'alembic_version'
+    """,
+    "sequences": """
+        SELECT n.nspname || '.' || s.sequencename, s.data_type::text, s.start_value,
+               s.min_value, s.max_value, s.increment_by, s.cycle, s.cache_size,
+               coalesce((SELECT d.refobjid::regclass::text || '.' || a.attname
+                         FROM pg_depend d JOIN pg_attribute a
+                              ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
+                         WHERE d.objid = format('%I.%I', s.schemaname,
+                                                s.sequencename)::regclass
+                           AND d.deptype = 'a'), '')
+        FROM pg_sequences s JOIN pg_namespace n ON n.nspname = s.schemaname
+        WHERE {ours}
+    """,
+    "functions": """
+        SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid),
+               coalesce(p.proacl::text, '')
+        FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+        WHERE {ours}
+    """,
+}
+
+
+def _normalised(value: Any) -> Any:
+    """Text with trailing spaces and blank lines dropped (the only liberty taken:
+    ``pg_get_functiondef`` gives the body as it was sent)."""
+    if not isinstance(value, str):
+        return value
+    lines = [line.rstrip() for line in value.strip().splitlines()]
+    return "\n".join(line for line in lines if line)
+
+
+def catalog(url: str) -> dict[str, set[tuple[Any, ...]]]:
+    """What a database holds of ours, kind by kind, as sets of rows."""
+    with psycopg.connect(url) as conn:
+        return {
+            kind: {tuple(_normalised(v) for v in row)
+                   for row in conn.execute(sql.format(ours=_OURS).encode())}
+            for kind, sql in _QUERIES.items()
+        }
+
+
+def differences(migrated: dict[str, set[tuple[Any, ...]]],
+                from_files: dict[str, set[tuple[Any, ...]]],
+                sides: tuple[str, str] = ("the migrated database", "the files")) -> list[str]:
+    """Each row one side has and the other lacks, said in a line."""
+    out = []
+    for kind in _QUERIES:
+        for row in sorted(migrated[kind] - from_files[kind], key=repr):
+            out.append(f"{kind}: only in {sides[0]}: {row!r}")
+        for row in sorted(from_files[kind] - migrated[kind], key=repr):
+            out.append(f"{kind}: only in {sides[1]}: {row!r}")
+    return out
+
+
+@pytest.fixture
+def migrated_url(pg_cluster: LocalPostgres) -> str:
+    """A fresh, empty database migrated to the head here (not a template's copy)."""
+    url = pg_cluster.create_database(f"pk_schema_migrated_{next(_ids)}")
+    upgrade(url)
+    return url
+
+
+@pytest.fixture
+def files_url(pg_cluster: LocalPostgres) -> Iterator[str]:
+    """A fresh database built from ``schema.sql`` and the function files only."""
+    url = pg_cluster.create_database(f"pk_schema_files_{next(_ids)}")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(load("schema").encode())
+        install(lambda sql: conn.execute(sql.encode()))
+    yield url
+
+
+def test_the_migrated_database_equals_the_files(migrated_url: str, files_url: str) -> None:
+    migrated, from_files = catalog(migrated_url), catalog(files_url)
+    assert differences(migrated, from_files) == []
+    # Not vacuous: every kind was read, and every function of ours has its file.
+    assert all(migrated[kind] for kind in _QUERIES)
+    names = {row[0].split("(")[0].split(".")[-1] for row in migrated["functions"]}
+    assert len(names) == len(FUNCTIONS)
+
+
+def test_the_comparison_sees_a_drift(migrated_url: str, files_url: str) -> None:
+    """A function body, a constraint and an index that differ are each reported."""
+    with psycopg.connect(migrated_url, autocommit=True) as conn:
+        conn.execute(load("fn_check_version").replace(
+            "version is %s, expected %s", "version %s, not %s").encode())
+        conn.execute(b"ALTER TABLE nodes DROP CONSTRAINT ck_nodes_version")
+        conn.execute(b"CREATE INDEX ix_stray ON events (type)")
+    found = differences(catalog(migrated_url), catalog(files_url))
+    assert [line.split(":")[0] for line in found] == [
+        "constraints", "indexes", "functions", "functions"], found
+    assert any("pathkeeper_check_version" in line for line in found)
+
+
+def test_every_function_file_is_installed() -> None:
+    shipped = {p.name.removesuffix(".sql")
+               for p in files("coordinator.sql").iterdir() if p.name.startswith("fn_")}
+    assert shipped == set(FUNCTIONS)
+
+
+def test_the_newest_function_migration_names_the_files_as_they_are() -> None:
+    """A database at the head never runs an old migration again: a function file changed
+    without a new migration that installs it would reach fresh databases only."""
+    script = ScriptDirectory.from_config(alembic_config("postgresql://unused/x"))
+    newest = next(rev for rev in script.walk_revisions()
+                  if hasattr(rev.module, "FUNCTIONS_DIGEST"))
+    assert newest.module.FUNCTIONS_DIGEST == digest(), (
+        f"a function file changed since {newest.revision} installed them: add a migration "
+        f"that calls coordinator.sql.functions.install with FUNCTIONS_DIGEST = "
+        f"{digest()!r}")
+
+
+# Each rule's wording or statement, and the one file it may be written in.
+_RULES = {
+    r"version is %s, expected %s": "fn_check_version",
+    r"does not exist": "fn_walk_path",
+    r"is a file": "fn_walk_path",
+    r"no namespace": "fn_walk_path",
+    r"already exists": "fn_check_name_free",
+    r"no node with id": "fn_lock",
+    r"kept changing while it was being locked": "fn_lock",
+    r"pathkeeper_resolve\(p_ns": "fn_walk_path|fn_lock",
+    r"FOR (NO KEY )?UPDATE": "fn_lock",
+}
+
+
+@pytest.mark.parametrize("pattern", sorted(_RULES))
+def test_each_rule_is_written_in_one_file(pattern: str) -> None:
+    where = {name for name in FUNCTIONS
+             if re.search(pattern, re.sub(r"--[^\n]*", "", load(name)))}
+    assert where == set(_RULES[pattern].split("|")), (pattern, where)
+
+
+def test_a_name_not_nfc_is_refused_by_the_database(database_url: str) -> None:
+    """Whoever writes the row, by hand included: the decomposed spelling of a name is
+    refused by the CHECK constraint; the composed one is stored."""
+    from coordinator import Coordinator
+
+    with Coordinator.connect(database_url) as coord:
+        coord.create_namespace("t")
+    with psycopg.connect(database_url) as conn:
+        root = conn.execute(b"SELECT id FROM nodes WHERE namespace = 't'").fetchone()
+        assert root is not None
+        insert = ("INSERT INTO nodes (namespace, id, parent_id, name, kind) "
+                  "VALUES ('t', gen_random_uuid(), %s, %s, 'dir')")
+        with pytest.raises(psycopg.errors.CheckViolation) as info:
+            conn.execute(insert.encode(), (root[0], "cafe\u0301"))
+        assert info.value.diag.constraint_name == "ck_nodes_name_valid"
+        conn.rollback()
+        conn.execute(insert.encode(), (root[0], "caf\u00e9"))
+
+
+def test_downgrading_0011_brings_back_the_frozen_functions(pg_cluster: LocalPostgres) -> None:
+    """Below 0011 the database is what 0010 built: the frozen bodies of 0004-0009, no
+    helpers, the name rule without NFC (functions, constraints and all compared)."""
+    before = pg_cluster.create_database(f"pk_schema_0010_{next(_ids)}")
+    upgrade(before, "0010_position_lock_tables")
+    round_trip = pg_cluster.create_database(f"pk_schema_down_{next(_ids)}")
+    upgrade(round_trip)
+    downgrade(round_trip, "0010_position_lock_tables")
+    assert differences(catalog(round_trip), catalog(before),
+                       ("the downgraded database", "the one migrated to 0010")) == []
