@@ -17,6 +17,8 @@ How, and why this way:
    binary file ends the reading too: the rest of it is never read).
 2. **Resolve set-based in SQL.** Missing parents, duplicates, a file under a file and
    paths that already exist are found by joins over the staged rows, not row by row.
+   The good lines are staged even after a bad one, so one refusal lists the problems of
+   every kind at once (a fixed file does not meet the next kind on the next try).
    Existing nodes are found by walking the staged paths from the root (a recursive
    join that only descends where the namespace already has a directory of that name),
    so importing into an empty namespace costs one index probe per top-level name.
@@ -194,8 +196,9 @@ def parse_line(
 
 
 class _Problems:
-    """Bad lines: the first ``MAX_REPORTED`` kept, all counted; the error class of the
-    first one is the class raised (a typed error for the caller to branch on)."""
+    """Bad lines of every check: the first ``MAX_REPORTED`` kept, all counted; the error
+    class of the first one is the class raised (a typed error for the caller to branch
+    on). The lines are listed in line order whichever check found them."""
 
     def __init__(self) -> None:
         self.kept: list[tuple[int, str]] = []
@@ -212,11 +215,13 @@ class _Problems:
     def raise_if_any(self) -> None:
         if self.kind is None:
             return
-        listed = "; ".join(f"line {n}: {m}" for n, m in self.kept)
-        more = f" (and {self.count - len(self.kept)} more)" if self.count > len(self.kept) else ""
+        kept = sorted(self.kept)
+        listed = "; ".join(f"line {n}: {m}" for n, m in kept)
+        more = f" (and {self.count - len(kept)} more)" if self.count > len(kept) else ""
         noun = "bad line" if self.count == 1 else "bad lines"
         err = self.kind(f"import refused, nothing written: {self.count} {noun}: {listed}{more}")
-        err.lines = tuple(self.kept)
+        err.lines = tuple(kept)
+        err.lines_total = self.count
         raise err
 
 
@@ -352,6 +357,11 @@ DUPLICATES_SQL = """
     FROM pk_import_stage WHERE NOT implied
     GROUP BY path HAVING count(*) > 1
     ORDER BY min(line) LIMIT :limit
+"""
+
+DROP_DUPLICATES_SQL = """
+    DELETE FROM pk_import_stage
+    WHERE line NOT IN (SELECT min(line) FROM pk_import_stage GROUP BY path)
 """
 
 FILE_UNDER_FILE_SQL = """
@@ -498,6 +508,7 @@ class Importer:
         self.bytes = 0
         self._implied = 0
         self._params: dict[str, Any] = {}
+        self._problems = _Problems()
 
     def _report(self, phase: str) -> None:
         if self.progress is not None:
@@ -527,17 +538,13 @@ class Importer:
         )
 
     def _stage(self, source: Iterable[bytes | str]) -> None:
-        """Parse, validate and COPY every line; raise with every bad line at the end."""
-        problems = _Problems()
+        """Parse, validate and COPY every good line; the bad ones are noted in
+        ``self._problems`` (raised with the other checks' after ``_resolve``)."""
         driver = Driver(self.conn)
-        try:
-            # psycopg's errors raised as SQLAlchemy's (a statement timeout during the
-            # COPY is then typed like any other statement's).
-            with driver.errors(COPY_SQL, {}):
-                self._copy(driver.raw, source, problems)
-        except _Abort:
-            pass
-        problems.raise_if_any()
+        # psycopg's errors raised as SQLAlchemy's (a statement timeout during the
+        # COPY is then typed like any other statement's).
+        with driver.errors(COPY_SQL, {}):
+            self._copy(driver.raw, source, self._problems)
         self._report("read")
 
     def _copy(self, dbapi: Any, source: Iterable[bytes | str], problems: _Problems) -> None:
@@ -559,18 +566,16 @@ class Importer:
                     except CoordinatorError as exc:
                         problems.add(number, str(exc), type(exc))
                         continue
-                    if problems.kind is None:  # after a bad line only validate: nothing kept
-                        copy.write_row((number, *row))
+                    # Staged even after a bad line, for the checks of _resolve; the
+                    # refusal then rolls the transaction back.
+                    copy.write_row((number, *row))
             except LineTooLong as exc:  # the reader stopped inside that line
                 problems.add(exc.line, exc.reason, TooLarge)
-            if problems.kind is not None:
-                # Ends the COPY with an error: the server discards what it received.
-                raise _Abort()
 
     def _resolve(self, root: Any) -> int:
         conn = self.conn
         staged = int(conn.execute(text("SELECT count(*) FROM pk_import_stage")).scalar_one())
-        problems = _Problems()
+        problems = self._problems
         try:
             # Unique: building it is the duplicate check; the query that names the
             # lines runs only when it fails.
@@ -583,14 +588,16 @@ class Importer:
                 where = ", ".join(map(str, lines[1:]))
                 problems.add(lines[0], f"{path} appears again on line(s) {where}",
                              InvalidImport)
-            problems.raise_if_any()
+            # The first line of each path stays, so the checks below run on one row a
+            # path (and report their problems in this same refusal).
+            conn.execute(text(DROP_DUPLICATES_SQL))
+            conn.execute(text("CREATE UNIQUE INDEX ON pk_import_stage (path)"))
         conn.execute(text("CREATE INDEX ON pk_import_stage (parent_path)"))
         conn.execute(text(IMPLIED_SQL))
         for line, parent, parent_line in conn.execute(
             text(FILE_UNDER_FILE_SQL), {"limit": MAX_REPORTED}
         ):
             problems.add(line, f"{parent} is a file (line {parent_line})", NotADirectory)
-        problems.raise_if_any()
         conn.execute(text(EXISTING_SQL), {"ns": self.ns, "root": root})
         for line, path, implied in conn.execute(
             text(CLASHES_SQL), {"limit": MAX_REPORTED}
@@ -649,6 +656,3 @@ class Importer:
         self.conn.execute(text(INSERT_EVENTS_SQL), {**self._params, "base": base})
         return base
 
-
-class _Abort(Exception):
-    """Raised inside the COPY block to end it with an error (bad lines were found)."""

@@ -15,9 +15,10 @@ from typing import BinaryIO
 
 import click
 
+from coordinator.errors import CoordinatorError
 from coordinator.settings import MAX_IMPORT_LINE_BYTES
 from indexer.logs import LOG_FORMATS, LogFormat, choose_format, configure
-from pathkeeper.cli.errors import OperatorErrors
+from pathkeeper.cli.errors import EXIT_CANNOT_RUN, OperatorErrors
 from pathkeeper.cli.indexer import indexer, search_node
 from pathkeeper.cli.namespaces import ns, tree
 from pathkeeper.cli.options import (
@@ -147,17 +148,36 @@ def import_(namespace: str, file: BinaryIO, database_url: str, max_content_bytes
     from coordinator.api import Coordinator
     from pathkeeper.cli.import_progress import progress_bar
 
+
     show = sys.stderr.isatty() if progress is None else progress
-    with (Coordinator.connect(database_url, max_import_line_bytes=max_line_bytes,
-                              max_content_bytes=max_content_bytes) as coord,
-          progress_bar(file, show) as on_progress):
-        result = coord.import_nodes(namespace, file, progress=on_progress)
+    try:
+        with (Coordinator.connect(database_url, max_import_line_bytes=max_line_bytes,
+                                  max_content_bytes=max_content_bytes) as coord,
+              progress_bar(file, show) as on_progress):
+            result = coord.import_nodes(namespace, file, progress=on_progress)
+    except CoordinatorError as exc:
+        if not exc.lines:
+            raise
+        click.echo("\n".join(refused_import_lines(exc)), err=True)
+        sys.exit(EXIT_CANNOT_RUN)
     events = ("no events" if result.first_seq is None
               else f"events {result.first_seq}..{result.last_seq}")
     click.echo(
         f"imported {result.created} nodes ({result.lines} lines, {result.implied_dirs} "
         f"parent directories created) into {namespace} in {result.seconds:.1f} s; {events}"
     )
+
+
+def refused_import_lines(exc: CoordinatorError) -> list[str]:
+    """A refused import for an operator: a header, then each bad line on a line of its
+    own (the exception's message has them all on one), then how many more there are."""
+    total = max(exc.lines_total, len(exc.lines))
+    noun = "bad line" if total == 1 else "bad lines"
+    out = [f"error: import refused, nothing written: {total} {noun}:"]
+    out += [f"  line {n}: {message}" for n, message in exc.lines]
+    if total > len(exc.lines):
+        out.append(f"  ... and {total - len(exc.lines)} more")
+    return out
 
 
 for command in (ns, tree, serve, keys, indexer, search_node, replay, reindex, verify, snapshot,
