@@ -18,6 +18,7 @@ from pathkeeper.cli.options import (
     es_url_option,
     max_content_bytes_option,
 )
+from pathkeeper.local.search import SEARCH_ENV, VERSION_ENV
 
 alias_option = click.option(
     "--alias", default=DEFAULT_ALIAS, show_default=True, help="Index alias the worker writes to."
@@ -214,12 +215,13 @@ __all__ = ["indexer"]
 
 
 @click.command("search-node")
-@click.option("--engine", type=click.Choice(["elasticsearch", "opensearch", "noida"]),
-              default=None, help="Which server (default: PATHKEEPER_SEARCH, else "
-              "elasticsearch; noida is the stand-in).")
-@click.option("--version", "version", default=None,
-              help="Its version (default: PATHKEEPER_SEARCH_VERSION, else the engine's "
-              "default; Elasticsearch 8.19.21 or 9.1.0, OpenSearch 2.19.1 or 3.3.0).")
+@click.option("--engine", type=click.Choice(["elasticsearch", "opensearch", "noida"],
+                                            case_sensitive=False),
+              envvar=SEARCH_ENV, default=None,
+              help="Which server (default: elasticsearch; noida is the stand-in).")
+@click.option("--version", "version", envvar=VERSION_ENV, default=None,
+              help="Its version (default: the engine's; Elasticsearch 8.19.21 or 9.1.0, "
+              "OpenSearch 2.19.1 or 3.3.0).")
 @click.option("--port", type=int, default=0, help="HTTP port (default: a free one).")
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None,
               help="Keep the node's config and data here (default: a temp dir, removed).")

@@ -23,21 +23,24 @@ from pathkeeper.cli.indexer import indexer, search_node
 from pathkeeper.cli.namespaces import ns, tree
 from pathkeeper.cli.options import (
     DATABASE_URL_ENV,
+    ENV_PREFIX,
     ES_URL_ENV,
     LOG_FORMAT_ENV,
     database_url_option,
     max_content_bytes_option,
+    show_envvars,
 )
 from pathkeeper.cli.replay import reindex, replay, verify
 from pathkeeper.cli.retention import compact, snapshot
 from pathkeeper.cli.serve import keys, serve
 
 
-@click.group(cls=OperatorErrors, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OperatorErrors, context_settings={"help_option_names": ["-h", "--help"],
+                                                   "auto_envvar_prefix": ENV_PREFIX})
 @click.version_option(package_name="pathkeeper", prog_name="pathkeeper")
 @click.option("--log-format", type=click.Choice(LOG_FORMATS), envvar=LOG_FORMAT_ENV,
               default=None, help="Log lines on stderr as JSON objects or text (default: JSON "
-                                 f"unless stderr is a terminal; env {LOG_FORMAT_ENV}).")
+                                 "unless stderr is a terminal).")
 def main(log_format: LogFormat | None) -> None:
     """Pathkeeper: transactional trees in PostgreSQL, searchable in Elasticsearch."""
     # Warnings only for the one-shot commands; the long-running ones (serve, the worker)
@@ -183,3 +186,4 @@ def refused_import_lines(exc: CoordinatorError) -> list[str]:
 for command in (ns, tree, serve, keys, indexer, search_node, replay, reindex, verify, snapshot,
                 compact):
     main.add_command(command)
+show_envvars(main)

@@ -13,6 +13,7 @@ from coordinator.settings import MAX_IMPORT_LINE_BYTES
 from indexer.contract import DEFAULT_ALIAS
 from pathkeeper.cli.options import (
     DATABASE_URL_ENV,
+    ES_URL_ENV,
     database_url_option,
     max_content_bytes_option,
 )
@@ -29,8 +30,8 @@ def is_loopback(host: str) -> bool:
 
 @click.command()
 @database_url_option
-@click.option("--es-url", envvar="PATHKEEPER_ES_URL", default=None,
-              help="Elasticsearch URL for search (env PATHKEEPER_ES_URL).")
+@click.option("--es-url", envvar=ES_URL_ENV, default=None,
+              help="Elasticsearch URL for search.")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535))
 @click.option("--no-auth", is_flag=True,
