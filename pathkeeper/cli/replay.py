@@ -33,11 +33,15 @@ def _valid_namespaces(
     return value
 
 
-namespace_option = click.option(
-    "--namespace", "namespaces", multiple=True, callback=_valid_namespaces,
-    help="Only this namespace (repeatable; it must exist). Without --until: rebuilt in "
-         "place in the live index (no new index, no swap).",
-)
+def namespace_option(more: str = "") -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """``--namespace``, its help followed by what it means for the command."""
+    return click.option(
+        "--namespace", "namespaces", multiple=True, callback=_valid_namespaces,
+        help="Only this namespace (repeatable; it must exist)." + (f" {more}" if more else ""),
+    )
+
+
+IN_PLACE = "Rebuilt in place in the live index (no new index, no swap)."
 
 
 def _require_namespaces(coord: Any, namespaces: tuple[str, ...]) -> None:
@@ -57,6 +61,11 @@ quiet_option = click.option("-q", "--quiet", is_flag=True, help="No progress out
 
 EXIT_DRIFT = 1
 EXIT_ERROR = 2
+
+
+def counts(by_kind: dict[str, int]) -> str:
+    """``{"missing": 0, "extra": 1}`` as ``missing 0, extra 1``."""
+    return ", ".join(f"{kind} {n}" for kind, n in by_kind.items())
 
 
 def _setup(quiet: bool) -> Any:
@@ -153,7 +162,7 @@ def _report_too_large(too_large: list[Rejected]) -> int:
 @database_url_option
 @es_url_option
 @alias_option
-@namespace_option
+@namespace_option(f"Without --until: {IN_PLACE[0].lower()}{IN_PLACE[1:]}")
 @click.option("--until", type=int, default=None,
               help="Build the state as of this log position into an index that is NOT "
                    "swapped in (for audits).")
@@ -176,7 +185,7 @@ def replay(
 @database_url_option
 @es_url_option
 @alias_option
-@namespace_option
+@namespace_option(IN_PLACE)
 @click.option("--dry-run", is_flag=True, help="Only count the documents.")
 @click.option("--keep-old", is_flag=True, help="Keep the previous index after the swap.")
 @consumer_option
@@ -195,7 +204,7 @@ def reindex(
 @database_url_option
 @es_url_option
 @alias_option
-@namespace_option
+@namespace_option()
 @click.option("--repair", is_flag=True, help="Rewrite exactly the drifted documents.")
 @click.option("--log/--no-log", "check_log", default=True, show_default=True,
               help="Also check that folding the event log reproduces the nodes table.")
@@ -235,7 +244,7 @@ def verify(
                 es.close()
             click.echo(
                 f"index {alias}: {report.compared} documents compared, "
-                f"{len(report.drift)} drifted {report.by_kind()}, "
+                f"{len(report.drift)} drifted ({counts(report.by_kind())}), "
                 f"{len(report.dead_lettered)} dead-lettered (pathkeeper indexer dead-letters)"
             )
             for d in report.drift[:50]:

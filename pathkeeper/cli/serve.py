@@ -183,14 +183,20 @@ def keys_revoke(database_url: str, key_id: str) -> None:
 @keys.command("list")
 @database_url_option
 def keys_list(database_url: str) -> None:
-    """List keys (never their secrets)."""
+    """List keys (never their secrets), under a header line."""
     from coordinator.api import Coordinator
     from coordinator.api_keys import list_keys
 
     with Coordinator.connect(database_url) as coord:
-        for k in list_keys(coord.engine):
-            state = f"revoked {k.revoked_at:%Y-%m-%d %H:%M}" if k.revoked_at else "active"
-            click.echo(f"{k.id}  {k.scope:<5}  {','.join(k.namespaces)}  {state}  {k.label}")
+        listed = list_keys(coord.engine)
+    rows = [("id", "scope", "namespaces", "state", "label")] + [
+        (k.id, k.scope, ",".join(k.namespaces),
+         f"revoked {k.revoked_at:%Y-%m-%d %H:%M}" if k.revoked_at else "active", k.label)
+        for k in listed]
+    widths = [max(len(cell) for cell in column) for column in zip(*rows, strict=True)]
+    for row in rows:
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))
+                   .rstrip())
 
 
 __all__ = ["DATABASE_URL_ENV", "keys", "serve"]
