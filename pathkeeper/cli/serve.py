@@ -153,13 +153,17 @@ def keys() -> None:
 def keys_create(database_url: str, namespaces: tuple[str, ...], scope: str, label: str) -> None:
     """Create a key and print its secret (shown once; only a hash is stored)."""
     from coordinator.api import Coordinator
-    from coordinator.api_keys import create_key
+    from coordinator.api_keys import ALL, create_key
 
     with Coordinator.connect(database_url) as coord:
         try:
             key_id, secret = create_key(coord.engine, list(namespaces), scope, label)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from exc
+        unknown = sorted(set(namespaces) - {ALL, *coord.namespaces()})
+    for name in unknown:  # a tenant may get its key first, but a typo should show
+        click.echo(f"warning: no namespace {name!r} (yet): the key can use it once it is "
+                   "created", err=True)
     click.echo(f"id:     {key_id}")
     click.echo(f"secret: {secret}")
     click.echo("The secret is shown only now; store it safely.", err=True)
