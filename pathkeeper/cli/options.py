@@ -15,6 +15,7 @@ from datetime import timedelta
 import click
 
 from coordinator.paths import MAX_CONTENT_BYTES
+from indexer.contract import DEFAULT_ALIAS
 
 DATABASE_URL_ENV = "PATHKEEPER_DATABASE_URL"
 ES_URL_ENV = "PATHKEEPER_ES_URL"
@@ -44,6 +45,14 @@ max_content_bytes_option = click.option(
     help="The largest file content, in bytes of UTF-8: larger ones are refused on every "
          "write path, and the indexer checks that it fits the search server's request "
          "limit.",
+)
+
+#: The worker's alias and checkpoint name (``indexer run``, ``status``, ``dead-letters``).
+worker_alias_option = click.option(
+    "--alias", default=DEFAULT_ALIAS, show_default=True, help="Index alias the worker writes to."
+)
+consumer_option = click.option(
+    "--consumer", default="", help="Checkpoint/lease name (default: indexer:<alias>)."
 )
 
 
