@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from datetime import timedelta
 from typing import BinaryIO
 
 import click
@@ -26,6 +27,7 @@ from pathkeeper.cli.options import (
     ENV_PREFIX,
     ES_URL_ENV,
     LOG_FORMAT_ENV,
+    check_duration,
     database_url_option,
     max_content_bytes_option,
     show_envvars,
@@ -120,16 +122,21 @@ def _at(database_url: str) -> str:
                    "(PATHKEEPER_SEARCH=noida: the stand-in).")
 @click.option("--clients", default=8, show_default=True)
 @click.option("--seconds", default=3.0, show_default=True)
-@click.option("--serve/--no-serve", default=None,
-              help="Keep serving the API afterwards (default: when run on a terminal).")
+@click.option("--serve/--no-serve", default=True, show_default=True,
+              help="Keep serving the API afterwards, until Ctrl-C or SIGTERM (with or "
+                   "without a terminal); --no-serve exits once the checks are done.")
+@click.option("--serve-for", default=None, metavar="DURATION", callback=check_duration,
+              help="Serve the API this long (5s, 10m, 1h), then exit (default: until a "
+                   "signal).")
 def demo(
     database_url: str | None, es_url: str | None, clients: int, seconds: float,
-    serve: bool | None,
+    serve: bool, serve_for: timedelta | None,
 ) -> None:
-    """The main job on embedded defaults: concurrent renames, indexed and searched."""
+    """The main job on embedded defaults: concurrent renames, indexed and searched; then
+    the HTTP API stays up (a URL and a key printed) until Ctrl-C or SIGTERM."""
     from pathkeeper.demo import run_demo
 
-    sys.exit(run_demo(database_url, es_url, clients, seconds, serve))
+    sys.exit(run_demo(database_url, es_url, clients, seconds, serve, serve_for))
 
 
 @main.command("import")
