@@ -106,3 +106,24 @@ def _walk(command: click.Command, ctx: click.Context
     if isinstance(command, click.Group):
         for name, sub in command.commands.items():
             yield from _walk(sub, click.Context(sub, info_name=name, parent=ctx))
+
+
+def test_every_duration_option_says_its_unit() -> None:
+    """A duration is either parsed by the one duration parser (a unit required: 7d, 30m,
+    5s) or is a number of seconds that its metavar says is SECONDS: never a bare number
+    whose unit the operator must guess."""
+    from pathkeeper.cli.options import check_duration
+
+    root = click.Context(main, info_name="pathkeeper", **main.context_settings)
+    durations = []
+    for path, command, _ctx in _walk(main, root):
+        for param in command.params:
+            name = param.name or ""
+            if isinstance(param, click.Option) and re.search(
+                    r"timeout|interval|ttl|give_up|serve_for|retain|seconds", name):
+                durations.append(f"{path} {param.opts[0]}")
+                if param.callback is check_duration:
+                    assert param.metavar == "DURATION", (path, param.opts)
+                else:
+                    assert param.metavar == "SECONDS", (path, param.opts)
+    assert len(durations) >= 11

@@ -55,7 +55,7 @@ def indexer() -> None:
                    "answered for this long (without --once the worker waits for them).")
 @click.option("--batch-events", default=1000, show_default=True)
 @click.option("--chunk-size", default=1000, show_default=True, help="Bulk actions per request.")
-@click.option("--poll-interval", default=1.0, show_default=True,
+@click.option("--poll-interval", default=1.0, show_default=True, metavar="SECONDS",
               help="Seconds between polls (the fallback to LISTEN/NOTIFY).")
 @click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics here.")
 @click.option("--verify-cron", default=None, metavar="CRONTAB", callback=_check_cron,

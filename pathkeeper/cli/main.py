@@ -121,7 +121,8 @@ def _at(database_url: str) -> str:
               help="Use this Elasticsearch instead of starting a local node "
                    "(PATHKEEPER_SEARCH=noida: the stand-in).")
 @click.option("--clients", default=8, show_default=True)
-@click.option("--seconds", default=3.0, show_default=True)
+@click.option("--seconds", default=3.0, show_default=True, metavar="SECONDS",
+              help="How long the clients rename.")
 @click.option("--serve/--no-serve", default=True, show_default=True,
               help="Keep serving the API afterwards, until Ctrl-C or SIGTERM (with or "
                    "without a terminal); --no-serve exits once the checks are done.")

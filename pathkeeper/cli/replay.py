@@ -208,7 +208,7 @@ def reindex(
 @click.option("--repair", is_flag=True, help="Rewrite exactly the drifted documents.")
 @click.option("--log/--no-log", "check_log", default=True, show_default=True,
               help="Also check that folding the event log reproduces the nodes table.")
-@click.option("--settle-timeout", default=30.0, show_default=True,
+@click.option("--settle-timeout", default=30.0, show_default=True, metavar="SECONDS",
               help="Seconds to wait for the live worker before calling a difference drift.")
 @quiet_option
 def verify(

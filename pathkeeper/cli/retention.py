@@ -89,7 +89,7 @@ def snapshot_list(database_url: str) -> None:
 @click.command("compact")
 @database_url_option
 @click.option("--retain", envvar=RETAIN_ENV, default="7d", show_default=True,
-              callback=check_duration,
+              metavar="DURATION", callback=check_duration,
               help="Keep events younger than this (7d, 12h, 30m, 0): only a snapshot at "
                    "least this old may be compacted up to.")
 @click.option("--force", is_flag=True,

@@ -45,18 +45,20 @@ def is_loopback(host: str) -> bool:
               help="Long polls open (change feed wait, /v1/indexed, search min_seq).")
 @click.option("--max-long-polls-per-key", default=8, show_default=True, type=int,
               help="Of those, for one API key.")
-@click.option("--statement-timeout", default=10.0, show_default=True, type=float)
+@click.option("--statement-timeout", default=10.0, show_default=True, type=float,
+              metavar="SECONDS", help="Seconds a request's statement may run (503 beyond).")
 @click.option("--body-timeout", default=30.0, show_default=True,
-              type=click.FloatRange(min=0, min_open=True),
+              type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Seconds a request body may take to arrive (an import's: between two "
                    "chunks); then 408 and the connection is closed.")
 @click.option("--import-timeout", default=3600.0, show_default=True,
-              type=click.FloatRange(0, min_open=True),
+              type=click.FloatRange(0, min_open=True), metavar="SECONDS",
               help="Seconds an import may take, its upload included (503 beyond).")
 @click.option("--max-import-line-bytes", default=MAX_IMPORT_LINE_BYTES, show_default=True,
               type=click.IntRange(1), help="The longest line an import reads (413 beyond).")
 @max_content_bytes_option
 @click.option("--idempotency-ttl", default=24 * 3600.0, show_default=True, type=float,
+              metavar="SECONDS",
               help="Seconds an Idempotency-Key is remembered.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
