@@ -134,7 +134,7 @@ def dead_letters_cmd(
         letters = deadletters.pending(coord.engine, name)
         for d in letters:
             click.echo(f"#{d.id} {d.created_at:%Y-%m-%d %H:%M:%S} ns={d.namespace} "
-                       f"node={d.node_id} position={d.position} error={d.error}")
+                       f"node={d.node_id or '-'} position={d.position} error={d.error}")
         click.echo(f"{len(letters)} pending")
         if retry and letters:
             if not es_url:
