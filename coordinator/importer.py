@@ -11,10 +11,10 @@ How, and why this way:
    names with the same rules as ``paths``) and written at once into a temporary table
    with ``COPY``; nothing of the input stays in Python's memory but the line being
    read, and a line longer than ``max_import_line_bytes`` is refused as soon as that
-   much of it has arrived, so memory is bounded whatever the input. A bad line stops
-   the COPY but not the reading: every bad line is reported (the first
-   ``MAX_REPORTED`` in full), with its number (an overlong line from a stream or a
-   binary file ends the reading too: the rest of it is never read).
+   much of it has arrived, so memory is bounded whatever the input. A bad line is
+   noted and skipped; the good ones are still staged, and every bad line is reported
+   (the first ``MAX_REPORTED`` in full), with its number (an overlong line from a stream
+   or a binary file ends the reading: the rest of it is never read).
 2. **Resolve set-based in SQL.** Missing parents, duplicates, a file under a file and
    paths that already exist are found by joins over the staged rows, not row by row.
    The good lines are staged even after a bad one, so one refusal lists the problems of

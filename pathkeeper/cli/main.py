@@ -120,7 +120,7 @@ def _at(database_url: str) -> str:
 @click.option("--es-url", envvar=ES_URL_ENV, default=None,
               help="Use this Elasticsearch instead of starting a local node "
                    "(PATHKEEPER_SEARCH=noida: the stand-in).")
-@click.option("--clients", default=8, show_default=True)
+@click.option("--clients", default=8, show_default=True, help="Clients renaming at once.")
 @click.option("--seconds", default=3.0, show_default=True, metavar="SECONDS",
               help="How long the clients rename.")
 @click.option("--serve/--no-serve", default=True, show_default=True,
@@ -155,7 +155,8 @@ def import_(namespace: str, file: BinaryIO, database_url: str, max_content_bytes
 
     One node a line: {"path": "/a/b", "kind": "dir"|"file", "content": "...",
     "metadata": {...}}, in any order; missing parent directories are created. Any bad
-    line (reported with its number) and nothing is written."""
+    line and nothing is written: every problem (syntax, a path twice, a file under a
+    file, a path that exists) is listed at once, one a line with its line number."""
     from coordinator.api import Coordinator
     from pathkeeper.cli.import_progress import progress_bar
 
