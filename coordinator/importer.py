@@ -52,7 +52,7 @@ import re
 import secrets
 import time
 import unicodedata
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -212,6 +212,12 @@ class _Problems:
         if len(self.kept) < MAX_REPORTED:
             self.kept.append((line, message))
 
+    def count_more(self, rows: Sequence[Any]) -> None:
+        """Count the problems a check found past the ``rows`` it named (their ``total``
+        column counts them all)."""
+        if rows:
+            self.count += int(rows[0].total) - len(rows)
+
     def raise_if_any(self) -> None:
         if self.kind is None:
             return
@@ -352,8 +358,10 @@ IMPLIED_SQL = """
     FROM missing GROUP BY path
 """
 
+# Each check names its first ``:limit`` problems and counts them all (``total``: the
+# window runs before the LIMIT), so a refusal says how many more there are.
 DUPLICATES_SQL = """
-    SELECT path, array_agg(line ORDER BY line) AS lines
+    SELECT path, array_agg(line ORDER BY line) AS lines, count(*) OVER () AS total
     FROM pk_import_stage WHERE NOT implied
     GROUP BY path HAVING count(*) > 1
     ORDER BY min(line) LIMIT :limit
@@ -365,7 +373,7 @@ DROP_DUPLICATES_SQL = """
 """
 
 FILE_UNDER_FILE_SQL = """
-    SELECT s.line, p.path, p.line AS parent_line
+    SELECT s.line, p.path, p.line AS parent_line, count(*) OVER () AS total
     FROM pk_import_stage s JOIN pk_import_stage p ON p.path = s.parent_path
     WHERE p.kind = 'file'
     ORDER BY s.line LIMIT :limit
@@ -391,7 +399,7 @@ EXISTING_SQL = """
 """
 
 CLASHES_SQL = """
-    SELECT s.line, s.path, s.implied
+    SELECT s.line, s.path, s.implied, count(*) OVER () AS total
     FROM pk_import_stage s JOIN pk_import_existing e ON e.path = s.path
     WHERE NOT s.implied OR e.kind <> 'dir'
     ORDER BY s.line LIMIT :limit
@@ -584,28 +592,30 @@ class Importer:
         except DBAPIError as exc:
             if sqlstate(exc) != UNIQUE_VIOLATION:
                 raise
-            for path, lines in conn.execute(text(DUPLICATES_SQL), {"limit": MAX_REPORTED}):
+            rows = conn.execute(text(DUPLICATES_SQL), {"limit": MAX_REPORTED}).all()
+            for path, lines, _ in rows:
                 where = ", ".join(map(str, lines[1:]))
                 problems.add(lines[0], f"{path} appears again on line(s) {where}",
                              InvalidImport)
+            problems.count_more(rows)
             # The first line of each path stays, so the checks below run on one row a
             # path (and report their problems in this same refusal).
             conn.execute(text(DROP_DUPLICATES_SQL))
             conn.execute(text("CREATE UNIQUE INDEX ON pk_import_stage (path)"))
         conn.execute(text("CREATE INDEX ON pk_import_stage (parent_path)"))
         conn.execute(text(IMPLIED_SQL))
-        for line, parent, parent_line in conn.execute(
-            text(FILE_UNDER_FILE_SQL), {"limit": MAX_REPORTED}
-        ):
+        rows = conn.execute(text(FILE_UNDER_FILE_SQL), {"limit": MAX_REPORTED}).all()
+        for line, parent, parent_line, _ in rows:
             problems.add(line, f"{parent} is a file (line {parent_line})", NotADirectory)
+        problems.count_more(rows)
         conn.execute(text(EXISTING_SQL), {"ns": self.ns, "root": root})
-        for line, path, implied in conn.execute(
-            text(CLASHES_SQL), {"limit": MAX_REPORTED}
-        ):
+        rows = conn.execute(text(CLASHES_SQL), {"limit": MAX_REPORTED}).all()
+        for line, path, implied, _ in rows:
             if implied:  # a parent this line needs is an existing file
                 problems.add(line, f"{path} is a file", NotADirectory)
             else:
                 problems.add(line, f"{path} already exists", AlreadyExists)
+        problems.count_more(rows)
         problems.raise_if_any()
         prefix, start = id_prefix()
         self._params = {"ns": self.ns, "root": root, "id_prefix": prefix, "id_start": start}

@@ -76,3 +76,23 @@ def test_past_the_bound_the_rest_are_counted(
     assert len(lines) == 1 + MAX_REPORTED + 1
     assert lines[-1] == f"  ... and {total - MAX_REPORTED} more"
     assert _counts(coord, ns) == before
+
+
+def test_the_count_covers_problems_past_the_bound_of_every_check(
+    database_url: str, coord: Coordinator, ns: str, tmp_path: Path
+) -> None:
+    """The same file twice: every line clashes, and the header counts them all (not only
+    the ones listed)."""
+    n = MAX_REPORTED + 10
+    file = tmp_path / "in.jsonl"
+    file.write_text("".join(json.dumps({"path": f"/d{i}", "kind": "dir"}) + "\n"
+                            for i in range(n)))
+    assert _import(database_url, ns, file).returncode == 0
+    before = _counts(coord, ns)
+    out = _import(database_url, ns, file)
+    assert out.returncode == 2
+    lines = out.stderr.splitlines()
+    assert lines[0] == f"error: import refused, nothing written: {n} bad lines:"
+    assert lines[1] == "  line 1: /d0 already exists"
+    assert lines[-1] == "  ... and 10 more"
+    assert _counts(coord, ns) == before
