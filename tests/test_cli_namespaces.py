@@ -82,6 +82,7 @@ def test_an_unknown_namespace_is_one_error_line_for_every_command(
 ) -> None:
     env = {"PATHKEEPER_ES_URL": es_url}
     for args in (("verify", "--namespace", "nope"), ("reindex", "--namespace", "nope"),
+                 ("replay", "--until", "1", "--namespace", "nope", "--dry-run"),
                  ("replay", "--namespace", "nope"), ("tree", "nope"), ("import", "nope", "-"),
                  ("ns", "drop", "nope")):
         out = subprocess.run([sys.executable, "-m", "pathkeeper", *args, "--database-url",
@@ -96,3 +97,18 @@ def test_an_unknown_namespace_is_one_error_line_for_every_command(
     assert key.returncode == 0 and "secret: " in key.stdout
     assert ("warning: no namespace 'nope' (yet): the key can use it once it is created"
             in key.stderr.splitlines())
+
+
+def test_replay_as_of_a_past_position_takes_a_namespace_dropped_since(
+    database_url: str, es_url: str, alias: str, coord: Coordinator
+) -> None:
+    made = coord.create_namespace("gone")
+    coord.mkdir("gone", "/d")
+    coord.drop_namespace("gone", force=True)
+    assert made.seq is not None
+    out = subprocess.run(
+        [sys.executable, "-m", "pathkeeper", "replay", "--until", str(made.seq + 1),
+         "--namespace", "gone", "--dry-run", "--alias", alias, "--database-url",
+         database_url, "--es-url", es_url], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "events: would write" in out.stdout

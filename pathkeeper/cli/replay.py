@@ -44,14 +44,36 @@ def namespace_option(more: str = "") -> Callable[[Callable[..., None]], Callable
 IN_PLACE = "Rebuilt in place in the live index (no new index, no swap)."
 
 
-def _require_namespaces(coord: Any, namespaces: tuple[str, ...]) -> None:
+# The namespaces of a list that the log knows as of a position: in an event at or below
+# it, or in a stored snapshot taken at or below it (the events it covers may be compacted).
+KNOWN_AS_OF_SQL = """
+    SELECT DISTINCT namespace FROM events
+    WHERE namespace = ANY(:names) AND position <= :until
+    UNION
+    SELECT DISTINCT n.namespace FROM log_snapshot_nodes n
+    JOIN log_snapshots s ON s.id = n.snapshot_id
+    WHERE n.namespace = ANY(:names) AND s.position <= :until
+"""
+
+
+def _require_namespaces(coord: Any, namespaces: tuple[str, ...], until: int | None = None
+                        ) -> None:
     """Refuse namespaces that do not exist: comparing or rebuilding nothing for them
-    and answering "ok" would hide a typo."""
+    and answering "ok" would hide a typo. As of an older position (``until``), one the
+    log knows by then counts too (it may have been dropped since)."""
+    from sqlalchemy import text
+
     from coordinator.errors import NotFound
 
     missing = sorted(set(namespaces) - set(coord.namespaces()))
+    if missing and until is not None:
+        with coord.engine.connect() as conn:
+            known = set(conn.execute(text(KNOWN_AS_OF_SQL),
+                                     {"names": missing, "until": until}).scalars())
+        missing = [ns for ns in missing if ns not in known]
     if missing:
-        raise NotFound(f"--namespace: no namespace {', '.join(map(repr, missing))}")
+        where = "" if until is None else f" (now, or in the log up to position {until})"
+        raise NotFound(f"--namespace: no namespace {', '.join(map(repr, missing))}{where}")
 consumer_option = click.option(
     "--consumer", default="",
     help="The live worker's checkpoint name whose checkpoints move to the rebuilt index's "
@@ -107,8 +129,8 @@ def _rebuild(
 
     def body() -> int:
         with Coordinator.connect(database_url) as coord, progress:
-            if until is None:  # as of an older position, a namespace dropped since counts
-                _require_namespaces(coord, namespaces)
+            # As of an older position, a namespace dropped since counts.
+            _require_namespaces(coord, namespaces, until)
             es = open_search(es_url, request_timeout=120)
             try:
                 if namespaces and until is None:
