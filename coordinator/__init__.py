@@ -43,7 +43,7 @@ from .errors import (
     Unavailable,
     UnknownEvent,
 )
-from .results import Event, MutationResult, Node
+from .results import Event, MutationResult, Node, SearchHit, SearchPage
 from .settings import Settings
 
 if TYPE_CHECKING:
@@ -106,6 +106,8 @@ __all__ = [
     "OutcomeUnknown",
     "Partition",
     "Rename",
+    "SearchHit",
+    "SearchPage",
     "SetMetadata",
     "Settings",
     "TooLarge",

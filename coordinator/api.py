@@ -414,7 +414,7 @@ def apply_group(
     return results
 
 
-class GroupTx(GroupCommands):
+class GroupTx(GroupCommands[MutationResult]):
     """The commands and reads of ``Coordinator`` inside one group transaction."""
 
     def __init__(self, tx: TreeTx, max_ops: int) -> None:

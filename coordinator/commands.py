@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, TypeVar
 
 from annotated_types import Ge, Le, MaxLen, MinLen
 
@@ -177,39 +177,44 @@ class NamespaceCommands(ABC):
         return self.execute(ns, Delete(ref, recursive, if_version))
 
 
-class GroupCommands(ABC):
+#: What a group's step answers: its result in-process (``MutationResult``), a placeholder
+#: filled at commit over HTTP (``pathkeeper.client.Pending``).
+StepResult = TypeVar("StepResult")
+
+
+class GroupCommands(ABC, Generic[StepResult]):
     """The same typed methods inside a group, whose namespace is already chosen."""
 
     @abstractmethod
-    def execute(self, command: Command) -> MutationResult:
+    def execute(self, command: Command) -> StepResult:
         """Run one command as the group's next step."""
 
-    def mkdir(self, path: str, parents: bool = False) -> MutationResult:
+    def mkdir(self, path: str, parents: bool = False) -> StepResult:
         return self.execute(Mkdir(path, parents))
 
     def create_file(
         self, path: str, content: str = "", metadata: dict[str, Any] | None = None
-    ) -> MutationResult:
+    ) -> StepResult:
         return self.execute(CreateFile(path, content, metadata))
 
     def write_file(
         self, ref: str, content: str, metadata: dict[str, Any] | None = None,
         if_version: int | None = None,
-    ) -> MutationResult:
+    ) -> StepResult:
         return self.execute(WriteFile(ref, content, metadata, if_version))
 
     def set_metadata(
         self, ref: str, metadata: dict[str, Any], if_version: int | None = None
-    ) -> MutationResult:
+    ) -> StepResult:
         return self.execute(SetMetadata(ref, metadata, if_version))
 
-    def move(self, src: str, dst_path: str, if_version: int | None = None) -> MutationResult:
+    def move(self, src: str, dst_path: str, if_version: int | None = None) -> StepResult:
         return self.execute(Move(src, dst_path, if_version))
 
-    def rename(self, ref: str, new_name: str, if_version: int | None = None) -> MutationResult:
+    def rename(self, ref: str, new_name: str, if_version: int | None = None) -> StepResult:
         return self.execute(Rename(ref, new_name, if_version))
 
     def delete(
         self, ref: str, recursive: bool = False, if_version: int | None = None
-    ) -> MutationResult:
+    ) -> StepResult:
         return self.execute(Delete(ref, recursive, if_version))

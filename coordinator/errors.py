@@ -11,6 +11,8 @@ class CoordinatorError(Exception):
     code = "error"
     #: For a refused import: (line number, what is wrong) of the first bad lines.
     lines: tuple[tuple[int, str], ...] = ()
+    #: For a refused import: how many bad lines were found (``lines`` keeps the first).
+    lines_total: int = 0
     #: For a failed group of commands (``Coordinator.apply``, an HTTP batch): the
     #: position of the command that failed; nothing of the group applied.
     index: int | None = None

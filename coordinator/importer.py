@@ -11,12 +11,14 @@ How, and why this way:
    names with the same rules as ``paths``) and written at once into a temporary table
    with ``COPY``; nothing of the input stays in Python's memory but the line being
    read, and a line longer than ``max_import_line_bytes`` is refused as soon as that
-   much of it has arrived, so memory is bounded whatever the input. A bad line stops
-   the COPY but not the reading: every bad line is reported (the first
-   ``MAX_REPORTED`` in full), with its number (an overlong line from a stream or a
-   binary file ends the reading too: the rest of it is never read).
+   much of it has arrived, so memory is bounded whatever the input. A bad line is
+   noted and skipped; the good ones are still staged, and every bad line is reported
+   (the first ``MAX_REPORTED`` in full), with its number (an overlong line from a stream
+   or a binary file ends the reading: the rest of it is never read).
 2. **Resolve set-based in SQL.** Missing parents, duplicates, a file under a file and
    paths that already exist are found by joins over the staged rows, not row by row.
+   The good lines are staged even after a bad one, so one refusal lists the problems of
+   every kind at once (a fixed file does not meet the next kind on the next try).
    Existing nodes are found by walking the staged paths from the root (a recursive
    join that only descends where the namespace already has a directory of that name),
    so importing into an empty namespace costs one index probe per top-level name.
@@ -50,7 +52,7 @@ import re
 import secrets
 import time
 import unicodedata
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -194,8 +196,9 @@ def parse_line(
 
 
 class _Problems:
-    """Bad lines: the first ``MAX_REPORTED`` kept, all counted; the error class of the
-    first one is the class raised (a typed error for the caller to branch on)."""
+    """Bad lines of every check: the first ``MAX_REPORTED`` kept, all counted; the error
+    class of the first one is the class raised (a typed error for the caller to branch
+    on). The lines are listed in line order whichever check found them."""
 
     def __init__(self) -> None:
         self.kept: list[tuple[int, str]] = []
@@ -209,14 +212,22 @@ class _Problems:
         if len(self.kept) < MAX_REPORTED:
             self.kept.append((line, message))
 
+    def count_more(self, rows: Sequence[Any]) -> None:
+        """Count the problems a check found past the ``rows`` it named (their ``total``
+        column counts them all)."""
+        if rows:
+            self.count += int(rows[0].total) - len(rows)
+
     def raise_if_any(self) -> None:
         if self.kind is None:
             return
-        listed = "; ".join(f"line {n}: {m}" for n, m in self.kept)
-        more = f" (and {self.count - len(self.kept)} more)" if self.count > len(self.kept) else ""
+        kept = sorted(self.kept)
+        listed = "; ".join(f"line {n}: {m}" for n, m in kept)
+        more = f" (and {self.count - len(kept)} more)" if self.count > len(kept) else ""
         noun = "bad line" if self.count == 1 else "bad lines"
         err = self.kind(f"import refused, nothing written: {self.count} {noun}: {listed}{more}")
-        err.lines = tuple(self.kept)
+        err.lines = tuple(kept)
+        err.lines_total = self.count
         raise err
 
 
@@ -347,15 +358,22 @@ IMPLIED_SQL = """
     FROM missing GROUP BY path
 """
 
+# Each check names its first ``:limit`` problems and counts them all (``total``: the
+# window runs before the LIMIT), so a refusal says how many more there are.
 DUPLICATES_SQL = """
-    SELECT path, array_agg(line ORDER BY line) AS lines
+    SELECT path, array_agg(line ORDER BY line) AS lines, count(*) OVER () AS total
     FROM pk_import_stage WHERE NOT implied
     GROUP BY path HAVING count(*) > 1
     ORDER BY min(line) LIMIT :limit
 """
 
+DROP_DUPLICATES_SQL = """
+    DELETE FROM pk_import_stage
+    WHERE line NOT IN (SELECT min(line) FROM pk_import_stage GROUP BY path)
+"""
+
 FILE_UNDER_FILE_SQL = """
-    SELECT s.line, p.path, p.line AS parent_line
+    SELECT s.line, p.path, p.line AS parent_line, count(*) OVER () AS total
     FROM pk_import_stage s JOIN pk_import_stage p ON p.path = s.parent_path
     WHERE p.kind = 'file'
     ORDER BY s.line LIMIT :limit
@@ -381,7 +399,7 @@ EXISTING_SQL = """
 """
 
 CLASHES_SQL = """
-    SELECT s.line, s.path, s.implied
+    SELECT s.line, s.path, s.implied, count(*) OVER () AS total
     FROM pk_import_stage s JOIN pk_import_existing e ON e.path = s.path
     WHERE NOT s.implied OR e.kind <> 'dir'
     ORDER BY s.line LIMIT :limit
@@ -498,6 +516,7 @@ class Importer:
         self.bytes = 0
         self._implied = 0
         self._params: dict[str, Any] = {}
+        self._problems = _Problems()
 
     def _report(self, phase: str) -> None:
         if self.progress is not None:
@@ -527,17 +546,13 @@ class Importer:
         )
 
     def _stage(self, source: Iterable[bytes | str]) -> None:
-        """Parse, validate and COPY every line; raise with every bad line at the end."""
-        problems = _Problems()
+        """Parse, validate and COPY every good line; the bad ones are noted in
+        ``self._problems`` (raised with the other checks' after ``_resolve``)."""
         driver = Driver(self.conn)
-        try:
-            # psycopg's errors raised as SQLAlchemy's (a statement timeout during the
-            # COPY is then typed like any other statement's).
-            with driver.errors(COPY_SQL, {}):
-                self._copy(driver.raw, source, problems)
-        except _Abort:
-            pass
-        problems.raise_if_any()
+        # psycopg's errors raised as SQLAlchemy's (a statement timeout during the
+        # COPY is then typed like any other statement's).
+        with driver.errors(COPY_SQL, {}):
+            self._copy(driver.raw, source, self._problems)
         self._report("read")
 
     def _copy(self, dbapi: Any, source: Iterable[bytes | str], problems: _Problems) -> None:
@@ -559,18 +574,16 @@ class Importer:
                     except CoordinatorError as exc:
                         problems.add(number, str(exc), type(exc))
                         continue
-                    if problems.kind is None:  # after a bad line only validate: nothing kept
-                        copy.write_row((number, *row))
+                    # Staged even after a bad line, for the checks of _resolve; the
+                    # refusal then rolls the transaction back.
+                    copy.write_row((number, *row))
             except LineTooLong as exc:  # the reader stopped inside that line
                 problems.add(exc.line, exc.reason, TooLarge)
-            if problems.kind is not None:
-                # Ends the COPY with an error: the server discards what it received.
-                raise _Abort()
 
     def _resolve(self, root: Any) -> int:
         conn = self.conn
         staged = int(conn.execute(text("SELECT count(*) FROM pk_import_stage")).scalar_one())
-        problems = _Problems()
+        problems = self._problems
         try:
             # Unique: building it is the duplicate check; the query that names the
             # lines runs only when it fails.
@@ -579,26 +592,30 @@ class Importer:
         except DBAPIError as exc:
             if sqlstate(exc) != UNIQUE_VIOLATION:
                 raise
-            for path, lines in conn.execute(text(DUPLICATES_SQL), {"limit": MAX_REPORTED}):
+            rows = conn.execute(text(DUPLICATES_SQL), {"limit": MAX_REPORTED}).all()
+            for path, lines, _ in rows:
                 where = ", ".join(map(str, lines[1:]))
                 problems.add(lines[0], f"{path} appears again on line(s) {where}",
                              InvalidImport)
-            problems.raise_if_any()
+            problems.count_more(rows)
+            # The first line of each path stays, so the checks below run on one row a
+            # path (and report their problems in this same refusal).
+            conn.execute(text(DROP_DUPLICATES_SQL))
+            conn.execute(text("CREATE UNIQUE INDEX ON pk_import_stage (path)"))
         conn.execute(text("CREATE INDEX ON pk_import_stage (parent_path)"))
         conn.execute(text(IMPLIED_SQL))
-        for line, parent, parent_line in conn.execute(
-            text(FILE_UNDER_FILE_SQL), {"limit": MAX_REPORTED}
-        ):
+        rows = conn.execute(text(FILE_UNDER_FILE_SQL), {"limit": MAX_REPORTED}).all()
+        for line, parent, parent_line, _ in rows:
             problems.add(line, f"{parent} is a file (line {parent_line})", NotADirectory)
-        problems.raise_if_any()
+        problems.count_more(rows)
         conn.execute(text(EXISTING_SQL), {"ns": self.ns, "root": root})
-        for line, path, implied in conn.execute(
-            text(CLASHES_SQL), {"limit": MAX_REPORTED}
-        ):
+        rows = conn.execute(text(CLASHES_SQL), {"limit": MAX_REPORTED}).all()
+        for line, path, implied, _ in rows:
             if implied:  # a parent this line needs is an existing file
                 problems.add(line, f"{path} is a file", NotADirectory)
             else:
                 problems.add(line, f"{path} already exists", AlreadyExists)
+        problems.count_more(rows)
         problems.raise_if_any()
         prefix, start = id_prefix()
         self._params = {"ns": self.ns, "root": root, "id_prefix": prefix, "id_start": start}
@@ -649,6 +666,3 @@ class Importer:
         self.conn.execute(text(INSERT_EVENTS_SQL), {**self._params, "base": base})
         return base
 
-
-class _Abort(Exception):
-    """Raised inside the COPY block to end it with an error (bad lines were found)."""

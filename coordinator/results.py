@@ -1,4 +1,5 @@
-"""What the API answers with: nodes, the result of a change, events of the log.
+"""What the API answers with: nodes, the result of a change, events of the log, search
+hits.
 
 Plain values with no database import, so the HTTP client (``pathkeeper.client``) uses the
 same types as the ``Coordinator`` without installing or importing SQLAlchemy or psycopg.
@@ -71,6 +72,12 @@ class MutationResult:
         """Known once the transaction took its block: after commit (inside a group, None)."""
         return None if self.event is None else self.event.position
 
+    @property
+    def version(self) -> int:
+        """The node's version after the change (as the HTTP answer's ``version``): what
+        the next compare-and-swap passes as ``if_version``."""
+        return self.node.version
+
 
 @dataclass(frozen=True)
 class Event:
@@ -104,6 +111,28 @@ class Event:
     def transaction_block(self) -> int:
         """Events of one transaction share this value."""
         return self.position // POSITION_BLOCK
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """One document of the index that matched: the node as indexed (``seq``: the position
+    of the event that wrote it) and its relevance (None when sorted otherwise)."""
+
+    node_id: str
+    path: str
+    name: str
+    kind: Literal["file", "dir"]
+    parent_id: str | None
+    seq: int
+    score: float | None
+
+
+@dataclass(frozen=True)
+class SearchPage:
+    """One page of search results; ``cursor`` asks for the next (None: the last page)."""
+
+    hits: list[SearchHit]
+    cursor: str | None
 
 
 def block_end(position: int) -> int:

@@ -189,7 +189,8 @@ def rebuild(
         # The atomic swap: one request moves the alias and drops the building marker.
         old = elasticsearch_index.switch_alias(es, alias, index, built=True)
         result.swapped, result.old_indices = True, old
-        progress.note(f"alias {alias} now points to {index} (was {old or 'nothing'})")
+        progress.note(f"alias {alias} now points to {index} "
+                      f"(was {', '.join(old) or 'nothing'})")
         # Events the live worker applied to the old index just before the swap.
         live = worker_batch_apply(engine, es, alias, rejected)
         cursor, n = catch_up(coord, cursor, live, progress, until=current_bound(engine))

@@ -156,16 +156,34 @@ class CompactResult:
 MAX_DURATION = timedelta(days=100 * 366)
 
 
+_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+UNITS_HINT = "a number and a unit: s, m, h or d (e.g. 5s, 10m, 12h, 7d; 0 for none)"
+
+
 def parse_duration(value: str) -> timedelta:
-    """``"7d"``, ``"12h"``, ``"30m"``, ``"45s"``, ``"0"`` (or a number of seconds)."""
+    """``"7d"``, ``"12h"``, ``"30m"``, ``"45s"`` or ``"0"``: the unit is required (a bare
+    ``5`` could be meant as days as easily as seconds)."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([dhms]?)\s*", value)
     if m is None:
-        raise ValueError(f"not a duration: {value!r} (e.g. 7d, 12h, 30m, 0)")
-    amount, unit = float(m.group(1)), m.group(2) or "s"
-    seconds = amount * {"d": 86400, "h": 3600, "m": 60, "s": 1}[unit]
+        raise ValueError(f"not a duration: {value!r}; expected {UNITS_HINT}")
+    amount, unit = float(m.group(1)), m.group(2)
+    if not unit and amount != 0:
+        raise ValueError(f"{value.strip()!r} has no unit; expected {UNITS_HINT}")
+    unit = unit or "s"
+    seconds = amount * _UNITS[unit]
     if seconds > MAX_DURATION.total_seconds():
         raise ValueError(f"duration {value.strip()!r} is longer than {MAX_DURATION.days}d")
     return timedelta(seconds=seconds)
+
+
+def format_duration(duration: timedelta) -> str:
+    """A duration as ``parse_duration`` reads it: the largest unit that divides it
+    (``7d``, ``36h``, ``90s``), else seconds with their fraction."""
+    seconds = duration.total_seconds()
+    for unit, size in _UNITS.items():
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
 
 
 def take_snapshot(
@@ -266,7 +284,8 @@ def compact(
         ).first()
         conn.rollback()
     if snap is None:
-        why = f"no snapshot above the horizon ({previous}) is at least {retain} old"
+        why = (f"no snapshot above the horizon ({previous}) is at least "
+               f"{format_duration(retain)} old")
         if cap is not None:
             why += f" and at or below the lowest consumer checkpoint ({cap})"
         return CompactResult(previous, previous, None, dry_run=dry_run,

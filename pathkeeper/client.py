@@ -8,8 +8,11 @@ Switching a service from in-process to remote is one line::
 Mutations send an ``Idempotency-Key`` generated once per call and reused on every
 retry, so a retry after a timeout or a dropped connection returns the original
 result instead of applying twice. Retried: transport errors, 429 and 503 (after
-``Retry-After``, capped). Not offered remotely: ``transaction()`` (use ``apply``),
-``walk`` snapshots (``walk`` here lists page by page, without file content).
+``Retry-After``, capped). ``transaction()`` collects the block's commands and sends them
+as one batch when the block ends (all or nothing, as ``apply``): a step's result is known
+only then (``Pending.result``, ``RemoteTransaction.results``), so a step cannot use the
+one before it. Not offered remotely: ``walk`` snapshots (``walk`` here lists page by
+page, without file content).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import random
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
@@ -26,8 +31,16 @@ from urllib.parse import quote
 import httpx
 
 from coordinator import errors as ce
-from coordinator.commands import Command, NamespaceCommands
-from coordinator.results import Committed, Event, MutationResult, Node, Start
+from coordinator.commands import Command, GroupCommands, NamespaceCommands
+from coordinator.results import (
+    Committed,
+    Event,
+    MutationResult,
+    Node,
+    SearchHit,
+    SearchPage,
+    Start,
+)
 from pathkeeper.http.cursors import encode_name_cursor
 from pathkeeper.http.operations import NAMESPACE_URL, NODE_BY_ID, NODE_BY_PATH, REF, ROUTE_OF
 
@@ -92,6 +105,35 @@ def node_of(data: dict[str, Any]) -> Node:
 def result_of(data: dict[str, Any]) -> MutationResult:
     seq = data.get("seq")
     return MutationResult(node_of(data["node"]), None if seq is None else Committed(seq))
+
+
+def page_of(data: dict[str, Any]) -> SearchPage:
+    return SearchPage(hits=[SearchHit(**hit) for hit in data["hits"]], cursor=data.get("cursor"))
+
+
+@dataclass
+class Pending:
+    """A step of a ``Client.transaction``: its result once the group committed (None
+    before, and for ever when the group failed)."""
+
+    index: int
+    result: MutationResult | None = None
+
+
+class RemoteTransaction(GroupCommands[Pending]):
+    """The commands of a ``Client.transaction`` block, sent as one batch at its end."""
+
+    def __init__(self) -> None:
+        self.commands: list[Command] = []
+        self.steps: list[Pending] = []
+        #: Every step's result, in order, once the group committed.
+        self.results: list[MutationResult] = []
+
+    def execute(self, command: Command) -> Pending:
+        step = Pending(len(self.commands))
+        self.commands.append(command)
+        self.steps.append(step)
+        return step
 
 
 def error_of(response: httpx.Response) -> ce.CoordinatorError:
@@ -254,8 +296,19 @@ class Client(NamespaceCommands):
         data = self.request("POST", f"{self._ns(namespace)}/batch", mutation=True, json=body)
         return [result_of(r) for r in data["results"]]
 
-    def transaction(self, namespace: str) -> Any:
-        raise NotImplementedError("transaction() is in-process only; use apply(ns, ops)")
+    @contextmanager
+    def transaction(self, namespace: str) -> Iterator[RemoteTransaction]:
+        """Several changes to one namespace, all or nothing: the block's commands are sent
+        as one batch (``apply``) when it ends without an exception (nothing is sent when
+        it raises); a failing command raises its error with its position in ``.index``
+        and nothing of the group is applied."""
+        group = RemoteTransaction()
+        yield group
+        if not group.commands:
+            return
+        group.results = self.apply(namespace, group.commands)
+        for step, result in zip(group.steps, group.results, strict=True):
+            step.result = result
 
     # ---------------------------------------------------------------- reads
 
@@ -324,14 +377,13 @@ class Client(NamespaceCommands):
         self, ns: str, q: str | None = None, *, under: str | None = None,
         dir: str | None = None, kind: str | None = None, limit: int = 20,
         cursor: str | None = None, min_seq: int | None = None,
-    ) -> dict[str, Any]:
-        """One page of search results: ``{"hits": [...], "cursor": ...}``."""
-        result: dict[str, Any] = self.request(
+    ) -> SearchPage:
+        """One page of search results (``.hits``, and ``.cursor`` for the next page)."""
+        return page_of(self.request(
             "GET", f"{self._ns(ns)}/search",
             params={"q": q, "under": under, "dir": dir, "kind": kind, "limit": limit,
                     "cursor": cursor, "min_seq": min_seq},
-        )
-        return result
+        ))
 
 
 def _segment(value: str, what: str) -> str:
@@ -346,4 +398,5 @@ def _segment(value: str, what: str) -> str:
     return quote(value, safe="")
 
 
-__all__ = ["Client", "Forbidden", "InvalidRequest", "Unauthorized", "error_of"]
+__all__ = ["Client", "Forbidden", "InvalidRequest", "Pending", "RemoteTransaction",
+           "Unauthorized", "error_of"]

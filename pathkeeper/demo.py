@@ -10,20 +10,24 @@ way the seed does: everything under the directory's final name.
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import socket
-import sys
 import threading
 import time
 from collections import Counter
 from contextlib import ExitStack
+from datetime import timedelta
 from typing import Any
 
 import click
 
 from coordinator import Coordinator, CoordinatorError
 from coordinator.events import Moved
+from coordinator.indexing import consumer_for
 from coordinator.migrate import upgrade
+from indexer.retention import format_duration
 from pathkeeper.local.postgres import LocalPostgres
 
 NS = "demo"
@@ -72,10 +76,31 @@ def _exists(coord: Coordinator, path: str) -> bool:
         return False
 
 
-def start_worker(stack: ExitStack, database_url: str, es_url: str) -> None:
+def own_alias(stack: ExitStack, es_url: str) -> str:
+    """An index alias of this run's own, deleted with its indices at the end: a search
+    server given with --es-url may hold other data (or another demo's) under the default
+    alias, and the demo's searches must find only its own documents."""
+    from indexer.elasticsearch_index import drop_alias_and_indices
+    from indexer.search_client import open_search
+
+    alias = f"pathkeeper-demo-{os.getpid()}"
+
+    def drop() -> None:
+        es = open_search(es_url)
+        try:
+            drop_alias_and_indices(es, alias)
+        finally:
+            es.close()
+
+    stack.callback(drop)
+    return alias
+
+
+def start_worker(stack: ExitStack, database_url: str, es_url: str, alias: str) -> None:
     from indexer.worker import Worker, WorkerConfig
 
-    worker = Worker(WorkerConfig(database_url, es_url, partitions=2, poll_interval=0.5))
+    worker = Worker(WorkerConfig(database_url, es_url, alias=alias, partitions=2,
+                                 poll_interval=0.5))
     thread = threading.Thread(target=worker.run, name="indexer", daemon=True)
     thread.start()
 
@@ -86,7 +111,8 @@ def start_worker(stack: ExitStack, database_url: str, es_url: str) -> None:
     stack.callback(stop)
 
 
-def start_api(stack: ExitStack, database_url: str, es_url: str) -> tuple[str, str]:
+def start_api(stack: ExitStack, database_url: str, es_url: str,
+              alias: str) -> tuple[str, str]:
     """Serve the HTTP API on loopback; returns its URL and an admin key's secret."""
     import uvicorn
 
@@ -99,7 +125,8 @@ def start_api(stack: ExitStack, database_url: str, es_url: str) -> tuple[str, st
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = int(sock.getsockname()[1])
-    app = create_app(ServiceSettings(database_url=database_url, es_url=es_url))
+    app = create_app(ServiceSettings(database_url=database_url, es_url=es_url,
+                                     index_alias=alias))
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
     )
@@ -117,15 +144,15 @@ def start_api(stack: ExitStack, database_url: str, es_url: str) -> tuple[str, st
     return f"http://127.0.0.1:{port}", secret
 
 
-def search_under(es_url: str, top: str) -> list[dict[str, Any]]:
+def search_under(es_url: str, alias: str, top: str) -> list[dict[str, Any]]:
     """The seed's "everything under this directory": a term query on the tree field."""
-    from indexer.contract import DEFAULT_ALIAS, search_filters
+    from indexer.contract import search_filters
     from indexer.search_client import open_search
 
     es = open_search(es_url)
     try:
-        es.refresh(DEFAULT_ALIAS)
-        hits = es.search(DEFAULT_ALIAS, {
+        es.refresh(alias)
+        hits = es.search(alias, {
             "query": {"bool": {"filter": search_filters(NS, top, kind="file")}},
             "sort": [{"path": "asc"}],
             "size": 100,
@@ -135,10 +162,31 @@ def search_under(es_url: str, top: str) -> list[dict[str, Any]]:
     return [h["_source"] for h in hits]
 
 
+def serve_until_stopped(serve_for: timedelta | None) -> None:
+    """Keep the process (and so the API threads) alive until SIGINT or SIGTERM, or for
+    ``serve_for``; saying so first, so whoever reads the URL knows how long it lives."""
+    stop = threading.Event()
+    previous = {s: signal.signal(s, lambda *_: stop.set())
+                for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        if serve_for is None:
+            click.echo("serving until Ctrl-C or SIGTERM (--serve-for 10m bounds it, "
+                       "--no-serve exits at once) ...")
+        else:
+            click.echo(f"serving for {format_duration(serve_for)} (or until Ctrl-C or "
+                       "SIGTERM) ...")
+        stop.wait(None if serve_for is None else serve_for.total_seconds())
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
 def run_demo(
     database_url: str | None, es_url: str | None, clients: int, seconds: float,
-    serve: bool | None = None,
+    serve: bool = True, serve_for: timedelta | None = None,
 ) -> int:
+    """Run the demo; then, with ``serve``, keep the API up until a signal (or for
+    ``serve_for``). The exit status: 0, or 1 when a check failed."""
     with ExitStack() as stack:
         if database_url is None:
             click.echo("starting a throwaway PostgreSQL cluster ...")
@@ -155,8 +203,9 @@ def run_demo(
             click.echo(f"  {server.label} on {es_url}")
         coord = stack.enter_context(Coordinator.connect(database_url))
         build_tree(coord)
-        start_worker(stack, database_url, es_url)
-        api_url, secret = start_api(stack, database_url, es_url)
+        alias = own_alias(stack, es_url)
+        start_worker(stack, database_url, es_url, alias)
+        api_url, secret = start_api(stack, database_url, es_url, alias)
         click.echo(f"{clients} clients renaming concurrently for {seconds:.0f}s ...")
         stop = threading.Event()
         tally: Counter[str] = Counter()
@@ -177,7 +226,8 @@ def run_demo(
             click.echo(f"  {node.path}{'/' if node.is_dir and node.path != '/' else ''}")
         events, cursor = coord.read_events(limit=100_000)
         counts = Counter(e.type for e in events)
-        click.echo(f"event log: {len(events)} events {dict(counts)}, cursor {cursor}; the last 8:")
+        by_type = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()))
+        click.echo(f"event log: {len(events)} events ({by_type}), cursor {cursor}; the last 8:")
         for e in events[-8:]:
             change = e.change
             detail = getattr(change, "path", "")
@@ -190,11 +240,11 @@ def run_demo(
             click.echo(f"LOST FILES: {len(files)} != {expected_files}", err=True)
             return 1
         started = time.monotonic()
-        if not coord.wait_indexed(cursor, timeout=60):
+        if not coord.wait_indexed(cursor, timeout=60, consumer=consumer_for(alias)):
             click.echo("the indexer did not catch up within 60 s", err=True)
             return 1
         top = "/clinton" if any(p.startswith("/clinton/") for p in files) else "/bill"
-        found = search_under(es_url, top)
+        found = search_under(es_url, alias, top)
         click.echo(
             f"indexed up to {cursor} in {time.monotonic() - started:.2f}s after the last commit; "
             f"search tree={top!r} finds {len(found)} files:"
@@ -204,16 +254,15 @@ def run_demo(
         if sorted(doc["path"] for doc in found) != files:
             click.echo("SEARCH DOES NOT MATCH POSTGRESQL", err=True)
             return 1
+        if not serve:
+            click.echo("\n(--no-serve: the HTTP API stops now; without it the demo keeps "
+                       "serving it)")
+            return 0
         click.echo(f"\nHTTP API on {api_url} (docs: {api_url}/docs). Try:")
         click.echo(
             f"  curl -s -H 'Authorization: Bearer {secret}' "
             f"'{api_url}/v1/namespaces/{NS}/search?q=elasticsearch&under={top}'"
         )
-        if serve if serve is not None else sys.stdin.isatty():
-            click.echo("serving until Ctrl-C ...")
-            try:
-                while True:
-                    time.sleep(3600)
-            except KeyboardInterrupt:
-                pass
+        serve_until_stopped(serve_for)
+    click.echo("stopped")
     return 0

@@ -3,6 +3,7 @@ what they print, and one ``error:`` line (exit 2, no traceback) for what cannot 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -74,3 +75,40 @@ def test_an_empty_import_says_it_wrote_no_events(database_url: str, ns: str) -> 
     assert out.output.startswith(f"imported 0 nodes (0 lines, 0 parent directories created) "
                                  f"into {ns} in ")
     assert out.output.rstrip().endswith("; no events") and "None" not in out.output
+
+
+def test_an_unknown_namespace_is_one_error_line_for_every_command(
+    database_url: str, es_url: str, ns: str
+) -> None:
+    env = {"PATHKEEPER_ES_URL": es_url}
+    for args in (("verify", "--namespace", "nope"), ("reindex", "--namespace", "nope"),
+                 ("replay", "--until", "1", "--namespace", "nope", "--dry-run"),
+                 ("replay", "--namespace", "nope"), ("tree", "nope"), ("import", "nope", "-"),
+                 ("ns", "drop", "nope")):
+        out = subprocess.run([sys.executable, "-m", "pathkeeper", *args, "--database-url",
+                              database_url], capture_output=True, text=True, timeout=60,
+                             input="", env={**os.environ, **env})
+        assert out.returncode == 2, (args, out.stdout, out.stderr)
+        assert out.stdout == "" and out.stderr.count("\n") == 1, (args, out.stderr)
+        assert out.stderr.startswith("error: ") and "'nope'" in out.stderr, out.stderr
+    # A key may be made before its namespace (provisioning a tenant), but not silently.
+    key = _cli(database_url, "keys", "create", "--namespace", "nope", "--namespace", ns,
+               "--scope", "read")
+    assert key.returncode == 0 and "secret: " in key.stdout
+    assert ("warning: no namespace 'nope' (yet): the key can use it once it is created"
+            in key.stderr.splitlines())
+
+
+def test_replay_as_of_a_past_position_takes_a_namespace_dropped_since(
+    database_url: str, es_url: str, alias: str, coord: Coordinator
+) -> None:
+    made = coord.create_namespace("gone")
+    coord.mkdir("gone", "/d")
+    coord.drop_namespace("gone", force=True)
+    assert made.seq is not None
+    out = subprocess.run(
+        [sys.executable, "-m", "pathkeeper", "replay", "--until", str(made.seq + 1),
+         "--namespace", "gone", "--dry-run", "--alias", alias, "--database-url",
+         database_url, "--es-url", es_url], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "events: would write" in out.stdout

@@ -10,21 +10,17 @@ from datetime import timedelta
 import click
 
 from coordinator.indexing import consumer_for
-from indexer.contract import DEFAULT_ALIAS
+from pathkeeper.cli.indexer_status import status_cmd
 from pathkeeper.cli.options import (
     ES_URL_ENV,
     check_duration,
+    consumer_option,
     database_url_option,
     es_url_option,
     max_content_bytes_option,
+    worker_alias_option,
 )
-
-alias_option = click.option(
-    "--alias", default=DEFAULT_ALIAS, show_default=True, help="Index alias the worker writes to."
-)
-consumer_option = click.option(
-    "--consumer", default="", help="Checkpoint/lease name (default: indexer:<alias>)."
-)
+from pathkeeper.local.search import SEARCH_ENV, VERSION_ENV
 
 
 def _check_cron(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
@@ -48,7 +44,7 @@ def indexer() -> None:
 @indexer.command("run")
 @database_url_option
 @es_url_option
-@alias_option
+@worker_alias_option
 @consumer_option
 @click.option("--partitions", default=4, show_default=True, type=click.IntRange(min=1),
               help="Partitions of the namespaces (every worker of a consumer must agree).")
@@ -59,7 +55,7 @@ def indexer() -> None:
                    "answered for this long (without --once the worker waits for them).")
 @click.option("--batch-events", default=1000, show_default=True)
 @click.option("--chunk-size", default=1000, show_default=True, help="Bulk actions per request.")
-@click.option("--poll-interval", default=1.0, show_default=True,
+@click.option("--poll-interval", default=1.0, show_default=True, metavar="SECONDS",
               help="Seconds between polls (the fallback to LISTEN/NOTIFY).")
 @click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics here.")
 @click.option("--verify-cron", default=None, metavar="CRONTAB", callback=_check_cron,
@@ -116,69 +112,12 @@ def run(
     sys.exit(code)
 
 
-EXIT_INDEX_MISSING = 3
-
-
-@indexer.command("status")
-@database_url_option
-@alias_option
-@consumer_option
-@click.option("--es-url", envvar=ES_URL_ENV, default=None,
-              help="Also check that the alias exists (exit 3 when it is lost).")
-def status_cmd(database_url: str, alias: str, consumer: str, es_url: str | None) -> None:
-    """Per partition and namespace: lag (events, seconds), checkpoint, holder; dead letters;
-    with --es-url, whether the index behind the alias is there."""
-    from coordinator import Coordinator
-    from indexer import deadletters, status
-
-    name = consumer_for(alias, consumer)
-    with Coordinator.connect(database_url) as coord:
-        with coord.engine.connect() as conn:
-            parts = status.partitions(conn, name)
-        pending = deadletters.count_pending(coord.engine, name)
-        held_back = status.held_back_by(coord.engine)
-    if not parts:
-        click.echo(f"consumer {name}: never ran")
-    else:
-        click.echo(f"consumer {name}: {len(parts)} partitions")
-        header = f"{'partition':>9} {'checkpoint':>16} {'lag_events':>10} {'lag_s':>8}"
-        click.echo(header + "  holder_pid")
-        for p in parts:
-            holder = str(p.holder_pid) if p.holder_pid else "-"
-            click.echo(f"{p.partition:>9} {p.checkpoint:>16} {p.lag_events:>10} "
-                       f"{p.lag_seconds:>8.2f}  {holder}")
-            for ns in p.namespaces:
-                click.echo(f"{'':>9} namespace {ns.namespace}: {ns.events} events, "
-                           f"{ns.seconds:.2f} s behind")
-    click.echo(f"dead letters pending: {pending}")
-    if held_back:
-        click.echo("log readers are waiting for event log writers in flight:")
-        for w in held_back:
-            click.echo(f"  {w}")
-    if es_url:
-        from indexer.elasticsearch_index import (
-            alias_targets,
-            missing_alias_message,
-            our_indices,
-        )
-        from indexer.search_client import open_search
-
-        es = open_search(es_url, request_timeout=30)
-        try:
-            targets = alias_targets(es, alias)
-            indexed = any(p.checkpoint > 0 for p in parts)
-            leftovers = our_indices(es, alias)
-            if not targets and (indexed or leftovers):
-                click.echo(f"error: {missing_alias_message(alias, indexed, leftovers)}", err=True)
-                sys.exit(EXIT_INDEX_MISSING)
-            click.echo(f"alias {alias}: {', '.join(targets) or 'not created yet'}")
-        finally:
-            es.close()
+indexer.add_command(status_cmd)
 
 
 @indexer.command("dead-letters")
 @database_url_option
-@alias_option
+@worker_alias_option
 @consumer_option
 @click.option("--retry", is_flag=True, help="Write each node again as it is now.")
 @click.option("--es-url", envvar=ES_URL_ENV, default=None, help="Needed with --retry.")
@@ -195,7 +134,7 @@ def dead_letters_cmd(
         letters = deadletters.pending(coord.engine, name)
         for d in letters:
             click.echo(f"#{d.id} {d.created_at:%Y-%m-%d %H:%M:%S} ns={d.namespace} "
-                       f"node={d.node_id} position={d.position} error={d.error}")
+                       f"node={d.node_id or '-'} position={d.position} error={d.error}")
         click.echo(f"{len(letters)} pending")
         if retry and letters:
             if not es_url:
@@ -214,12 +153,13 @@ __all__ = ["indexer"]
 
 
 @click.command("search-node")
-@click.option("--engine", type=click.Choice(["elasticsearch", "opensearch", "noida"]),
-              default=None, help="Which server (default: PATHKEEPER_SEARCH, else "
-              "elasticsearch; noida is the stand-in).")
-@click.option("--version", "version", default=None,
-              help="Its version (default: PATHKEEPER_SEARCH_VERSION, else the engine's "
-              "default; Elasticsearch 8.19.21 or 9.1.0, OpenSearch 2.19.1 or 3.3.0).")
+@click.option("--engine", type=click.Choice(["elasticsearch", "opensearch", "noida"],
+                                            case_sensitive=False),
+              envvar=SEARCH_ENV, default=None,
+              help="Which server (default: elasticsearch; noida is the stand-in).")
+@click.option("--version", "version", envvar=VERSION_ENV, default=None,
+              help="Its version (default: the engine's; Elasticsearch 8.19.21 or 9.1.0, "
+              "OpenSearch 2.19.1 or 3.3.0).")
 @click.option("--port", type=int, default=0, help="HTTP port (default: a free one).")
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None,
               help="Keep the node's config and data here (default: a temp dir, removed).")

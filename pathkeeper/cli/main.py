@@ -11,32 +11,38 @@ from __future__ import annotations
 
 import logging
 import sys
+from datetime import timedelta
 from typing import BinaryIO
 
 import click
 
+from coordinator.errors import CoordinatorError
 from coordinator.settings import MAX_IMPORT_LINE_BYTES
 from indexer.logs import LOG_FORMATS, LogFormat, choose_format, configure
-from pathkeeper.cli.errors import OperatorErrors
+from pathkeeper.cli.errors import EXIT_CANNOT_RUN, OperatorErrors
 from pathkeeper.cli.indexer import indexer, search_node
 from pathkeeper.cli.namespaces import ns, tree
 from pathkeeper.cli.options import (
     DATABASE_URL_ENV,
+    ENV_PREFIX,
     ES_URL_ENV,
     LOG_FORMAT_ENV,
+    check_duration,
     database_url_option,
     max_content_bytes_option,
+    show_envvars,
 )
 from pathkeeper.cli.replay import reindex, replay, verify
 from pathkeeper.cli.retention import compact, snapshot
 from pathkeeper.cli.serve import keys, serve
 
 
-@click.group(cls=OperatorErrors, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OperatorErrors, context_settings={"help_option_names": ["-h", "--help"],
+                                                   "auto_envvar_prefix": ENV_PREFIX})
 @click.version_option(package_name="pathkeeper", prog_name="pathkeeper")
 @click.option("--log-format", type=click.Choice(LOG_FORMATS), envvar=LOG_FORMAT_ENV,
               default=None, help="Log lines on stderr as JSON objects or text (default: JSON "
-                                 f"unless stderr is a terminal; env {LOG_FORMAT_ENV}).")
+                                 "unless stderr is a terminal).")
 def main(log_format: LogFormat | None) -> None:
     """Pathkeeper: transactional trees in PostgreSQL, searchable in Elasticsearch."""
     # Warnings only for the one-shot commands; the long-running ones (serve, the worker)
@@ -114,18 +120,24 @@ def _at(database_url: str) -> str:
 @click.option("--es-url", envvar=ES_URL_ENV, default=None,
               help="Use this Elasticsearch instead of starting a local node "
                    "(PATHKEEPER_SEARCH=noida: the stand-in).")
-@click.option("--clients", default=8, show_default=True)
-@click.option("--seconds", default=3.0, show_default=True)
-@click.option("--serve/--no-serve", default=None,
-              help="Keep serving the API afterwards (default: when run on a terminal).")
+@click.option("--clients", default=8, show_default=True, help="Clients renaming at once.")
+@click.option("--seconds", default=3.0, show_default=True, metavar="SECONDS",
+              help="How long the clients rename.")
+@click.option("--serve/--no-serve", default=True, show_default=True,
+              help="Keep serving the API afterwards, until Ctrl-C or SIGTERM (with or "
+                   "without a terminal); --no-serve exits once the checks are done.")
+@click.option("--serve-for", default=None, metavar="DURATION", callback=check_duration,
+              help="Serve the API this long (5s, 10m, 1h), then exit (default: until a "
+                   "signal).")
 def demo(
     database_url: str | None, es_url: str | None, clients: int, seconds: float,
-    serve: bool | None,
+    serve: bool, serve_for: timedelta | None,
 ) -> None:
-    """The main job on embedded defaults: concurrent renames, indexed and searched."""
+    """The main job on embedded defaults: concurrent renames, indexed and searched; then
+    the HTTP API stays up (a URL and a key printed) until Ctrl-C or SIGTERM."""
     from pathkeeper.demo import run_demo
 
-    sys.exit(run_demo(database_url, es_url, clients, seconds, serve))
+    sys.exit(run_demo(database_url, es_url, clients, seconds, serve, serve_for))
 
 
 @main.command("import")
@@ -143,15 +155,23 @@ def import_(namespace: str, file: BinaryIO, database_url: str, max_content_bytes
 
     One node a line: {"path": "/a/b", "kind": "dir"|"file", "content": "...",
     "metadata": {...}}, in any order; missing parent directories are created. Any bad
-    line (reported with its number) and nothing is written."""
+    line and nothing is written: every problem (syntax, a path twice, a file under a
+    file, a path that exists) is listed at once, one a line with its line number."""
     from coordinator.api import Coordinator
     from pathkeeper.cli.import_progress import progress_bar
 
+
     show = sys.stderr.isatty() if progress is None else progress
-    with (Coordinator.connect(database_url, max_import_line_bytes=max_line_bytes,
-                              max_content_bytes=max_content_bytes) as coord,
-          progress_bar(file, show) as on_progress):
-        result = coord.import_nodes(namespace, file, progress=on_progress)
+    try:
+        with (Coordinator.connect(database_url, max_import_line_bytes=max_line_bytes,
+                                  max_content_bytes=max_content_bytes) as coord,
+              progress_bar(file, show) as on_progress):
+            result = coord.import_nodes(namespace, file, progress=on_progress)
+    except CoordinatorError as exc:
+        if not exc.lines:
+            raise
+        click.echo("\n".join(refused_import_lines(exc)), err=True)
+        sys.exit(EXIT_CANNOT_RUN)
     events = ("no events" if result.first_seq is None
               else f"events {result.first_seq}..{result.last_seq}")
     click.echo(
@@ -160,6 +180,19 @@ def import_(namespace: str, file: BinaryIO, database_url: str, max_content_bytes
     )
 
 
+def refused_import_lines(exc: CoordinatorError) -> list[str]:
+    """A refused import for an operator: a header, then each bad line on a line of its
+    own (the exception's message has them all on one), then how many more there are."""
+    total = max(exc.lines_total, len(exc.lines))
+    noun = "bad line" if total == 1 else "bad lines"
+    out = [f"error: import refused, nothing written: {total} {noun}:"]
+    out += [f"  line {n}: {message}" for n, message in exc.lines]
+    if total > len(exc.lines):
+        out.append(f"  ... and {total - len(exc.lines)} more")
+    return out
+
+
 for command in (ns, tree, serve, keys, indexer, search_node, replay, reindex, verify, snapshot,
                 compact):
     main.add_command(command)
+show_envvars(main)

@@ -33,21 +33,47 @@ def _valid_namespaces(
     return value
 
 
-namespace_option = click.option(
-    "--namespace", "namespaces", multiple=True, callback=_valid_namespaces,
-    help="Only this namespace (repeatable; it must exist). Without --until: rebuilt in "
-         "place in the live index (no new index, no swap).",
-)
+def namespace_option(more: str = "") -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """``--namespace``, its help followed by what it means for the command."""
+    return click.option(
+        "--namespace", "namespaces", multiple=True, callback=_valid_namespaces,
+        help="Only this namespace (repeatable; it must exist)." + (f" {more}" if more else ""),
+    )
 
 
-def _require_namespaces(coord: Any, namespaces: tuple[str, ...]) -> None:
+IN_PLACE = "Rebuilt in place in the live index (no new index, no swap)."
+
+
+# The namespaces of a list that the log knows as of a position: in an event at or below
+# it, or in a stored snapshot taken at or below it (the events it covers may be compacted).
+KNOWN_AS_OF_SQL = """
+    SELECT DISTINCT namespace FROM events
+    WHERE namespace = ANY(:names) AND position <= :until
+    UNION
+    SELECT DISTINCT n.namespace FROM log_snapshot_nodes n
+    JOIN log_snapshots s ON s.id = n.snapshot_id
+    WHERE n.namespace = ANY(:names) AND s.position <= :until
+"""
+
+
+def _require_namespaces(coord: Any, namespaces: tuple[str, ...], until: int | None = None
+                        ) -> None:
     """Refuse namespaces that do not exist: comparing or rebuilding nothing for them
-    and answering "ok" would hide a typo."""
+    and answering "ok" would hide a typo. As of an older position (``until``), one the
+    log knows by then counts too (it may have been dropped since)."""
+    from sqlalchemy import text
+
     from coordinator.errors import NotFound
 
     missing = sorted(set(namespaces) - set(coord.namespaces()))
+    if missing and until is not None:
+        with coord.engine.connect() as conn:
+            known = set(conn.execute(text(KNOWN_AS_OF_SQL),
+                                     {"names": missing, "until": until}).scalars())
+        missing = [ns for ns in missing if ns not in known]
     if missing:
-        raise NotFound(f"--namespace: no namespace {', '.join(map(repr, missing))}")
+        where = "" if until is None else f" (now, or in the log up to position {until})"
+        raise NotFound(f"--namespace: no namespace {', '.join(map(repr, missing))}{where}")
 consumer_option = click.option(
     "--consumer", default="",
     help="The live worker's checkpoint name whose checkpoints move to the rebuilt index's "
@@ -57,6 +83,11 @@ quiet_option = click.option("-q", "--quiet", is_flag=True, help="No progress out
 
 EXIT_DRIFT = 1
 EXIT_ERROR = 2
+
+
+def counts(by_kind: dict[str, int]) -> str:
+    """``{"missing": 0, "extra": 1}`` as ``missing 0, extra 1``."""
+    return ", ".join(f"{kind} {n}" for kind, n in by_kind.items())
 
 
 def _setup(quiet: bool) -> Any:
@@ -98,8 +129,8 @@ def _rebuild(
 
     def body() -> int:
         with Coordinator.connect(database_url) as coord, progress:
-            if until is None:  # as of an older position, a namespace dropped since counts
-                _require_namespaces(coord, namespaces)
+            # As of an older position, a namespace dropped since counts.
+            _require_namespaces(coord, namespaces, until)
             es = open_search(es_url, request_timeout=120)
             try:
                 if namespaces and until is None:
@@ -153,7 +184,7 @@ def _report_too_large(too_large: list[Rejected]) -> int:
 @database_url_option
 @es_url_option
 @alias_option
-@namespace_option
+@namespace_option(f"Without --until: {IN_PLACE[0].lower()}{IN_PLACE[1:]}")
 @click.option("--until", type=int, default=None,
               help="Build the state as of this log position into an index that is NOT "
                    "swapped in (for audits).")
@@ -176,7 +207,7 @@ def replay(
 @database_url_option
 @es_url_option
 @alias_option
-@namespace_option
+@namespace_option(IN_PLACE)
 @click.option("--dry-run", is_flag=True, help="Only count the documents.")
 @click.option("--keep-old", is_flag=True, help="Keep the previous index after the swap.")
 @consumer_option
@@ -195,11 +226,11 @@ def reindex(
 @database_url_option
 @es_url_option
 @alias_option
-@namespace_option
+@namespace_option()
 @click.option("--repair", is_flag=True, help="Rewrite exactly the drifted documents.")
 @click.option("--log/--no-log", "check_log", default=True, show_default=True,
               help="Also check that folding the event log reproduces the nodes table.")
-@click.option("--settle-timeout", default=30.0, show_default=True,
+@click.option("--settle-timeout", default=30.0, show_default=True, metavar="SECONDS",
               help="Seconds to wait for the live worker before calling a difference drift.")
 @quiet_option
 def verify(
@@ -235,7 +266,7 @@ def verify(
                 es.close()
             click.echo(
                 f"index {alias}: {report.compared} documents compared, "
-                f"{len(report.drift)} drifted {report.by_kind()}, "
+                f"{len(report.drift)} drifted ({counts(report.by_kind())}), "
                 f"{len(report.dead_lettered)} dead-lettered (pathkeeper indexer dead-letters)"
             )
             for d in report.drift[:50]:

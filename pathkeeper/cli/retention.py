@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from datetime import timedelta
@@ -89,8 +88,8 @@ def snapshot_list(database_url: str) -> None:
 
 @click.command("compact")
 @database_url_option
-@click.option("--retain", default=lambda: os.environ.get(RETAIN_ENV, "7d"),
-              show_default=f"${RETAIN_ENV} or 7d", callback=check_duration,
+@click.option("--retain", envvar=RETAIN_ENV, default="7d", show_default=True,
+              metavar="DURATION", callback=check_duration,
               help="Keep events younger than this (7d, 12h, 30m, 0): only a snapshot at "
                    "least this old may be compacted up to.")
 @click.option("--force", is_flag=True,

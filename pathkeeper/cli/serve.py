@@ -13,6 +13,7 @@ from coordinator.settings import MAX_IMPORT_LINE_BYTES
 from indexer.contract import DEFAULT_ALIAS
 from pathkeeper.cli.options import (
     DATABASE_URL_ENV,
+    ES_URL_ENV,
     database_url_option,
     max_content_bytes_option,
 )
@@ -29,8 +30,8 @@ def is_loopback(host: str) -> bool:
 
 @click.command()
 @database_url_option
-@click.option("--es-url", envvar="PATHKEEPER_ES_URL", default=None,
-              help="Elasticsearch URL for search (env PATHKEEPER_ES_URL).")
+@click.option("--es-url", envvar=ES_URL_ENV, default=None,
+              help="Elasticsearch URL for search.")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535))
 @click.option("--no-auth", is_flag=True,
@@ -44,18 +45,20 @@ def is_loopback(host: str) -> bool:
               help="Long polls open (change feed wait, /v1/indexed, search min_seq).")
 @click.option("--max-long-polls-per-key", default=8, show_default=True, type=int,
               help="Of those, for one API key.")
-@click.option("--statement-timeout", default=10.0, show_default=True, type=float)
+@click.option("--statement-timeout", default=10.0, show_default=True, type=float,
+              metavar="SECONDS", help="Seconds a request's statement may run (503 beyond).")
 @click.option("--body-timeout", default=30.0, show_default=True,
-              type=click.FloatRange(min=0, min_open=True),
+              type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Seconds a request body may take to arrive (an import's: between two "
                    "chunks); then 408 and the connection is closed.")
 @click.option("--import-timeout", default=3600.0, show_default=True,
-              type=click.FloatRange(0, min_open=True),
+              type=click.FloatRange(0, min_open=True), metavar="SECONDS",
               help="Seconds an import may take, its upload included (503 beyond).")
 @click.option("--max-import-line-bytes", default=MAX_IMPORT_LINE_BYTES, show_default=True,
               type=click.IntRange(1), help="The longest line an import reads (413 beyond).")
 @max_content_bytes_option
 @click.option("--idempotency-ttl", default=24 * 3600.0, show_default=True, type=float,
+              metavar="SECONDS",
               help="Seconds an Idempotency-Key is remembered.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
@@ -152,13 +155,17 @@ def keys() -> None:
 def keys_create(database_url: str, namespaces: tuple[str, ...], scope: str, label: str) -> None:
     """Create a key and print its secret (shown once; only a hash is stored)."""
     from coordinator.api import Coordinator
-    from coordinator.api_keys import create_key
+    from coordinator.api_keys import ALL, create_key
 
     with Coordinator.connect(database_url) as coord:
         try:
             key_id, secret = create_key(coord.engine, list(namespaces), scope, label)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from exc
+        unknown = sorted(set(namespaces) - {ALL, *coord.namespaces()})
+    for name in unknown:  # a tenant may get its key first, but a typo should show
+        click.echo(f"warning: no namespace {name!r} (yet): the key can use it once it is "
+                   "created", err=True)
     click.echo(f"id:     {key_id}")
     click.echo(f"secret: {secret}")
     click.echo("The secret is shown only now; store it safely.", err=True)
@@ -182,14 +189,20 @@ def keys_revoke(database_url: str, key_id: str) -> None:
 @keys.command("list")
 @database_url_option
 def keys_list(database_url: str) -> None:
-    """List keys (never their secrets)."""
+    """List keys (never their secrets), under a header line."""
     from coordinator.api import Coordinator
     from coordinator.api_keys import list_keys
 
     with Coordinator.connect(database_url) as coord:
-        for k in list_keys(coord.engine):
-            state = f"revoked {k.revoked_at:%Y-%m-%d %H:%M}" if k.revoked_at else "active"
-            click.echo(f"{k.id}  {k.scope:<5}  {','.join(k.namespaces)}  {state}  {k.label}")
+        listed = list_keys(coord.engine)
+    rows = [("id", "scope", "namespaces", "state", "label")] + [
+        (k.id, k.scope, ",".join(k.namespaces),
+         f"revoked {k.revoked_at:%Y-%m-%d %H:%M}" if k.revoked_at else "active", k.label)
+        for k in listed]
+    widths = [max(len(cell) for cell in column) for column in zip(*rows, strict=True)]
+    for row in rows:
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))
+                   .rstrip())
 
 
 __all__ = ["DATABASE_URL_ENV", "keys", "serve"]

@@ -4,6 +4,7 @@ HTTP, and retries that reuse the Idempotency-Key."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -28,7 +29,11 @@ from coordinator import (
     Rename,
     SetMetadata,
 )
+from coordinator.results import POSITION_BLOCK, SearchHit, SearchPage
+from indexer.worker import Worker
 from pathkeeper.client import Client, Forbidden, Unauthorized
+from pathkeeper.http.app import create_app
+from pathkeeper.http.settings import ServiceSettings
 
 
 def scenario(api: Any, ns: str) -> list[Any]:
@@ -149,3 +154,82 @@ def test_client_retry_reuses_idempotency_key(live_server: LiveServer, keys: Keys
     assert coord.stat("a", "/f").version == 2
     events, _ = coord.read_events(namespaces=["a"])
     assert [e.type for e in events].count("written") == 1
+
+
+def test_mutation_results_carry_the_version(live_server: LiveServer, keys: Keys,
+                                            coord: Coordinator) -> None:
+    with Client(live_server.url, api_key=keys.a_write) as client:
+        made = client.create_file("a", "/v", "1")
+        assert made.version == 1 == made.node.version
+        assert client.write_file("a", "/v", "2").version == 2
+        assert client.apply("a", [SetMetadata("/v", {"k": 1})])[0].version == 3
+    assert coord.write_file("a", "/v", "4").version == 4  # the same in-process
+
+
+def test_search_answers_typed_hits_and_pages(
+    settings: ServiceSettings, es_url: str, alias: str, keys: Keys, worker: Worker
+) -> None:
+    from dataclasses import fields
+
+    from pathkeeper.http.schemas import SearchHit as HitSchema
+
+    # Every field the HTTP answer has, no more: the typed hit cannot drift from it.
+    assert [f.name for f in fields(SearchHit)] == list(HitSchema.model_fields)
+    with (LiveServer(create_app(replace(settings, es_url=es_url, index_alias=alias)))
+          as server, Client(server.url, api_key=keys.a_write) as client):
+        client.mkdir("a", "/docs")
+        for i in range(3):
+            client.create_file("a", f"/docs/n{i}.txt", "hello typed world")
+        seq = client.create_file("a", "/other.txt", "nothing here").seq
+        assert seq is not None
+        page = client.search("a", "typed", under="/docs", limit=2, min_seq=seq)
+        assert isinstance(page, SearchPage) and page.cursor is not None
+        assert all(isinstance(h, SearchHit) for h in page.hits) and len(page.hits) == 2
+        rest = client.search("a", "typed", under="/docs", limit=2, cursor=page.cursor)
+        assert rest.cursor is None
+        found = sorted(h.path for h in [*page.hits, *rest.hits])
+        assert found == ["/docs/n0.txt", "/docs/n1.txt", "/docs/n2.txt"]
+        hit = rest.hits[0]
+        assert hit.kind == "file" and hit.name == hit.path.rsplit("/", 1)[1]
+        assert hit.node_id == client.stat("a", hit.path).id and hit.seq > 0
+        assert isinstance(hit.score, float)
+
+
+def test_transaction_sends_its_commands_in_one_request_all_or_nothing(
+    live_server: LiveServer, keys: Keys, coord: Coordinator
+) -> None:
+    sent: list[str] = []
+    with Client(live_server.url, api_key=keys.a_write) as client:
+        client.http.event_hooks["request"].append(lambda r: sent.append(f"{r.method} "
+                                                                        f"{r.url.path}"))
+        with client.transaction("a") as tx:
+            made = tx.mkdir("/t")
+            tx.create_file("/t/f", "x")
+            tx.rename("/t", "u")
+            assert sent == [] and made.result is None  # nothing sent inside the block
+        assert sent == ["POST /v1/namespaces/a/batch"]
+        assert [r.node.path for r in tx.results] == ["/t", "/t/f", "/u"]
+        assert made.result is tx.results[0]
+        blocks = {r.seq // POSITION_BLOCK for r in tx.results if r.seq is not None}
+        assert len(blocks) == 1  # one transaction
+        assert coord.stat("a", "/u/f").content == "x"
+
+        # A failing command: nothing of the group applied; its position in .index.
+        with pytest.raises(AlreadyExists) as info, client.transaction("a") as tx:
+            tx.mkdir("/v")
+            tx.mkdir("/v")
+        assert info.value.index == 1  # type: ignore[attr-defined]
+        with pytest.raises(NotFound):
+            coord.stat("a", "/v")
+
+        # An exception inside the block: nothing is sent at all.
+        sent.clear()
+        with pytest.raises(RuntimeError), client.transaction("a") as tx:
+            tx.mkdir("/w")
+            raise RuntimeError("changed my mind")
+        assert sent == []
+        with pytest.raises(NotFound):
+            coord.stat("a", "/w")
+        with client.transaction("a"):
+            pass  # an empty group sends nothing
+        assert sent == []

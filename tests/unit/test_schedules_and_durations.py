@@ -37,6 +37,8 @@ def test_durations() -> None:
     assert parse_duration(" 1.5m ") == timedelta(seconds=90)
     with pytest.raises(ValueError, match="not a duration"):
         parse_duration("soon")
+    with pytest.raises(ValueError, match="has no unit"):
+        parse_duration("5")  # seconds or days? the caller must say
     with pytest.raises(ValueError, match="longer than"):
         parse_duration("99999999999d")  # past what a timedelta (or PostgreSQL) holds
 

@@ -1,0 +1,147 @@
+"""``pathkeeper indexer status``: per partition, its checkpoint, lag and holder; dead
+letters; writers the log readers wait for; with ``--es-url``, the alias. As text or, with
+``--json``, as one JSON object for scripts and monitors.
+
+Exit status: 0 all well; 1 (``EXIT_WARNING``) when events wait that no worker will index
+(a partition with lag and no holder, or a consumer that never ran while the log holds
+events), said on one ``warning:`` line; 3 when the index behind the alias is lost."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from coordinator.indexing import consumer_for
+from pathkeeper.cli.options import (
+    ES_URL_ENV,
+    consumer_option,
+    database_url_option,
+    worker_alias_option,
+)
+
+#: Events wait that no running worker will index.
+EXIT_WARNING = 1
+EXIT_INDEX_MISSING = 3
+
+
+def no_worker_warning(name: str, parts: list[Any], log_has_events: bool) -> str | None:
+    """The warning when events wait with no worker to index them, else None."""
+    if not parts:
+        return (f"consumer {name} never ran while the event log holds events (start "
+                "pathkeeper indexer run)") if log_has_events else None
+    orphans = [p for p in parts if p.lag_events and not p.holder_pid]
+    if not orphans:
+        return None
+    waiting = sum(p.lag_events for p in orphans)
+    oldest = max(p.lag_seconds for p in orphans)
+    numbers = ", ".join(str(p.partition) for p in orphans)
+    noun = "partition" if len(orphans) == 1 else "partitions"
+    return (f"no worker holds {noun} {numbers} while {waiting} events wait (the oldest "
+            f"{oldest:.0f} s): start pathkeeper indexer run")
+
+
+@click.command("status")
+@database_url_option
+@worker_alias_option
+@consumer_option
+@click.option("--es-url", envvar=ES_URL_ENV, default=None,
+              help="Also check that the alias exists (exit 3 when it is lost).")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object: consumer, partitions (checkpoint, lag_events, "
+                   "lag_seconds, holder_pid, namespaces), lag_events, lag_seconds, "
+                   "dead_letters_pending, held_back_by, alias, warnings.")
+def status_cmd(database_url: str, alias: str, consumer: str, es_url: str | None,
+               as_json: bool) -> None:
+    """Per partition and namespace: lag (events, seconds), checkpoint, holder; dead letters;
+    with --es-url, whether the index behind the alias is there. Exit 1 with a warning when
+    events wait in a partition no worker holds (or the consumer never ran), 3 when the
+    index is lost."""
+    from sqlalchemy import text
+
+    from coordinator import Coordinator
+    from indexer import deadletters, status
+
+    name = consumer_for(alias, consumer)
+    with Coordinator.connect(database_url) as coord:
+        with coord.engine.connect() as conn:
+            parts = status.partitions(conn, name)
+            log_has_events = bool(conn.execute(
+                text("SELECT EXISTS (SELECT FROM events)")).scalar_one())
+        pending = deadletters.count_pending(coord.engine, name)
+        held_back = status.held_back_by(coord.engine)
+    warning = no_worker_warning(name, parts, log_has_events)
+    targets, missing = _alias(es_url, alias, parts) if es_url else (None, None)
+    if as_json:
+        doc: dict[str, Any] = {
+            "consumer": name, "ran": bool(parts),
+            "partitions": [{
+                "partition": p.partition, "checkpoint": p.checkpoint,
+                "lag_events": p.lag_events, "lag_seconds": round(p.lag_seconds, 3),
+                "holder_pid": p.holder_pid,
+                "updated_at": p.updated_at.isoformat() if p.updated_at else None,
+                "namespaces": [{"namespace": n.namespace, "events": n.events,
+                                "seconds": round(n.seconds, 3)} for n in p.namespaces],
+            } for p in parts],
+            "lag_events": sum(p.lag_events for p in parts),
+            "lag_seconds": round(max((p.lag_seconds for p in parts), default=0.0), 3),
+            "dead_letters_pending": pending,
+            "held_back_by": [str(w) for w in held_back],
+            "warnings": [warning] if warning else [],
+        }
+        if es_url:
+            doc["alias"] = {"name": alias, "indices": targets or []}
+            if missing:
+                doc["alias"]["error"] = missing
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        _print_text(name, parts, pending, held_back, alias, targets, missing)
+    if missing:
+        click.echo(f"error: {missing}", err=True)
+        sys.exit(EXIT_INDEX_MISSING)
+    if warning:
+        click.echo(f"warning: {warning}", err=True)
+        sys.exit(EXIT_WARNING)
+
+
+def _alias(es_url: str, alias: str, parts: list[Any]) -> tuple[list[str], str | None]:
+    """The indices behind ``alias``, and what to do when it is lost (else None)."""
+    from indexer.elasticsearch_index import alias_targets, missing_alias_message, our_indices
+    from indexer.search_client import open_search
+
+    es = open_search(es_url, request_timeout=30)
+    try:
+        targets = alias_targets(es, alias)
+        indexed = any(p.checkpoint > 0 for p in parts)
+        leftovers = our_indices(es, alias)
+        if not targets and (indexed or leftovers):
+            return targets, missing_alias_message(alias, indexed, leftovers)
+        return targets, None
+    finally:
+        es.close()
+
+
+def _print_text(name: str, parts: list[Any], pending: int, held_back: list[Any], alias: str,
+                targets: list[str] | None, missing: str | None) -> None:
+    if not parts:
+        click.echo(f"consumer {name}: never ran")
+    else:
+        click.echo(f"consumer {name}: {len(parts)} partitions")
+        header = f"{'partition':>9} {'checkpoint':>16} {'lag_events':>10} {'lag_s':>8}"
+        click.echo(header + "  holder_pid")
+        for p in parts:
+            holder = str(p.holder_pid) if p.holder_pid else "-"
+            click.echo(f"{p.partition:>9} {p.checkpoint:>16} {p.lag_events:>10} "
+                       f"{p.lag_seconds:>8.2f}  {holder}")
+            for ns in p.namespaces:
+                click.echo(f"{'':>9} namespace {ns.namespace}: {ns.events} events, "
+                           f"{ns.seconds:.2f} s behind")
+    click.echo(f"dead letters pending: {pending}")
+    if held_back:
+        click.echo("log readers are waiting for event log writers in flight:")
+        for w in held_back:
+            click.echo(f"  {w}")
+    if targets is not None and not missing:
+        click.echo(f"alias {alias}: {', '.join(targets) or 'not created yet'}")
