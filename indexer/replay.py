@@ -69,7 +69,14 @@ from coordinator.tree import node_of
 from . import bulk, checkpoints, contract, deadletters, elasticsearch_index, setfold
 from .applier import Applier
 from .bulk import Alive, Rejected, resolve_conflicts, stream_answers
-from .contract import building_marker, delete_action, index_action, is_indexed
+from .contract import (
+    DEFAULT_SHAPE,
+    IndexShape,
+    building_marker,
+    delete_action,
+    index_action,
+    is_indexed,
+)
 from .prefetch import prefetched
 from .progress import Progress
 from .search_engine import SearchEngine
@@ -290,10 +297,12 @@ def cleanup_abandoned(es: SearchEngine, alias: str) -> list[str]:
     return doomed
 
 
-def create_building_index(es: SearchEngine, alias: str, name: str, shards: int = 1) -> str:
-    """Create ``name`` for loading, marked as building (``elasticsearch_index``);
-    ``ReplayError`` if it appeared meanwhile."""
-    if not elasticsearch_index.create_building_index(es, alias, name, shards):
+def create_building_index(
+    es: SearchEngine, alias: str, name: str, shape: IndexShape = DEFAULT_SHAPE
+) -> str:
+    """Create ``name`` of ``shape`` for loading, marked as building
+    (``elasticsearch_index``); ``ReplayError`` if it appeared meanwhile."""
+    if not elasticsearch_index.create_building_index(es, alias, name, shape):
         raise ReplayError(f"index {name} appeared while we created it")
     return name
 
@@ -470,9 +479,11 @@ def rebuild(
     progress: Progress | None = None,
     after_load: Callable[[str], None] | None = None,
     consumer: str | None = None,
+    shape: IndexShape | None = None,
 ) -> RebuildResult:
     """Build a new concrete index for ``alias`` from the log (``source="events"``) or
-    a snapshot of ``nodes`` (``source="snapshot"``), catch up and swap it in.
+    a snapshot of ``nodes`` (``source="snapshot"``), catch up and swap it in. The new
+    index is of ``shape`` (default: the live index's, else the default shape).
 
     With ``until``, the state as of that position goes into an index that is not
     swapped in (and there is no tail); only then may ``namespaces`` narrow it (an
@@ -507,8 +518,8 @@ def rebuild(
         # Named before the cleanup, so a new index never reuses a deleted one's name.
         name = elasticsearch_index.next_index_name(es, alias)
         result.cleaned_up = cleanup_abandoned(es, alias)
-        shards, replicas = elasticsearch_index.live_shape(es, alias)
-        index = create_building_index(es, alias, name, shards)
+        shape = shape or elasticsearch_index.live_shape(es, alias)
+        index = create_building_index(es, alias, name, shape)
         result.index = index
         progress.note(f"building {index} as of position {v0} (from {source})")
         progress.phase("load documents", unit="documents")
@@ -517,7 +528,7 @@ def rebuild(
             result.documents, _ = bulk_index(es, docs, progress, too_large=result.too_large)
         finally:
             docs.close()  # the prefetching thread is done with the fold before it closes
-        elasticsearch_index.finish_loading(es, index, replicas)
+        elasticsearch_index.finish_loading(es, index, shape.replicas)
         if after_load is not None:
             after_load(index)
         if until is not None:

@@ -16,6 +16,8 @@ from pathkeeper.cli.options import (
     check_duration,
     database_url_option,
     es_url_option,
+    index_shape,
+    index_shape_options,
     max_content_bytes_option,
 )
 
@@ -75,17 +77,22 @@ def indexer() -> None:
                    "than this (7d, 12h, 30m, 0); never past a consumer's checkpoint. "
                    "Needs --snapshot-cron.")
 @max_content_bytes_option
+@index_shape_options("Used when the worker creates the index (the first time, or from a "
+                     "snapshot of nodes on a compacted log); an existing index keeps its "
+                     "shape: `pathkeeper reindex` with these options builds a new one")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def run(
     database_url: str, es_url: str, alias: str, consumer: str, partitions: int, once: bool,
     give_up_after: float, batch_events: int, chunk_size: int, poll_interval: float,
     metrics_port: int | None,
     verify_cron: str | None, snapshot_cron: str | None, compact_retain: timedelta | None,
-    max_content_bytes: int, verbose: bool,
+    max_content_bytes: int, shards: int | None, replicas: int | None,
+    namespace_shards: int | None, verbose: bool,
 ) -> None:
     """Run the worker until SIGTERM (or, with --once, until caught up)."""
     if compact_retain is not None and snapshot_cron is None:
         raise click.UsageError("--compact-retain needs --snapshot-cron")
+    shape = index_shape(shards, replicas, namespace_shards)
     from indexer.logs import configure
     from indexer.worker import Worker, WorkerConfig
 
@@ -95,7 +102,7 @@ def run(
         partitions=partitions, once=once, batch_events=batch_events, chunk_size=chunk_size,
         poll_interval=poll_interval, metrics_port=metrics_port, verify_cron=verify_cron,
         snapshot_cron=snapshot_cron, compact_retain=compact_retain,
-        max_content_bytes=max_content_bytes,
+        max_content_bytes=max_content_bytes, index_shape=shape,
     )
     from indexer.checkpoints import LayoutMismatch
     from indexer.elasticsearch_index import IndexMissing, MappingOutdated
