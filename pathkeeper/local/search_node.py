@@ -321,6 +321,12 @@ class LocalSearchNode(LocalServer):
     def version(self) -> str:
         return self.release.version
 
+    def discovery_lines(self) -> list[str]:
+        """The lines of the configuration that name the node and its cluster: a cluster
+        of its own (``pathkeeper.local.search_cluster`` joins nodes into one)."""
+        return ["cluster.name: pathkeeper-local", "node.name: local",
+                "discovery.type: single-node"]
+
     def command(self) -> tuple[list[str], dict[str, str], dict[str, Any]]:
         rel = self.release
         home = distribution(rel)
@@ -337,9 +343,7 @@ class LocalSearchNode(LocalServer):
             shutil.copytree(home / "config", conf)
             _absolute_jvm_paths(conf / "jvm.options", node)
         (conf / f"{rel.engine.name}.yml").write_text("\n".join([
-            "cluster.name: pathkeeper-local",
-            "node.name: local",
-            "discovery.type: single-node",
+            *self.discovery_lines(),
             "network.host: 127.0.0.1",
             f"http.port: {self.port}",
             f"transport.port: {self.transport_port}",
