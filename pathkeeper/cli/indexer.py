@@ -230,27 +230,47 @@ __all__ = ["indexer"]
 @click.option("--port", type=int, default=0, help="HTTP port (default: a free one).")
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None,
               help="Keep the node's config and data here (default: a temp dir, removed).")
+@click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Nodes of one cluster (512 MB heaps each; --port is then ignored).")
 def search_node(engine: str | None, version: str | None, port: int,
-                data_dir: str | None) -> None:
-    """Run a throwaway local search node until Ctrl-C, fetched once from Maven Central
-    and run on an installed JDK that suits its version. Handy for ES_URL=... ./dev test
-    without a start per run."""
+                data_dir: str | None, nodes: int) -> None:
+    """Run a throwaway local search node (or cluster) until Ctrl-C, fetched once from
+    Maven Central and run on an installed JDK that suits its version. Handy for
+    ES_URL=... ./dev test without a start per run."""
     import signal
     import threading
 
-    from pathkeeper.local.search import LocalServerError, new_local_search
+    from pathkeeper.local.search import LocalServerError, new_local_search, search_kind
+    from pathkeeper.local.search_cluster import LocalSearchCluster
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
-        server = new_local_search(data_dir, port, engine=engine, version=version)
-        with server:
-            click.echo(f"{server.label} on {server.url} (pid {server.pid}); Ctrl-C stops it")
-            try:
-                while not stop.wait(3600):
-                    pass
-            except KeyboardInterrupt:
+
+    def until_stopped() -> None:
+        try:
+            while not stop.wait(3600):
                 pass
+        except KeyboardInterrupt:
+            pass
+
+    try:
+        if nodes == 1:
+            server = new_local_search(data_dir, port, engine=engine, version=version)
+            with server:
+                click.echo(f"{server.label} on {server.url} (pid {server.pid}); "
+                           "Ctrl-C stops it")
+                until_stopped()
+            return
+        kind = engine or search_kind()
+        if kind == "noida":
+            raise LocalServerError("noida-db, the stand-in, runs as one process: --nodes "
+                                   "needs elasticsearch or opensearch")
+        with LocalSearchCluster(nodes, engine=kind, version=version,
+                                data_dir=data_dir) as cluster:
+            click.echo(f"{cluster.label} formed; Ctrl-C stops it")
+            for node in cluster.nodes:
+                click.echo(f"{node.name} on {node.url} (pid {node.pid})")
+            until_stopped()
     except LocalServerError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
