@@ -126,8 +126,10 @@ class Renames:
     """Writer threads, each with its own connections from the coordinator's pool,
     renaming random files and directories; every acknowledged rename is recorded."""
 
-    def __init__(self, coord: Coordinator, dirs: list[str], files: list[str]) -> None:
+    def __init__(self, coord: Coordinator, dirs: list[str], files: list[str],
+                 round_: int) -> None:
         self.coord = coord
+        self.round = round_  # in every new name: a rename is never to the name it has
         self.dirs = dirs
         self.files = files
         self.acknowledged: list[tuple[str, str, int]] = []  # (node id, name, seq)
@@ -139,13 +141,13 @@ class Renames:
                          for k in range(CLIENTS)]
 
     def _client(self, k: int) -> None:
-        rng = random.Random(k)
+        rng = random.Random(f"{self.round}-{k}")
         i = 0
         try:
             while not self.stop.is_set():
                 i += 1
                 node_id = rng.choice(self.dirs if rng.random() < DIR_SHARE else self.files)
-                name = f"n{k}-{i}"
+                name = f"n{self.round}-{k}-{i}"
                 try:
                     result = self.coord.rename(NS, node_id, name)
                 except CoordinatorError:  # a lock wait that timed out, say: not acknowledged
@@ -213,7 +215,7 @@ def test_kill_9_of_a_data_node_holding_primaries_loses_nothing_and_indexing_resu
         with running_worker(database_url, survivor.url, ALIAS, partitions=2,
                             poll_interval=0.2, index_shape=SHAPE) as worker, \
                 Checkpoints(coord, consumer_for(ALIAS)) as checkpoints:
-            load = Renames(coord, dirs, files)
+            load = Renames(coord, dirs, files, 0)
             load.start()
             time.sleep(BEFORE_KILL)  # the load's duration before the kill
             killed_at = time.monotonic()
@@ -235,7 +237,7 @@ def test_kill_9_of_a_data_node_holding_primaries_loses_nothing_and_indexing_resu
             assert not restart_errors, restart_errors
             cluster.wait_formed()
             # More renames while the node's shards recover from the others.
-            burst = Renames(coord, dirs, files)
+            burst = Renames(coord, dirs, files, 1)
             burst.start()
             time.sleep(AFTER_RESTART)  # the load's duration with the node back
             burst.finish()
