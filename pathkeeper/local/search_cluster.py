@@ -31,6 +31,10 @@ from pathkeeper.local.server import LocalServerError, free_port
 
 #: Small heaps: a cluster of three shares a small machine with its tests.
 CLUSTER_HEAP = "512m"
+#: Start-up is most of a cluster test's time, and several JVMs start at once on few
+#: cores: the quick compiler only, and thread pools sized for one core each.
+CLUSTER_JAVA_OPTIONS = ("-XX:TieredStopAtLevel=1",)
+CLUSTER_SETTINGS = {"node.processors": "1"}
 
 
 class ClusterNode(LocalSearchNode):
@@ -45,7 +49,8 @@ class ClusterNode(LocalSearchNode):
     def __init__(self, cluster: LocalSearchCluster, index: int, data_dir: Path) -> None:
         super().__init__(data_dir, free_port(), cluster.startup_timeout,
                          engine=cluster.engine, version=cluster.version, heap=cluster.heap,
-                         settings=cluster.settings)
+                         settings={**CLUSTER_SETTINGS, **cluster.settings},
+                         java_options=CLUSTER_JAVA_OPTIONS)
         self.cluster = cluster
         self.name = f"node-{index}"
         self.transport_port = free_port()

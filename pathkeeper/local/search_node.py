@@ -31,7 +31,7 @@ import subprocess
 import tempfile
 import urllib.request
 import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -303,6 +303,7 @@ class LocalSearchNode(LocalServer):
         version: str | None = None,
         heap: str | None = None,
         settings: Mapping[str, str] | None = None,
+        java_options: Sequence[str] = (),
     ) -> None:
         """``settings``: more lines of the node's configuration (e.g. a small
         ``http.max_content_length`` to meet the server's request limit in a test)."""
@@ -311,6 +312,7 @@ class LocalSearchNode(LocalServer):
         self.label = f"{self.release.engine.label} {self.release.version}"
         self.settings = dict(settings or {})
         self.heap = heap or os.environ.get("PATHKEEPER_ES_HEAP", "1g")
+        self.java_options = list(java_options)
         self.transport_port = 0
 
     @property
@@ -367,7 +369,8 @@ class LocalSearchNode(LocalServer):
             f"{prefix}_JAVA_HOME": str(java),
             f"{prefix}_PATH_CONF": str(conf),
             f"{prefix}_TMPDIR": str(node / "tmp"),
-            f"{prefix}_JAVA_OPTS": f"-Xms{self.heap} -Xmx{self.heap}",
+            f"{prefix}_JAVA_OPTS": " ".join(
+                [f"-Xms{self.heap}", f"-Xmx{self.heap}", *self.java_options]),
             "LANG": "C.UTF-8",
         }
         if user is not None:
