@@ -31,6 +31,7 @@ from coordinator import Coordinator
 from coordinator.eventlog import horizon
 
 from . import checkpoints
+from .contract import IndexShape
 from .leases import consumer_key
 from .logs import log
 from .replay import rebuild
@@ -58,11 +59,12 @@ def needs_bootstrap(coord: Coordinator, consumer: str) -> int:
 
 def bootstrap(
     coord: Coordinator, es: SearchEngine, alias: str, consumer: str, partitions: int,
-    stop: threading.Event,
+    stop: threading.Event, shape: IndexShape | None = None,
 ) -> bool:
     """Build ``alias``'s index from ``nodes`` if the consumer needs it (``needs_bootstrap``),
     unless another worker does it first; whether this call built it. Returns early
-    (False) if ``stop`` is set while waiting for another worker's build."""
+    (False) if ``stop`` is set while waiting for another worker's build. ``shape``: the
+    new index's (default: the live index's, else the default shape)."""
     if not needs_bootstrap(coord, consumer):
         return False
     conn = coord.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
@@ -82,7 +84,8 @@ def bootstrap(
                    "its index is built from a snapshot of nodes, as reindex does")
         # The rows the rebuild moves to the position its index holds.
         checkpoints.ensure_layout(coord.engine, consumer, partitions)
-        result = rebuild(coord, es, source="snapshot", alias=alias, consumer=consumer)
+        result = rebuild(coord, es, source="snapshot", alias=alias, consumer=consumer,
+                         shape=shape)
         log(logger, logging.INFO, "bootstrapped_from_snapshot", alias=alias,
             consumer=consumer, index=result.index, position=result.position,
             checkpoint=result.final_position, documents=result.documents,

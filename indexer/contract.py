@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from coordinator import Node
@@ -102,13 +103,78 @@ MAPPINGS: dict[str, Any] = {
 }
 
 
-def index_settings(shards: int = 1, replicas: int = 0) -> dict[str, Any]:
-    """Settings of a concrete index (``replicas=0`` suits a single-node cluster)."""
-    return {
-        "number_of_shards": shards,
-        "number_of_replicas": replicas,
+@dataclass(frozen=True)
+class IndexShape:
+    """How a concrete index is laid out over the cluster, fixed when it is created
+    (but ``replicas``, which the server changes live).
+
+    * ``shards``: primary shards. 1 by default: an index of a few million small
+      documents is far below the size at which a shard gets slow, and every search
+      that is not routed asks every shard.
+    * ``replicas``: copies of each shard on other nodes. 0 by default, which a single
+      node needs (a replica is never put on its primary's node); on a cluster, 1 lets
+      a node die without losing a write the server acknowledged nor stopping indexing
+      beyond the failover.
+    * ``namespace_shards``: how many shards one namespace's documents spread over
+      (the server's ``routing_partition_size``). Documents are always routed by
+      namespace, so every read and write addresses a document by (namespace, id)
+      whatever the shape. 1 by default: a namespace lives in one shard and a search,
+      which always names its namespace, asks that one shard; a namespace much bigger
+      than the rest then makes its shard bigger than the rest (and hotter). More
+      spreads each namespace over that many shards (its searches ask them all); it
+      must stay below ``shards``.
+    """
+
+    shards: int = 1
+    replicas: int = 0
+    namespace_shards: int = 1
+
+    def __post_init__(self) -> None:
+        problem = self.problem()
+        if problem is not None:
+            raise ValueError(problem)
+
+    def problem(self) -> str | None:
+        """What is wrong with this shape, or None."""
+        if self.shards < 1:
+            return f"an index needs at least 1 shard, not {self.shards}"
+        if self.replicas < 0:
+            return f"replicas cannot be negative ({self.replicas})"
+        if self.namespace_shards < 1:
+            return f"a namespace needs at least 1 shard, not {self.namespace_shards}"
+        if self.namespace_shards > 1 and self.namespace_shards >= self.shards:
+            return (f"namespace shards ({self.namespace_shards}) must be fewer than the "
+                    f"index's shards ({self.shards}): the server spreads a namespace over "
+                    "a part of the shards, never all of them")
+        return None
+
+
+#: The shape of an index when none is asked for (see ``IndexShape`` for why).
+DEFAULT_SHAPE = IndexShape()
+
+
+def index_settings(shape: IndexShape = DEFAULT_SHAPE) -> dict[str, Any]:
+    """Settings of a concrete index of ``shape``."""
+    settings: dict[str, Any] = {
+        "number_of_shards": shape.shards,
+        "number_of_replicas": shape.replicas,
         "gc_deletes": GC_DELETES,
     }
+    if shape.namespace_shards > 1:
+        settings["routing_partition_size"] = shape.namespace_shards
+        # Without it the server hashes over its default routing shards (a multiple of
+        # the shards, kept for a later _split) and the partition's offsets of 1..N-1
+        # almost never reach another shard: a namespace stays in one shard, silently.
+        settings["number_of_routing_shards"] = shape.shards
+    return settings
+
+
+def index_mappings(shape: IndexShape = DEFAULT_SHAPE) -> dict[str, Any]:
+    """``MAPPINGS`` for an index of ``shape``: a namespace spread over several shards
+    needs every write and read to name its routing, which the server then enforces."""
+    if shape.namespace_shards > 1:
+        return {"_routing": {"required": True}, **MAPPINGS}
+    return MAPPINGS
 
 
 def missing_fields(properties: Mapping[str, Any]) -> list[str]:

@@ -13,11 +13,13 @@ from typing import Any
 
 from .contract import (
     DEFAULT_ALIAS,
-    MAPPINGS,
+    DEFAULT_SHAPE,
+    IndexShape,
     building_marker,
     concrete_name,
     concrete_pattern,
     concrete_version,
+    index_mappings,
     index_settings,
     missing_fields,
 )
@@ -92,17 +94,15 @@ def check_mapping(es: SearchEngine, index: str, alias: str = DEFAULT_ALIAS) -> N
             )
 
 
-def create_index(
-    es: SearchEngine, name: str, *, shards: int = 1, replicas: int = 0
-) -> bool:
-    """Create concrete index ``name`` with our settings and mappings.
+def create_index(es: SearchEngine, name: str, *, shape: IndexShape = DEFAULT_SHAPE) -> bool:
+    """Create concrete index ``name`` of ``shape`` with our settings and mappings.
 
     Returns False (and changes nothing) when it already exists.
     """
     if es.index_exists(name):
         return False
     try:
-        es.create_index(name, settings=index_settings(shards, replicas), mappings=MAPPINGS)
+        es.create_index(name, settings=index_settings(shape), mappings=index_mappings(shape))
     except SearchRefused as exc:  # a concurrent creator won the race
         if exc.error == "resource_already_exists_exception":
             return False
@@ -141,10 +141,12 @@ def missing_alias_message(alias: str, indexed: bool, leftovers: list[str]) -> st
     )
 
 
-def ensure_alias(es: SearchEngine, alias: str = DEFAULT_ALIAS, *, indexed: bool = False) -> str:
-    """Make sure ``alias`` exists, creating ``<alias>-v1`` behind it only when none of
-    ours exists yet and nothing was indexed (``indexed``: the caller's checkpoints
-    moved past the start of the log); otherwise raise ``IndexMissing``.
+def ensure_alias(es: SearchEngine, alias: str = DEFAULT_ALIAS, *, indexed: bool = False,
+                 shape: IndexShape = DEFAULT_SHAPE) -> str:
+    """Make sure ``alias`` exists, creating ``<alias>-v1`` (of ``shape``) behind it only
+    when none of ours exists yet and nothing was indexed (``indexed``: the caller's
+    checkpoints moved past the start of the log); otherwise raise ``IndexMissing``.
+    An index that exists keeps its shape (``pathkeeper reindex`` builds a new one).
 
     Returns the concrete index the alias writes to. Safe to call from several
     processes at once: the index is created together with its alias, in one request,
@@ -164,7 +166,7 @@ def ensure_alias(es: SearchEngine, alias: str = DEFAULT_ALIAS, *, indexed: bool 
     name = concrete_name(alias, 1)
     try:
         es.create_index(
-            name, settings=index_settings(), mappings=MAPPINGS,
+            name, settings=index_settings(shape), mappings=index_mappings(shape),
             aliases={alias: {"is_write_index": True}},
         )
     except SearchRefused as exc:  # a concurrent creator won the race: its alias is there
@@ -217,13 +219,17 @@ def abandoned_indices(es: SearchEngine, alias: str) -> list[str]:
     return sorted(i for i in found if i not in live)
 
 
-def create_building_index(es: SearchEngine, alias: str, name: str, shards: int = 1) -> bool:
+def create_building_index(
+    es: SearchEngine, alias: str, name: str, shape: IndexShape = DEFAULT_SHAPE
+) -> bool:
     """Create ``name``, a new concrete index for ``alias`` (the contract's settings and
-    mappings), tuned for loading and marked as building in the same request, so that
-    no crash can leave an unmarked half-built index behind. False if it exists."""
-    settings = {**index_settings(shards, replicas=0), "refresh_interval": "-1"}
+    mappings, of ``shape`` but without replicas while it loads), tuned for loading and
+    marked as building in the same request, so that no crash can leave an unmarked
+    half-built index behind. False if it exists."""
+    loading = IndexShape(shape.shards, 0, shape.namespace_shards)
+    settings = {**index_settings(loading), "refresh_interval": "-1"}
     try:
-        es.create_index(name, settings=settings, mappings=MAPPINGS,
+        es.create_index(name, settings=settings, mappings=index_mappings(shape),
                         aliases={building_marker(alias): {}})
     except SearchRefused as exc:
         if exc.error == "resource_already_exists_exception":
@@ -245,14 +251,16 @@ def unmark_building(es: SearchEngine, alias: str, index: str) -> None:
     es.update_aliases([{"remove": {"index": index, "alias": building_marker(alias)}}])
 
 
-def live_shape(es: SearchEngine, alias: str) -> tuple[int, int]:
-    """(shards, replicas) of the index behind ``alias``, to build its successor alike;
-    (1, 0) when there is none."""
+def live_shape(es: SearchEngine, alias: str) -> IndexShape:
+    """The shape of the index behind ``alias``, to build its successor alike; the
+    default shape when there is none."""
     targets = alias_targets(es, alias)
     if not targets:
-        return 1, 0
+        return DEFAULT_SHAPE
     got = es.get_settings(targets[-1])[targets[-1]]["settings"]["index"]
-    return int(got.get("number_of_shards", 1)), int(got.get("number_of_replicas", 0))
+    return IndexShape(int(got.get("number_of_shards", 1)),
+                      int(got.get("number_of_replicas", 0)),
+                      int(got.get("routing_partition_size", 1)))
 
 
 def drop_alias_and_indices(es: SearchEngine, alias: str) -> None:

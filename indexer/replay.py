@@ -67,7 +67,12 @@ from coordinator.indexing import consumer_for
 
 from . import checkpoints, contract, elasticsearch_index
 from .bulk import Rejected
-from .contract import building_marker, delete_action, index_action
+from .contract import (
+    IndexShape,
+    building_marker,
+    delete_action,
+    index_action,
+)
 from .errors import ReplayError
 from .live_nodes import node_exists
 from .log_scan import current_bound
@@ -126,9 +131,11 @@ def rebuild(
     progress: Progress | None = None,
     after_load: Callable[[str], None] | None = None,
     consumer: str | None = None,
+    shape: IndexShape | None = None,
 ) -> RebuildResult:
     """Build a new concrete index for ``alias`` from the log (``source="events"``) or
-    a snapshot of ``nodes`` (``source="snapshot"``), catch up and swap it in.
+    a snapshot of ``nodes`` (``source="snapshot"``), catch up and swap it in. The new
+    index is of ``shape`` (default: the live index's, else the default shape).
 
     With ``until``, the state as of that position goes into an index that is not
     swapped in (and there is no tail); only then may ``namespaces`` narrow it (an
@@ -163,8 +170,8 @@ def rebuild(
         # Named before the cleanup, so a new index never reuses a deleted one's name.
         name = elasticsearch_index.next_index_name(es, alias)
         result.cleaned_up = cleanup_abandoned(es, alias)
-        shards, replicas = elasticsearch_index.live_shape(es, alias)
-        index = create_building_index(es, alias, name, shards)
+        shape = shape or elasticsearch_index.live_shape(es, alias)
+        index = create_building_index(es, alias, name, shape)
         result.index = index
         progress.note(f"building {index} as of position {v0} (from {source})")
         progress.phase("load documents", unit="documents")
@@ -173,7 +180,7 @@ def rebuild(
             result.documents, _ = bulk_index(es, docs, progress, too_large=result.too_large)
         finally:
             docs.close()  # the prefetching thread is done with the fold before it closes
-        elasticsearch_index.finish_loading(es, index, replicas)
+        elasticsearch_index.finish_loading(es, index, shape.replicas)
         if after_load is not None:
             after_load(index)
         if until is not None:

@@ -12,6 +12,7 @@ from sqlalchemy import Engine
 
 from . import bulk, deadletters, elasticsearch_index
 from .bulk import Alive, Rejected, resolve_conflicts, stream_answers
+from .contract import DEFAULT_SHAPE, IndexShape
 from .errors import ReplayError
 from .progress import Progress
 from .search_engine import SearchEngine
@@ -34,10 +35,12 @@ def cleanup_abandoned(es: SearchEngine, alias: str) -> list[str]:
     return doomed
 
 
-def create_building_index(es: SearchEngine, alias: str, name: str, shards: int = 1) -> str:
-    """Create ``name`` for loading, marked as building (``elasticsearch_index``);
-    ``ReplayError`` if it appeared meanwhile."""
-    if not elasticsearch_index.create_building_index(es, alias, name, shards):
+def create_building_index(
+    es: SearchEngine, alias: str, name: str, shape: IndexShape = DEFAULT_SHAPE
+) -> str:
+    """Create ``name`` of ``shape`` for loading, marked as building
+    (``elasticsearch_index``); ``ReplayError`` if it appeared meanwhile."""
+    if not elasticsearch_index.create_building_index(es, alias, name, shape):
         raise ReplayError(f"index {name} appeared while we created it")
     return name
 

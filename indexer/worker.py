@@ -70,7 +70,7 @@ from coordinator.migrate import require_current
 from . import checkpoints, deadletters, metrics
 from .applier import Applier
 from .bootstrap import bootstrap
-from .contract import DEFAULT_ALIAS, MAX_BATCH_AGE
+from .contract import DEFAULT_ALIAS, DEFAULT_SHAPE, MAX_BATCH_AGE, IndexShape
 from .elasticsearch_index import IndexMissing, MappingOutdated, check_mapping, ensure_alias
 from .index_health import IndexHealth
 from .leases import Leases
@@ -125,6 +125,9 @@ class WorkerConfig:
     #: The writers' content limit (``coordinator.Settings.max_content_bytes``): checked
     #: at start against the search server's request limit (a warning if it cannot fit).
     max_content_bytes: int = paths.MAX_CONTENT_BYTES
+    #: The shape of the index the worker creates (None: the default shape for a first
+    #: index, the live index's for a bootstrap rebuild).
+    index_shape: IndexShape | None = None
 
     @property
     def consumer_name(self) -> str:
@@ -220,10 +223,11 @@ class Worker:
                 require_current(self.engine)
                 # A new consumer on a compacted log: its index from nodes, first.
                 bootstrap(self.coord, self.es, self.config.alias, self.consumer,
-                          self.config.partitions, self._stop)
+                          self.config.partitions, self._stop, self.config.index_shape)
                 if self._stop.is_set():
                     return False
-                index = ensure_alias(self.es, self.config.alias, indexed=self._indexed_before())
+                index = ensure_alias(self.es, self.config.alias, indexed=self._indexed_before(),
+                                     shape=self.config.index_shape or DEFAULT_SHAPE)
                 check_mapping(self.es, index, self.config.alias)
                 self.index_health.check_request_limit(self.config.max_content_bytes)
                 checkpoints.ensure_layout(self.engine, self.consumer, self.config.partitions)

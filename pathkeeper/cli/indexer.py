@@ -17,6 +17,8 @@ from pathkeeper.cli.options import (
     consumer_option,
     database_url_option,
     es_url_option,
+    index_shape,
+    index_shape_options,
     max_content_bytes_option,
     worker_alias_option,
 )
@@ -71,17 +73,22 @@ def indexer() -> None:
                    "than this (7d, 12h, 30m, 0); never past a consumer's checkpoint. "
                    "Needs --snapshot-cron.")
 @max_content_bytes_option
+@index_shape_options("Used when the worker creates the index (the first time, or from a "
+                     "snapshot of nodes on a compacted log); an existing index keeps its "
+                     "shape: `pathkeeper reindex` with these options builds a new one")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def run(
     database_url: str, es_url: str, alias: str, consumer: str, partitions: int, once: bool,
     give_up_after: float, batch_events: int, chunk_size: int, poll_interval: float,
     metrics_port: int | None,
     verify_cron: str | None, snapshot_cron: str | None, compact_retain: timedelta | None,
-    max_content_bytes: int, verbose: bool,
+    max_content_bytes: int, shards: int | None, replicas: int | None,
+    namespace_shards: int | None, verbose: bool,
 ) -> None:
     """Run the worker until SIGTERM (or, with --once, until caught up)."""
     if compact_retain is not None and snapshot_cron is None:
         raise click.UsageError("--compact-retain needs --snapshot-cron")
+    shape = index_shape(shards, replicas, namespace_shards)
     from indexer.logs import configure
     from indexer.worker import Worker, WorkerConfig
 
@@ -91,7 +98,7 @@ def run(
         partitions=partitions, once=once, batch_events=batch_events, chunk_size=chunk_size,
         poll_interval=poll_interval, metrics_port=metrics_port, verify_cron=verify_cron,
         snapshot_cron=snapshot_cron, compact_retain=compact_retain,
-        max_content_bytes=max_content_bytes,
+        max_content_bytes=max_content_bytes, index_shape=shape,
     )
     from indexer.checkpoints import LayoutMismatch
     from indexer.elasticsearch_index import IndexMissing, MappingOutdated
@@ -163,27 +170,47 @@ __all__ = ["indexer"]
 @click.option("--port", type=int, default=0, help="HTTP port (default: a free one).")
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None,
               help="Keep the node's config and data here (default: a temp dir, removed).")
+@click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Nodes of one cluster (512 MB heaps each; --port is then ignored).")
 def search_node(engine: str | None, version: str | None, port: int,
-                data_dir: str | None) -> None:
-    """Run a throwaway local search node until Ctrl-C, fetched once from Maven Central
-    and run on an installed JDK that suits its version. Handy for ES_URL=... ./dev test
-    without a start per run."""
+                data_dir: str | None, nodes: int) -> None:
+    """Run a throwaway local search node (or cluster) until Ctrl-C, fetched once from
+    Maven Central and run on an installed JDK that suits its version. Handy for
+    ES_URL=... ./dev test without a start per run."""
     import signal
     import threading
 
-    from pathkeeper.local.search import LocalServerError, new_local_search
+    from pathkeeper.local.search import LocalServerError, new_local_search, search_kind
+    from pathkeeper.local.search_cluster import LocalSearchCluster
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
-        server = new_local_search(data_dir, port, engine=engine, version=version)
-        with server:
-            click.echo(f"{server.label} on {server.url} (pid {server.pid}); Ctrl-C stops it")
-            try:
-                while not stop.wait(3600):
-                    pass
-            except KeyboardInterrupt:
+
+    def until_stopped() -> None:
+        try:
+            while not stop.wait(3600):
                 pass
+        except KeyboardInterrupt:
+            pass
+
+    try:
+        if nodes == 1:
+            server = new_local_search(data_dir, port, engine=engine, version=version)
+            with server:
+                click.echo(f"{server.label} on {server.url} (pid {server.pid}); "
+                           "Ctrl-C stops it")
+                until_stopped()
+            return
+        kind = engine or search_kind()
+        if kind == "noida":
+            raise LocalServerError("noida-db, the stand-in, runs as one process: --nodes "
+                                   "needs elasticsearch or opensearch")
+        with LocalSearchCluster(nodes, engine=kind, version=version,
+                                data_dir=data_dir) as cluster:
+            click.echo(f"{cluster.label} formed; Ctrl-C stops it")
+            for node in cluster.nodes:
+                click.echo(f"{node.name} on {node.url} (pid {node.pid})")
+            until_stopped()
     except LocalServerError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)

@@ -10,12 +10,17 @@ shows each option's variable (``show_envvars``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 
 from coordinator.paths import MAX_CONTENT_BYTES
 from indexer.contract import DEFAULT_ALIAS
+
+if TYPE_CHECKING:
+    from indexer.contract import IndexShape
 
 DATABASE_URL_ENV = "PATHKEEPER_DATABASE_URL"
 ES_URL_ENV = "PATHKEEPER_ES_URL"
@@ -23,6 +28,9 @@ MAX_CONTENT_BYTES_ENV = "PATHKEEPER_MAX_CONTENT_BYTES"
 LOG_FORMAT_ENV = "PATHKEEPER_LOG_FORMAT"
 #: The prefix of every option's variable.
 ENV_PREFIX = "PATHKEEPER"
+SHARDS_ENV = "PATHKEEPER_INDEX_SHARDS"
+REPLICAS_ENV = "PATHKEEPER_INDEX_REPLICAS"
+NAMESPACE_SHARDS_ENV = "PATHKEEPER_INDEX_NAMESPACE_SHARDS"
 
 database_url_option = click.option(
     "--database-url",
@@ -65,6 +73,52 @@ def show_envvars(command: click.Command) -> None:
     if isinstance(command, click.Group):
         for sub in command.commands.values():
             show_envvars(sub)
+
+
+_F = TypeVar("_F", bound=Callable[..., object])
+
+
+def index_shape_options(when: str) -> Callable[[_F], _F]:
+    """``--shards``, ``--replicas`` and ``--namespace-shards``: the shape of an index
+    the command creates (``when`` says what happens when they are left out). The
+    README's "Index shape" section has the reasoning for the defaults."""
+    def decorate(f: _F) -> _F:
+        f = click.option(
+            "--namespace-shards", type=click.IntRange(min=1), envvar=NAMESPACE_SHARDS_ENV,
+            default=None, help="Shards one namespace's documents spread over: 1 (the "
+            "default) keeps a namespace in one shard, so its searches ask one shard; more "
+            "spreads a big namespace (its searches ask that many); fewer than --shards.")(f)
+        f = click.option(
+            "--replicas", type=click.IntRange(min=0), envvar=REPLICAS_ENV, default=None,
+            help="Copies of each shard on other nodes: 0 (the default) suits a single "
+            "node; 1 on a cluster survives the loss of a node.")(f)
+        f = click.option(
+            "--shards", type=click.IntRange(min=1), envvar=SHARDS_ENV, default=None,
+            help=f"Primary shards of the index (default 1). {when}")(f)
+        return f
+    return decorate
+
+
+def index_shape(
+    shards: int | None, replicas: int | None, namespace_shards: int | None,
+    base: IndexShape | None = None,
+) -> IndexShape | None:
+    """The shape the shape options ask for, each one left out taken from ``base`` (else
+    the default shape); None when all are left out. A shape the server would refuse is
+    a usage error naming the options."""
+    from indexer.contract import DEFAULT_SHAPE, IndexShape
+
+    if shards is None and replicas is None and namespace_shards is None:
+        return base
+    base = base or DEFAULT_SHAPE
+    try:
+        return IndexShape(
+            base.shards if shards is None else shards,
+            base.replicas if replicas is None else replicas,
+            base.namespace_shards if namespace_shards is None else namespace_shards,
+        )
+    except ValueError as exc:
+        raise click.UsageError(f"--shards/--namespace-shards: {exc}") from exc
 
 
 def check_duration(

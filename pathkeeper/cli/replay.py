@@ -12,7 +12,12 @@ import click
 
 from indexer.bulk import Rejected
 from indexer.contract import DEFAULT_ALIAS
-from pathkeeper.cli.options import database_url_option, es_url_option
+from pathkeeper.cli.options import (
+    database_url_option,
+    es_url_option,
+    index_shape,
+    index_shape_options,
+)
 
 alias_option = click.option(
     "--alias", default=DEFAULT_ALIAS, show_default=True, help="The alias services search."
@@ -120,8 +125,10 @@ def _run(fn: Callable[[], int]) -> None:
 def _rebuild(
     source: str, database_url: str, es_url: str, alias: str, namespaces: tuple[str, ...],
     until: int | None, dry_run: bool, keep_old: bool, quiet: bool, consumer: str,
+    shape_options: tuple[int | None, int | None, int | None] = (None, None, None),
 ) -> None:
     from coordinator import Coordinator
+    from indexer.elasticsearch_index import live_shape
     from indexer.replay import rebuild, rebuild_namespaces
     from indexer.search_client import open_search
 
@@ -133,6 +140,9 @@ def _rebuild(
             _require_namespaces(coord, namespaces, until)
             es = open_search(es_url, request_timeout=120)
             try:
+                # The options left out keep the live index's values.
+                shape = (index_shape(*shape_options, base=live_shape(es, alias))
+                         if shape_options != (None, None, None) else None)
                 if namespaces and until is None:
                     result = rebuild_namespaces(
                         coord, es, namespaces, source=source, alias=alias, dry_run=dry_run,
@@ -142,7 +152,7 @@ def _rebuild(
                     result = rebuild(
                         coord, es, source=source, alias=alias, until=until,
                         namespaces=namespaces or None, dry_run=dry_run, keep_old=keep_old,
-                        progress=progress, consumer=consumer or None,
+                        progress=progress, consumer=consumer or None, shape=shape,
                     )
             finally:
                 es.close()
@@ -192,15 +202,18 @@ def _report_too_large(too_large: list[Rejected]) -> int:
 @click.option("--keep-old", is_flag=True, help="Keep the previous index after the swap.")
 @consumer_option
 @quiet_option
+@index_shape_options("Default: the live index's shape; each one given changes it in the "
+                     "new index")
 def replay(
     database_url: str, es_url: str, alias: str, namespaces: tuple[str, ...],
     until: int | None, dry_run: bool, keep_old: bool, consumer: str, quiet: bool,
+    shards: int | None, replicas: int | None, namespace_shards: int | None,
 ) -> None:
     """Rebuild the index from the event log alone, then swap the alias to it and move the
     live worker's checkpoints to it (also what a worker behind the compaction horizon
     needs)."""
     _rebuild("events", database_url, es_url, alias, namespaces, until, dry_run, keep_old, quiet,
-             consumer)
+             consumer, (shards, replicas, namespace_shards))
 
 
 @click.command("reindex")
@@ -212,14 +225,17 @@ def replay(
 @click.option("--keep-old", is_flag=True, help="Keep the previous index after the swap.")
 @consumer_option
 @quiet_option
+@index_shape_options("Default: the live index's shape; each one given changes it in the "
+                     "new index")
 def reindex(
     database_url: str, es_url: str, alias: str, namespaces: tuple[str, ...], dry_run: bool,
-    keep_old: bool, consumer: str, quiet: bool,
+    keep_old: bool, consumer: str, quiet: bool, shards: int | None, replicas: int | None,
+    namespace_shards: int | None,
 ) -> None:
     """Rebuild the index from a snapshot of the nodes table plus the event tail (and move
     the live worker's checkpoints to it, as replay does)."""
     _rebuild("snapshot", database_url, es_url, alias, namespaces, None, dry_run, keep_old,
-             quiet, consumer)
+             quiet, consumer, (shards, replicas, namespace_shards))
 
 
 @click.command("verify")

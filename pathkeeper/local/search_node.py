@@ -31,7 +31,7 @@ import subprocess
 import tempfile
 import urllib.request
 import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -304,6 +304,7 @@ class LocalSearchNode(LocalServer):
         version: str | None = None,
         heap: str | None = None,
         settings: Mapping[str, str] | None = None,
+        java_options: Sequence[str] = (),
     ) -> None:
         """``settings``: more lines of the node's configuration (e.g. a small
         ``http.max_content_length`` to meet the server's request limit in a test)."""
@@ -312,6 +313,7 @@ class LocalSearchNode(LocalServer):
         self.label = f"{self.release.engine.label} {self.release.version}"
         self.settings = dict(settings or {})
         self.heap = heap or os.environ.get("PATHKEEPER_ES_HEAP", "1g")
+        self.java_options = list(java_options)
         self.transport_port = 0
 
     @property
@@ -321,6 +323,12 @@ class LocalSearchNode(LocalServer):
     @property
     def version(self) -> str:
         return self.release.version
+
+    def discovery_lines(self) -> list[str]:
+        """The lines of the configuration that name the node and its cluster: a cluster
+        of its own (``pathkeeper.local.search_cluster`` joins nodes into one)."""
+        return ["cluster.name: pathkeeper-local", "node.name: local",
+                "discovery.type: single-node"]
 
     def command(self) -> tuple[list[str], dict[str, str], dict[str, Any]]:
         rel = self.release
@@ -338,9 +346,7 @@ class LocalSearchNode(LocalServer):
             shutil.copytree(home / "config", conf)
             _absolute_jvm_paths(conf / "jvm.options", node)
         (conf / f"{rel.engine.name}.yml").write_text("\n".join([
-            "cluster.name: pathkeeper-local",
-            "node.name: local",
-            "discovery.type: single-node",
+            *self.discovery_lines(),
             "network.host: 127.0.0.1",
             f"http.port: {self.port}",
             f"transport.port: {self.transport_port}",
@@ -364,7 +370,8 @@ class LocalSearchNode(LocalServer):
             f"{prefix}_JAVA_HOME": str(java),
             f"{prefix}_PATH_CONF": str(conf),
             f"{prefix}_TMPDIR": str(node / "tmp"),
-            f"{prefix}_JAVA_OPTS": f"-Xms{self.heap} -Xmx{self.heap}",
+            f"{prefix}_JAVA_OPTS": " ".join(
+                [f"-Xms{self.heap}", f"-Xmx{self.heap}", *self.java_options]),
             "LANG": "C.UTF-8",
         }
         if user is not None:
