@@ -241,14 +241,13 @@ class Coordinator(NamespaceCommands):
         def body(uow: UnitOfWork) -> MutationResult:
             tx, conn = uow.tree, uow.conn
             conn.execute(text("SELECT 1 FROM namespaces WHERE name = :ns FOR UPDATE"), {"ns": ns})
-            root = tx.lock("/")[0]
-            node = tx.stat("/")
+            node = tx.lock("/")
             has_child = conn.execute(
                 text(
                     "SELECT EXISTS (SELECT 1 FROM nodes "
                     "WHERE namespace = :ns AND parent_id = :r)"
                 ),
-                {"ns": ns, "r": root.id},
+                {"ns": ns, "r": uuid.UUID(node.id)},
             ).scalar_one()
             if has_child and not force:
                 raise DirectoryNotEmpty(f"namespace {ns!r} is not empty (use force=True)")
@@ -256,7 +255,7 @@ class Coordinator(NamespaceCommands):
                 text("DELETE FROM nodes WHERE namespace = :ns"), {"ns": ns}
             ).rowcount
             conn.execute(text("DELETE FROM namespaces WHERE name = :ns"), {"ns": ns})
-            seq = tx.events.append(ns, NamespaceDropped(root_id=str(root.id), count=count))
+            seq = tx.events.append(ns, NamespaceDropped(root_id=node.id, count=count))
             return MutationResult(node, seq)
 
         return self.run(ns, body)

@@ -46,13 +46,11 @@ from . import paths
 from .db import FOREIGN_KEY_VIOLATION, Driver, driver_sql, sqlstate, streamed, translate
 from .errors import (
     AlreadyExists,
-    Conflict,
     CoordinatorError,
     InvalidContent,
     NotADirectory,
     NotFound,
     TooLarge,
-    version_mismatch,
 )
 from .eventlog import EventAppender
 from .events import Created, Deleted, MetadataSet, Moved, Written
@@ -77,34 +75,6 @@ RESOLVE_SQL = driver_sql(
     "FROM pathkeeper_resolve(:ns, CAST(:parts AS text[])) AS r",
     binary=("parts",),
 )
-
-# Resolve and lock in one statement (one round trip less than resolve, then lock by
-# id): the row at the end of the path, only if the whole path resolves. The id comes
-# from the statement's snapshot, exactly as a separate resolve's would; the lock then
-# waits and re-checks that row by id, as the separate ``SELECT ... FOR UPDATE`` did.
-RESOLVE_AND_LOCK_SQL = """    SELECT {columns} FROM nodes
-    WHERE namespace = :ns
-      AND id = (SELECT (pathkeeper_resolve(:ns, CAST(:parts AS text[]))).ids[:n + 1])
-    FOR {mode}
-"""
-#: Lock modes a mutation takes on its target (see the module docstring).
-LOCK_MODES = ("UPDATE", "NO KEY UPDATE")
-_LOCK_PATH_SQL = {
-    m: driver_sql(RESOLVE_AND_LOCK_SQL.format(columns=NODE_COLUMNS, mode=m), binary=("parts",))
-    for m in LOCK_MODES
-}
-_ROW_SQL = {
-    lock: driver_sql(f"SELECT {NODE_COLUMNS} FROM nodes WHERE namespace = :ns AND id = :id {lock}")
-    for lock in ("", *(f"FOR {m}" for m in LOCK_MODES))
-}
-
-# A create's insert inside a group (its foreign-key check locks the parent's row).
-_INSERT_SQL = driver_sql(
-    "INSERT INTO nodes (namespace, id, parent_id, name, kind, content, metadata) "
-    "VALUES (:ns, :id, :parent, :name, :kind, :content, CAST(:md AS jsonb)) "
-    f"RETURNING {NODE_COLUMNS}"
-)
-
 
 @dataclass(frozen=True)
 class NodeCall:
@@ -135,6 +105,11 @@ RENAME_CALL = (
 )
 _RENAME_SQL = driver_sql(f"SELECT * FROM {RENAME_CALL}", binary=("parts",))
 
+# The node a mutation names, locked FOR UPDATE, and its path, by the server's rule
+# (migrations/versions/*_0007_delete_function.py).
+LOCK_CALL = "pathkeeper_lock(:ns, :ref, CAST(:parts AS text[]), CAST(:id AS uuid), true)"
+_LOCK_SQL = driver_sql(f"SELECT (l.node).*, l.path FROM {LOCK_CALL} AS l", binary=("parts",))
+
 # A subtree with paths, depth first (path order), from the node with id :id at :path.
 WALK_SQL = (
     subtree_cte(NODE_COLUMNS.split(", "), "namespace = :ns AND id = :id")
@@ -152,8 +127,6 @@ _UP_CTE = """
         WHERE u.depth < 100000
     )
 """
-# Root first.
-ANCESTORS_SQL = driver_sql(_UP_CTE + "SELECT id, name FROM up ORDER BY depth DESC")
 
 
 # A stat in one statement, so in one snapshot: by path, the walk (for the error that says
@@ -179,7 +152,7 @@ def parse_id(ref: object) -> uuid.UUID:
     try:
         return uuid.UUID(str(ref))
     except ValueError as exc:
-        raise NotFound(f"no node with id {ref!r}") from exc
+        raise NotFound(f"no node with id {ref}") from exc
 
 
 def check_content(content: object, max_bytes: int = paths.MAX_CONTENT_BYTES) -> str:
@@ -483,14 +456,15 @@ CREATE_CALL = (
     "pathkeeper_create(:ns, CAST(:parent AS text[]), CAST(:id AS uuid), :name, :kind, "
     ":content, CAST(:md AS jsonb))"
 )
+_CREATE_SQL = driver_sql(f"SELECT * FROM {CREATE_CALL}", binary=("parent",))
 
 
 @dataclass(frozen=True)
 class CreateCall:
     """A create's arguments as ``pathkeeper_create`` takes them (checked here first: the
     name's and the content's rules are Python's), and what its answer means; for a create
-    that is a whole transaction (``coordinator.single_statement``). ``TreeTx.create_file``
-    and ``mkdir`` apply the same rule in a group."""
+    that is a whole transaction (``coordinator.single_statement``) and for
+    ``TreeTx.create_file`` and ``mkdir`` in a group."""
 
     ns: str
     parent: list[str]
@@ -522,19 +496,18 @@ class CreateCall:
                 "kind": self.kind, "content": self.content, "md": self.metadata}
 
     def refused(self, exc: IntegrityError) -> CoordinatorError:
-        """The typed error for a constraint's refusal, worded as ``TreeTx._insert`` does."""
-        return _refused_insert(exc, self.name)
+        """The typed error for a constraint's refusal: the name taken (the unique
+        constraint) or the parent deleted after the function's walk (the foreign key)."""
+        return translate(exc, {
+            AlreadyExists: f"{self.path} already exists",
+            NotFound: f"{paths.join_path(self.parent)} was deleted",
+        })
 
     def result(self, row: DbRow) -> Node:
         """The new node (its event is written by the same statement, from the same row)."""
         return node_of(self.ns, row, self.path)
 
 
-def _refused_insert(exc: IntegrityError, name: str) -> CoordinatorError:
-    return translate(exc, {
-        AlreadyExists: f"{name!r} already exists",
-        NotFound: "the parent directory was deleted",
-    })
 
 
 def _created_event(node: Node, row: DbRow) -> Created:
@@ -614,29 +587,11 @@ class TreeTx:
 
     # ----------------------------------------------------------------- reads
 
-    def _split(self, path: object) -> list[str]:
-        return paths.lookup_path(path)
-
     def resolve(self, parts: list[str]) -> list[DbRow]:
         """The chain of (id, kind) from the root to ``parts``; raises if it breaks off."""
         chain = self.db.all(RESOLVE_SQL, {"ns": self.ns, "parts": parts})
         check_walk(self.ns, parts, [r.kind for r in chain])
         return chain
-
-    def _row(self, node_id: uuid.UUID, lock: str = "") -> DbRow | None:
-        return self.db.one_or_none(_ROW_SQL[lock], {"ns": self.ns, "id": node_id})
-
-    def ancestors(self, node_id: uuid.UUID) -> list[DbRow]:
-        """(id, name) rows from the root down to the node itself."""
-        return self.db.all(ANCESTORS_SQL, {"ns": self.ns, "id": node_id})
-
-    def path_of(self, node_id: uuid.UUID, chain: list[DbRow] | None = None) -> str:
-        """The node's current path (from ``chain``, its ``ancestors`` if already read)."""
-        if chain is None:
-            chain = self.ancestors(node_id)
-        if not chain:
-            raise NotFound(f"no node with id {node_id}")
-        return paths.join_path([r.name for r in chain[1:]])
 
     def _node(self, row: DbRow, path: str, with_content: bool = True) -> Node:
         return node_of(self.ns, row, path, with_content)
@@ -672,87 +627,29 @@ class TreeTx:
 
     # ------------------------------------------------------------- locking
 
-    def lock(self, ref: object, mode: str = "UPDATE") -> tuple[DbRow, str]:
-        """Lock the node named by ``ref``; returns its row and its current path."""
-        if not paths.is_path_ref(ref):
-            node_id = parse_id(ref)
-            params: dict[str, Any] = {"ns": self.ns, "id": node_id}
-            # The lock, then (once it is granted) the path: one round trip for both.
-            with self.db.pipeline():
-                locked = self.db.send(_ROW_SQL[f"FOR {mode}"], params)
-                up = self.db.send(ANCESTORS_SQL, params)
-            row = locked.fetchone()
-            if row is None:
-                raise NotFound(f"no node with id {ref}")
-            return row, self.path_of(node_id, up.fetchall())
-        parts = self._split(ref)
-        params = {"ns": self.ns, "parts": parts, "n": len(parts)}
-        for _ in range(5):
-            # Resolve and lock, then resolve again: the second statement runs after the
-            # lock was granted, with a snapshot of its own, as when sent on its own; the
-            # pipeline only saves waiting for the first answer before sending it.
-            with self.db.pipeline():
-                locked = self.db.send(_LOCK_PATH_SQL[mode], params)
-                again = self.db.send(RESOLVE_SQL, params)
-            row = locked.fetchone()
-            # Raises if the path does not resolve now (saying why, as resolve does).
-            chain = again.fetchall()
-            check_walk(self.ns, parts, [r.kind for r in chain])
-            if row is None:
-                # Its row went away between the walk and the lock: look again.
-                continue
-            # Compare-and-swap: the path must still lead to the row we locked.
-            if chain[-1].id == row.id:
-                return row, paths.join_path(parts)
-        raise Conflict(f"{ref} kept changing while it was being locked")
-
-    @staticmethod
-    def check_version(row: DbRow, if_version: int | None) -> None:
-        if if_version is not None and int(row.version) != int(if_version):
-            raise version_mismatch(int(row.version), int(if_version))
+    def lock(self, ref: object) -> Node:
+        """Lock the node named by ``ref`` ``FOR UPDATE`` with ``pathkeeper_lock``, the
+        server's rule every mutation's function takes (resolve, lock, resolve again)."""
+        call = NodeCall(*NodeCall.target(self.ns, ref))
+        row = self.db.one(_LOCK_SQL, call.node_params)
+        return node_of(self.ns, row, row.path)
 
     # ------------------------------------------------------------ mutations
 
-    def _insert(
-        self,
-        parent_id: uuid.UUID,
-        name: str,
-        kind: str,
-        content: str | None,
-        metadata: str,
-    ) -> DbRow:
+    def _create(self, call: CreateCall) -> MutationResult:
+        """A create: the rule runs in the server (``pathkeeper_create``), as for a create
+        that is a whole transaction; the event is appended here."""
         try:
-            return self.db.one(
-                _INSERT_SQL,
-                {
-                    "ns": self.ns,
-                    "id": uuid.uuid4(),
-                    "parent": parent_id,
-                    "name": name,
-                    "kind": kind,
-                    "content": content,
-                    "md": metadata,
-                },
-            )
+            row = self.db.one(_CREATE_SQL, call.params)
         except IntegrityError as exc:
-            raise _refused_insert(exc, name) from exc
-
-    def _created(self, row: DbRow, path: str) -> MutationResult:
-        node = self._node(row, path)
+            raise call.refused(exc) from exc
+        node = call.result(row)
         return MutationResult(node, self.events.append(self.ns, _created_event(node, row)))
 
-    def _parent_dir(self, parent_parts: list[str]) -> uuid.UUID:
-        last = self.resolve(parent_parts)[-1]
-        if last.kind != "dir":
-            raise NotADirectory(f"{paths.join_path(parent_parts)} is a file")
-        parent_id: uuid.UUID = last.id
-        return parent_id
-
     def mkdir(self, path: object, parents: bool = False) -> MutationResult:
-        parent_parts, name = paths.parent_and_name(path, self.max_depth)
         if not parents:
-            row = self._insert(self._parent_dir(parent_parts), name, "dir", None, "{}")
-            return self._created(row, paths.join_path([*parent_parts, name]))
+            return self._create(CreateCall.dir(self.ns, path, self.max_depth))
+        parent_parts, name = paths.parent_and_name(path, self.max_depth)
         parts = [*parent_parts, name]
         chain = self.db.all(RESOLVE_SQL, {"ns": self.ns, "parts": parts})
         if not chain:
@@ -765,25 +662,22 @@ class TreeTx:
         if len(chain) == len(parts) + 1:
             return MutationResult(self.stat(paths.join_path(parts)), None)
         result: MutationResult | None = None
-        parent_id = chain[-1].id
         for depth in range(len(chain) - 1, len(parts)):
             try:
-                row = self._insert(parent_id, parts[depth], "dir", None, "{}")
+                result = self._create(
+                    CreateCall(self.ns, parts[:depth], parts[depth], "dir", None, "{}")
+                )
             except AlreadyExists as exc:
                 raise Retry() from exc  # a concurrent mkdir -p made it first
-            result = self._created(row, paths.join_path(parts[: depth + 1]))
-            parent_id = row.id
         assert result is not None
         return result
 
     def create_file(
         self, path: object, content: str = "", metadata: dict[str, Any] | None = None
     ) -> MutationResult:
-        parent_parts, name = paths.parent_and_name(path, self.max_depth)
-        body = check_content(content, self.max_content_bytes)
-        md = metadata_json(metadata if metadata is not None else {})
-        row = self._insert(self._parent_dir(parent_parts), name, "file", body, md)
-        return self._created(row, paths.join_path([*parent_parts, name]))
+        return self._create(CreateCall.file(
+            self.ns, path, content, metadata, self.max_depth, self.max_content_bytes
+        ))
 
     def write_file(
         self,
