@@ -46,10 +46,8 @@ from __future__ import annotations
 
 import io
 import json
-import re
 import secrets
 import time
-import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -82,8 +80,6 @@ MAX_REPORTED = 20
 PROGRESS_EVERY = 2000
 
 FIELDS = frozenset({"path", "kind", "content", "metadata"})
-# What paths.validate_name refuses besides '.', '..', '/', length and normalization.
-_BAD_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 @dataclass(frozen=True)
@@ -117,37 +113,6 @@ class ImportProgress:
 ProgressFn = Callable[[ImportProgress], None]
 
 
-def fast_parts(path: object, max_depth: int) -> list[str]:
-    """``paths.split_path(path, max_depth)`` with a fast path for the common case.
-
-    The rules are checked on the whole string at once: NFC normalization of a path is
-    the path of the normalized names ('/' never composes with a neighbour), control
-    characters and NUL are one regex, and only '.', '..' and the byte length are per
-    name. Anything unusual goes through ``split_path`` itself, which gives the exact
-    error (or the normalized names)."""
-    if (
-        isinstance(path, str)
-        and len(path) > 1
-        and path[0] == "/"
-        and path[-1] != "/"
-        and "//" not in path
-        and (path.isascii() or unicodedata.is_normalized("NFC", path))
-        and not _BAD_CHARS.search(path)
-    ):
-        try:
-            size = len(path) if path.isascii() else len(path.encode("utf-8"))
-        except UnicodeEncodeError:
-            size = paths.MAX_PATH_BYTES + 1  # lone surrogate: split_path says so
-        if size <= paths.MAX_PATH_BYTES:
-            parts = path[1:].split("/")
-            if len(parts) <= max_depth and all(
-                p not in (".", "..") and (len(p) <= 63 or len(p.encode("utf-8")) <= 255)
-                for p in parts
-            ):
-                return parts
-    return paths.split_path(path, max_depth)
-
-
 def parse_line(
     raw: bytes | str, max_depth: int, max_content_bytes: int = paths.MAX_CONTENT_BYTES
 ) -> tuple[str, str, str, str, str | None, str, int]:
@@ -170,7 +135,7 @@ def parse_line(
         raise InvalidImport(f"unknown field(s) {', '.join(sorted(map(repr, unknown)))}")
     if "path" not in obj:
         raise InvalidImport("no 'path'")
-    parts = fast_parts(obj["path"], max_depth)
+    parts = paths.split_path(obj["path"], max_depth)
     if not parts:
         raise InvalidImport("the root cannot be imported (it exists with the namespace)")
     kind = obj.get("kind")
