@@ -33,20 +33,16 @@ from .db import (
     translate,
 )
 from .errors import AlreadyExists, Conflict, CoordinatorError, DirectoryNotEmpty, TooLarge
-from .eventlog import REPORT_AFTER, Partition, Writer, read_events
+from .event_reader import REPORT_AFTER, Partition, WriterInFlight, read_events
 from .events import NamespaceCreated, NamespaceDropped
 from .importer import Importer, ImportResult, ProgressFn, import_timed_out
 from .indexing import DEFAULT_CONSUMER, wait_indexed
 from .notifier import Notifier
 from .results import Event, MutationResult, Node, Start
-from .retries import Disconnected, backoff_seconds, check_retry
+from .retries import Disconnected, Retry, backoff_seconds, check_retry
+from .server_calls import StatQuery
 from .settings import Settings
-from .tree import (
-    Retry,
-    StatCall,
-    TreeTx,
-    check_namespace_exists,
-)
+from .tree import TreeTx, check_namespace_exists
 from .unit_of_work import UnitOfWork
 
 T = TypeVar("T")
@@ -323,7 +319,7 @@ class Coordinator(NamespaceCommands):
     def _stat_alone(self, namespace: str, ref: str) -> Node:
         """One statement in autocommit (``coordinator.single_statement``), as ``TreeTx.stat``
         runs it inside a transaction."""
-        call = StatCall.of(paths.validate_namespace(namespace), ref)
+        call = StatQuery.of(paths.validate_namespace(namespace), ref)
 
         def once() -> Node:
             with self.engine.connect() as conn:
@@ -364,7 +360,7 @@ class Coordinator(NamespaceCommands):
         partition: Partition | None = None,
         until: int | None = None,
         wait: float = 5.0,
-        on_slow: Callable[[list[Writer]], None] | None = None,
+        on_slow: Callable[[list[WriterInFlight]], None] | None = None,
         report_after: float = REPORT_AFTER,
         contents: bool = True,
     ) -> tuple[list[Event], int]:
@@ -374,7 +370,7 @@ class Coordinator(NamespaceCommands):
         compaction horizon raises ``CursorExpired``, one past the end ``CursorAhead``.
         Waits up to ``wait`` seconds for writers in flight; ``on_slow(writers)`` is
         called once if that lasts ``report_after`` seconds; ``contents=False`` reads file
-        contents as null. See ``coordinator.eventlog``."""
+        contents as null. See ``coordinator.event_reader``."""
         try:
             return read_events(
                 self.engine, after, limit, namespaces=namespaces, partition=partition,

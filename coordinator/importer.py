@@ -30,12 +30,12 @@ How, and why this way:
    the log (replay, verify) rebuilds exactly these rows. A transaction normally takes
    one block of ``POSITION_BLOCK`` positions; an import with more events takes a run
    of consecutive blocks in its claiming statement (transaction id, then the position
-   lock, then ``nextval`` for each block: the protocol of ``coordinator/eventlog.py``
+   lock, then ``nextval`` for each block: the protocol of ``coordinator/event_appender.py``
    unchanged, only more than one ``nextval``). Its events are still one contiguous
    range that becomes visible at one commit; a reader with a ``limit`` may hand it
    out in several batches of whole blocks, which keeps an indexer's batch bounded.
    Before its claim the import marks its transaction with its namespace
-   (``eventlog.IMPORT_MARK_SQL``): readers of other namespaces and partitions do not
+   (``event_appender.IMPORT_MARK_SQL``): readers of other namespaces and partitions do not
    wait for its events insert and commit. That mark promises that the transaction
    writes events of this namespace only: ``Coordinator.import_nodes`` runs an import
    in a transaction of its own; a caller that runs one in its own transaction must
@@ -56,6 +56,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
 
 from . import paths
+from .content import check_content, metadata_json, metadata_too_deep
 from .db import FOREIGN_KEY_VIOLATION, UNIQUE_VIOLATION, Driver, sqlstate
 from .errors import (
     AlreadyExists,
@@ -67,11 +68,10 @@ from .errors import (
     TooLarge,
     Unavailable,
 )
-from .eventlog import CLAIM_SQL, IMPORT_MARK_SQL
+from .event_appender import IMPORT_MARK_SQL, POSITION_CLAIM_SQL
 from .events import Created, payload_sql
 from .results import POSITION_BLOCK
 from .settings import MAX_IMPORT_LINE_BYTES
-from .tree import check_content, metadata_json, metadata_too_deep
 
 #: Bad lines reported in full (the rest are counted): enough to fix a file in one go,
 #: few enough that a file of garbage does not produce a garbage-sized answer.
@@ -417,11 +417,11 @@ def id_prefix() -> tuple[str, int]:
     return prefix, secrets.randbelow(2**48 - 2**40)
 
 
-# The claiming statement: the claim of eventlog.CLAIM_SQL (transaction id, then the
-# position lock), then one nextval per block; MATERIALIZED runs the claim once, before any
-# nextval.
+# The claiming statement: the claim of ``event_appender.POSITION_CLAIM_SQL`` (transaction
+# id, then the position lock), then one nextval per block; MATERIALIZED runs the claim
+# once, before any nextval.
 CLAIM_BLOCKS_SQL = f"""
-    WITH claim AS MATERIALIZED ({CLAIM_SQL}
+    WITH claim AS MATERIALIZED ({POSITION_CLAIM_SQL}
     )
     SELECT nextval('event_position_seq') AS base
     FROM claim, generate_series(1, :k) AS g
@@ -599,7 +599,7 @@ class Importer:
             return None
         k = -(-count // POSITION_BLOCK)
         # Before the claim: readers of other namespaces need not wait for this one
-        # (coordinator/eventlog.py, "Imports"). Its events are all of self.ns.
+        # (coordinator/event_appender.py, "Imports"). Its events are all of self.ns.
         self.conn.execute(text(f"SELECT {IMPORT_MARK_SQL}"), {"ns": self.ns})
         claimed: list[int] = []
         base = None

@@ -21,7 +21,7 @@ from typing import Any
 
 from sqlalchemy import Engine, text
 
-from coordinator.eventlog import wait_for_bound
+from coordinator.event_reader import wait_for_bound
 
 from .bulk import Rejected, send
 from .contract import delete_action, index_action, is_indexed

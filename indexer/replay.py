@@ -61,10 +61,11 @@ from sqlalchemy import Connection, Engine, text
 
 from coordinator import Coordinator, Event, Node
 from coordinator.db import streamed
-from coordinator.eventlog import BoundTimeout, Writer, wait_for_bound
+from coordinator.event_reader import BoundTimeout, wait_for_bound
+from coordinator.event_reader import WriterInFlight as Writer
 from coordinator.indexing import consumer_for
+from coordinator.node_rows import node_of
 from coordinator.subtree import subtree_cte
-from coordinator.tree import node_of
 
 from . import bulk, checkpoints, contract, deadletters, elasticsearch_index, setfold
 from .applier import Applier

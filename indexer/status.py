@@ -13,7 +13,13 @@ from datetime import datetime
 
 from sqlalchemy import Connection, Engine, text
 
-from coordinator.eventlog import REPORT_AFTER, Writer, writers_in_flight
+from coordinator.event_reader import (
+    REPORT_AFTER,
+    writers_in_flight,
+)
+from coordinator.event_reader import (
+    WriterInFlight as Writer,
+)
 from coordinator.indexing import NamespaceLag, partition_lags
 
 from .leases import MEMBER_BASE, consumer_key

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import psycopg
 
 from coordinator.db import libpq_url
-from coordinator.eventlog import NOTIFY_CHANNEL
+from coordinator.event_appender import NOTIFY_CHANNEL
 
 from .logs import log
 

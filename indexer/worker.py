@@ -63,7 +63,14 @@ import psycopg
 
 from coordinator import Coordinator, paths
 from coordinator.errors import CursorExpired, NotMigrated
-from coordinator.eventlog import Partition, Writer, notified_partitions, wait_for_bound
+from coordinator.event_reader import (
+    Partition,
+    notified_partitions,
+    wait_for_bound,
+)
+from coordinator.event_reader import (
+    WriterInFlight as Writer,
+)
 from coordinator.indexing import consumer_for, wait_indexed
 from coordinator.migrate import require_current
 from coordinator.results import Event

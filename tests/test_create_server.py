@@ -17,7 +17,7 @@ from coordinator import (
     Coordinator,
     CoordinatorError,
 )
-from coordinator.eventlog import read_events
+from coordinator.event_reader import read_events
 from coordinator.single_statement import CREATE_LOGGED_SQL
 
 

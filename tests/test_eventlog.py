@@ -19,7 +19,8 @@ from tree_checks import node_rows, run_threads, wait_for_lock_waiter
 
 from coordinator import Coordinator, Event
 from coordinator.db import libpq_url
-from coordinator.eventlog import POSITION_LOCK_SQL, TAKE_BLOCK_SQL, safe_bound
+from coordinator.event_appender import POSITION_LOCK_SQL, TAKE_BLOCK_SQL
+from coordinator.event_reader import safe_bound
 from coordinator.events import Created, Written
 from coordinator.results import POSITION_BLOCK
 from coordinator.tree import TreeTx
