@@ -55,7 +55,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
 
-from . import paths
+from . import paths, sql
 from .content import check_content, metadata_json, metadata_too_deep
 from .db import FOREIGN_KEY_VIOLATION, UNIQUE_VIOLATION, Driver, sqlstate
 from .errors import (
@@ -266,91 +266,22 @@ def line_bytes(raw: bytes | str) -> int:
     return len(raw.encode("utf-8", "surrogatepass")) if not raw.isascii() else len(raw)
 
 
-STAGE_SQL = """
-    CREATE TEMP TABLE pk_import_stage (
-        line bigint NOT NULL,
-        path text COLLATE "C" NOT NULL,
-        parent_path text COLLATE "C" NOT NULL,
-        name text NOT NULL,
-        kind text NOT NULL,
-        content text,
-        metadata jsonb NOT NULL,
-        depth integer NOT NULL,
-        implied boolean NOT NULL DEFAULT false,
-        seq bigint  -- numbers a missing parent's id (a line's is its line number)
-    ) ON COMMIT DROP
-"""
+STAGE_SQL = sql.load("q_import_stage")
 
 COPY_SQL = (
     "COPY pk_import_stage (line, path, parent_path, name, kind, content, metadata, depth) "
     "FROM STDIN"
 )
 
-# The missing parents of the staged paths, each once, with the first line that needs
-# it (for error messages). A parent of '/x/y' is found by cutting its last name.
-IMPLIED_SQL = """
-    INSERT INTO pk_import_stage (line, path, parent_path, name, kind, content, metadata,
-                                 depth, implied, seq)
-    WITH RECURSIVE missing(path, line) AS (
-        SELECT s.parent_path, min(s.line)
-        FROM pk_import_stage s
-        WHERE s.depth > 1
-          AND NOT EXISTS (SELECT FROM pk_import_stage t WHERE t.path = s.parent_path)
-        GROUP BY s.parent_path
-      UNION
-        SELECT p.parent, m.line
-        FROM missing m,
-             LATERAL (SELECT substring(m.path FROM '^(.*)/[^/]*$') AS parent) AS p
-        WHERE p.parent <> ''
-          AND NOT EXISTS (SELECT FROM pk_import_stage t WHERE t.path = p.parent)
-    )
-    SELECT min(line), path,
-           coalesce(nullif(substring(path FROM '^(.*)/[^/]*$'), ''), '/'),
-           substring(path FROM '[^/]*$'), 'dir', NULL, '{}',
-           array_length(string_to_array(path, '/'), 1) - 1, true,
-           (SELECT max(line) FROM pk_import_stage) + row_number() OVER ()
-    FROM missing GROUP BY path
-"""
+IMPLIED_SQL = sql.load("q_import_implied")
 
-DUPLICATES_SQL = """
-    SELECT path, array_agg(line ORDER BY line) AS lines
-    FROM pk_import_stage WHERE NOT implied
-    GROUP BY path HAVING count(*) > 1
-    ORDER BY min(line) LIMIT :limit
-"""
+DUPLICATES_SQL = sql.load("q_import_duplicates")
 
-FILE_UNDER_FILE_SQL = """
-    SELECT s.line, p.path, p.line AS parent_line
-    FROM pk_import_stage s JOIN pk_import_stage p ON p.path = s.parent_path
-    WHERE p.kind = 'file'
-    ORDER BY s.line LIMIT :limit
-"""
+FILE_UNDER_FILE_SQL = sql.load("q_import_file_under_file")
 
-# The staged paths that exist already, walking down from the root only where the
-# namespace has a directory of that name.
-EXISTING_SQL = """
-    CREATE TEMP TABLE pk_import_existing ON COMMIT DROP AS
-    WITH RECURSIVE m(path, id, kind) AS (
-        SELECT s.path, n.id, n.kind
-        FROM pk_import_stage s
-        JOIN nodes n ON n.namespace = :ns AND n.parent_id = :root AND n.name = s.name
-        WHERE s.depth = 1
-      UNION ALL
-        SELECT s.path, n.id, n.kind
-        FROM m
-        JOIN pk_import_stage s ON s.parent_path = m.path
-        JOIN nodes n ON n.namespace = :ns AND n.parent_id = m.id AND n.name = s.name
-        WHERE m.kind = 'dir'
-    )
-    SELECT path COLLATE "C" AS path, id, kind FROM m
-"""
+EXISTING_SQL = sql.load("q_import_existing")
 
-CLASHES_SQL = """
-    SELECT s.line, s.path, s.implied
-    FROM pk_import_stage s JOIN pk_import_existing e ON e.path = s.path
-    WHERE NOT s.implied OR e.kind <> 'dir'
-    ORDER BY s.line LIMIT :limit
-"""
+CLASHES_SQL = sql.load("q_import_clashes")
 
 # Node ids: the UUIDv7 layout (RFC 9562: milliseconds, version, variant, random bits)
 # with the last 48 bits a counter from a random start, numbered by input line (missing
@@ -384,10 +315,7 @@ NEW_NODES_SQL = f"""
     {NEW_ROWS}
 """
 
-INSERT_NODES_SQL = """
-    INSERT INTO nodes (namespace, id, parent_id, name, kind, content, metadata)
-    SELECT :ns, x.id, x.parent, x.name, x.kind, x.content, x.metadata FROM pk_import_new x
-"""
+INSERT_NODES_SQL = sql.load("q_import_insert_nodes")
 
 # The payload of a 'created' event, in SQL: the keys are checked against
 # events.Created when this module loads, so a schema change cannot miss the importer.

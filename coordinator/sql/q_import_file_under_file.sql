@@ -1,0 +1,4 @@
+SELECT s.line, p.path, p.line AS parent_line
+FROM pk_import_stage s JOIN pk_import_stage p ON p.path = s.parent_path
+WHERE p.kind = 'file'
+ORDER BY s.line LIMIT :limit
