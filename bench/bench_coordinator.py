@@ -37,7 +37,7 @@ from common import load_average, median, migrated_cluster, now_utc, percentile, 
 
 from coordinator import Coordinator
 from coordinator.db import libpq_url
-from coordinator.eventlog import NOTIFY_CHANNEL, POSITION_LOCK_SQL
+from coordinator.event_appender import NOTIFY_CHANNEL, POSITION_LOCK_SQL
 
 #: Files of one client are named ``client * NAME_CLIENT + i`` and, renamed, that plus
 #: ``NAME_FLIP``: pure numbers, so pgbench can compute them with ``\\set``.
@@ -298,7 +298,7 @@ def pgbench_script(layout: str, files: int, notify: bool) -> str:
         "UPDATE nodes SET parent_id = CAST(:f_parent_id AS uuid), name = CAST(:new AS text), "
         "version = version + 1, updated_at = now() "
         f"WHERE namespace = CAST(:ns AS text) AND id = CAST(:id AS uuid) RETURNING {NODE_COLUMNS};",
-        # What EventAppender does before its block (see coordinator/eventlog.py).
+        # What EventAppender does before its block (see coordinator/event_appender.py).
         f"SELECT {POSITION_LOCK_SQL};",
         r"SELECT nextval('event_position_seq') AS pos \gset",
     ]

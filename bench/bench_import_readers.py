@@ -26,7 +26,7 @@ from common import load_average, median, migrated_cluster, now_utc, table
 from sqlalchemy import text
 
 from coordinator import Coordinator
-from coordinator.eventlog import Partition
+from coordinator.event_reader import Partition
 from coordinator.importer import ImportProgress
 
 

@@ -48,14 +48,14 @@ from .settings import Settings
 
 if TYPE_CHECKING:
     from .api import Coordinator, GroupTx
-    from .eventlog import Partition
+    from .event_reader import Partition
     from .importer import ImportProgress, ImportResult
 
 #: The names imported on first use, and the module that defines each.
 _LAZY = {
     "Coordinator": "api",
     "GroupTx": "api",
-    "Partition": "eventlog",
+    "Partition": "event_reader",
     "ImportProgress": "importer",
     "ImportResult": "importer",
 }

@@ -33,20 +33,16 @@ from .db import (
     translate,
 )
 from .errors import AlreadyExists, Conflict, CoordinatorError, DirectoryNotEmpty, TooLarge
-from .eventlog import REPORT_AFTER, Partition, Writer, read_events
+from .event_reader import REPORT_AFTER, Partition, WriterInFlight, read_events
 from .events import NamespaceCreated, NamespaceDropped
 from .importer import Importer, ImportResult, ProgressFn, import_timed_out
 from .indexing import DEFAULT_CONSUMER, wait_indexed
 from .notifier import Notifier
 from .results import Event, MutationResult, Node, Start
-from .retries import Disconnected, backoff_seconds, check_retry
+from .retries import Disconnected, Retry, backoff_seconds, check_retry
+from .server_calls import StatQuery
 from .settings import Settings
-from .tree import (
-    Retry,
-    StatCall,
-    TreeTx,
-    check_namespace_exists,
-)
+from .tree import TreeTx, check_namespace_exists
 from .unit_of_work import UnitOfWork
 
 T = TypeVar("T")
@@ -241,14 +237,13 @@ class Coordinator(NamespaceCommands):
         def body(uow: UnitOfWork) -> MutationResult:
             tx, conn = uow.tree, uow.conn
             conn.execute(text("SELECT 1 FROM namespaces WHERE name = :ns FOR UPDATE"), {"ns": ns})
-            root = tx.lock("/")[0]
-            node = tx.stat("/")
+            node = tx.lock("/")
             has_child = conn.execute(
                 text(
                     "SELECT EXISTS (SELECT 1 FROM nodes "
                     "WHERE namespace = :ns AND parent_id = :r)"
                 ),
-                {"ns": ns, "r": root.id},
+                {"ns": ns, "r": uuid.UUID(node.id)},
             ).scalar_one()
             if has_child and not force:
                 raise DirectoryNotEmpty(f"namespace {ns!r} is not empty (use force=True)")
@@ -256,7 +251,7 @@ class Coordinator(NamespaceCommands):
                 text("DELETE FROM nodes WHERE namespace = :ns"), {"ns": ns}
             ).rowcount
             conn.execute(text("DELETE FROM namespaces WHERE name = :ns"), {"ns": ns})
-            seq = tx.events.append(ns, NamespaceDropped(root_id=str(root.id), count=count))
+            seq = tx.events.append(ns, NamespaceDropped(root_id=node.id, count=count))
             return MutationResult(node, seq)
 
         return self.run(ns, body)
@@ -324,7 +319,7 @@ class Coordinator(NamespaceCommands):
     def _stat_alone(self, namespace: str, ref: str) -> Node:
         """One statement in autocommit (``coordinator.single_statement``), as ``TreeTx.stat``
         runs it inside a transaction."""
-        call = StatCall.of(paths.validate_namespace(namespace), ref)
+        call = StatQuery.of(paths.validate_namespace(namespace), ref)
 
         def once() -> Node:
             with self.engine.connect() as conn:
@@ -365,7 +360,7 @@ class Coordinator(NamespaceCommands):
         partition: Partition | None = None,
         until: int | None = None,
         wait: float = 5.0,
-        on_slow: Callable[[list[Writer]], None] | None = None,
+        on_slow: Callable[[list[WriterInFlight]], None] | None = None,
         report_after: float = REPORT_AFTER,
         contents: bool = True,
     ) -> tuple[list[Event], int]:
@@ -375,7 +370,7 @@ class Coordinator(NamespaceCommands):
         compaction horizon raises ``CursorExpired``, one past the end ``CursorAhead``.
         Waits up to ``wait`` seconds for writers in flight; ``on_slow(writers)`` is
         called once if that lasts ``report_after`` seconds; ``contents=False`` reads file
-        contents as null. See ``coordinator.eventlog``."""
+        contents as null. See ``coordinator.event_reader``."""
         try:
             return read_events(
                 self.engine, after, limit, namespaces=namespaces, partition=partition,

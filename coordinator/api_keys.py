@@ -18,6 +18,8 @@ from datetime import datetime
 from sqlalchemy import Engine, text
 
 from . import paths
+from .db import translated
+from .errors import InvalidArgument
 
 SCOPES = ("read", "write", "admin")
 KEY_PREFIX = "pk_"
@@ -51,15 +53,16 @@ def create_key(
     engine: Engine, namespaces: Sequence[str], scope: str, label: str = ""
 ) -> tuple[str, str]:
     """Store a new key; returns (key id, secret). The secret is not stored and cannot be
-    shown again."""
+    shown again. A database error is raised as its typed error, as from every function
+    of this module."""
     if scope not in SCOPES:
-        raise ValueError(f"scope must be one of {', '.join(SCOPES)}")
+        raise InvalidArgument(f"scope must be one of {', '.join(SCOPES)}")
     if not namespaces:
-        raise ValueError("a key needs at least one namespace (or '*')")
+        raise InvalidArgument("a key needs at least one namespace (or '*')")
     nss = [ns if ns == ALL else paths.validate_namespace(ns) for ns in namespaces]
     secret = KEY_PREFIX + secrets.token_urlsafe(32)
     key_id = str(uuid.uuid4())
-    with engine.begin() as conn:
+    with translated(), engine.begin() as conn:
         conn.execute(
             text(
                 "INSERT INTO api_keys (id, key_hash, namespaces, scope, label) "
@@ -76,7 +79,7 @@ def revoke_key(engine: Engine, key_id: str) -> bool:
         uuid.UUID(key_id)
     except ValueError:
         return False
-    with engine.begin() as conn:
+    with translated(), engine.begin() as conn:
         n = conn.execute(
             text("UPDATE api_keys SET revoked_at = now() WHERE id = :id AND revoked_at IS NULL"),
             {"id": key_id},
@@ -85,7 +88,7 @@ def revoke_key(engine: Engine, key_id: str) -> bool:
 
 
 def list_keys(engine: Engine) -> list[KeyInfo]:
-    with engine.connect() as conn:
+    with translated(), engine.connect() as conn:
         rows = conn.execute(
             text(
                 "SELECT id, scope, namespaces, label, created_at, revoked_at "
@@ -100,7 +103,7 @@ def list_keys(engine: Engine) -> list[KeyInfo]:
 
 def find_active_key(engine: Engine, secret_hash: str) -> ActiveKey | None:
     """The key whose secret hashes to ``secret_hash``, unless revoked or unknown."""
-    with engine.connect() as conn:
+    with translated(), engine.connect() as conn:
         row = conn.execute(
             text(
                 "SELECT id, scope, namespaces FROM api_keys "

@@ -10,7 +10,7 @@ bare rename route reached 0.60 of the in-process rate through a thread and 0.85 
 asyncio connection.
 
 Nothing of the rule is here: the statement, its parameters, what its row or its
-refusal means (``single_statement.Lone``, ``tree.StatCall``), when a failure runs
+refusal means (``single_statement.Lone``, ``tree.StatQuery``), when a failure runs
 again (``retries``) and what a driver error becomes (``db.translate``) are the ones
 the ``Coordinator`` uses. A command that is not one statement (``mkdir`` with
 ``parents``) is not for this class: ``single_statement.lone`` says which are.
@@ -43,10 +43,10 @@ from .db import (
     wrapped,
 )
 from .results import MutationResult, Node
-from .retries import Disconnected, backoff_seconds, check_retry
+from .retries import Disconnected, Retry, backoff_seconds, check_retry
+from .server_calls import StatQuery
 from .settings import Settings
 from .single_statement import Lone, lone
-from .tree import Retry, StatCall
 
 T = TypeVar("T")
 Connection = psycopg.AsyncConnection[Any]
@@ -105,7 +105,7 @@ class AsyncStatements:
     async def stat(self, ns: str, ref: str) -> Node:
         """The node at a path (``/...``) or with an id, as ``Coordinator.stat`` and
         ``get`` answer it."""
-        call = StatCall.of(paths.validate_namespace(ns), ref)
+        call = StatQuery.of(paths.validate_namespace(ns), ref)
 
         async def once(conn: Connection) -> Node:
             return call.result(await _fetch_one(conn, call.sql, call.params))

@@ -379,6 +379,16 @@ def translate(
     return type(error)(better) if better is not None else error
 
 
+@contextmanager
+def translated() -> Iterator[None]:
+    """Raise a driver error of the block as its typed error (``translate``): for the calls
+    that hand no error back to a retry loop, so that none leaves the coordinator raw."""
+    try:
+        yield
+    except DBAPIError as exc:
+        raise translate(exc) from exc
+
+
 _SERVER_ERRORS: dict[str, type[CoordinatorError]] = {
     SERVER_NOT_FOUND: NotFound,
     SERVER_NOT_A_DIRECTORY: NotADirectory,

@@ -89,14 +89,9 @@ class Conflict(CoordinatorError):
     code = "conflict"
 
 
-def version_mismatch(actual: int, expected: int) -> Conflict:
-    """The node's version is not the one the caller gave (``if_version``, HTTP If-Match):
-    the message the tree's SQL functions use for it too (SQLSTATE PK004)."""
-    return Conflict(f"version is {actual}, expected {expected}")
-
-
 def is_version_mismatch(exc: BaseException) -> bool:
-    """Whether ``exc`` is a failed ``if_version`` check (not another conflict)."""
+    """Whether ``exc`` is a failed ``if_version`` check (not another conflict): the
+    tree's SQL functions word it ``version is N, expected M`` (SQLSTATE PK004)."""
     return type(exc) is Conflict and _VERSION_MISMATCH.fullmatch(str(exc)) is not None
 
 

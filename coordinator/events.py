@@ -4,7 +4,7 @@ An event is stored (table ``events``) and served (the HTTP feed) as three parts:
 type name, the id of the node it concerns (``node_id``) and a JSON object, its
 *payload*. This module is the only place that knows how one maps to the other:
 ``encode`` turns a typed event into those parts, ``decode`` turns them back. Writers
-(``coordinator.eventlog.EventAppender``, ``coordinator.tree``, ``coordinator.api``,
+(``coordinator.event_appender.EventAppender``, ``coordinator.tree``, ``coordinator.api``,
 the bulk SQL of ``coordinator.importer``) and readers (``Event.change``, the folds,
 the indexer's plan) go through it.
 
@@ -37,7 +37,7 @@ The events, with ``node_id`` the node's id (the root's for the namespace events)
   subtree (``count`` nodes) go; a non-recursive delete only ever targets a leaf.
 
 Payload paths are as the writer resolved them; a change that raced a rename of an
-ancestor may carry the old one (see ``coordinator.eventlog``): derive paths from ids.
+ancestor may carry the old one (see ``coordinator.event_reader``): derive paths from ids.
 """
 
 from __future__ import annotations

@@ -30,10 +30,10 @@ from sqlalchemy import Engine, text
 
 from .api import Coordinator
 from .errors import IdempotencyKeyReused
-from .tree import Retry
+from .retries import Retry
 from .unit_of_work import UnitOfWork
 
-CLAIM_SQL = text(
+KEY_CLAIM_SQL = text(
     """
     INSERT INTO idempotency_keys (namespace, key, request_hash, status, response, expires_at)
     VALUES (:ns, :key, :hash, 0, '{}'::jsonb, now() + make_interval(secs => :ttl))
@@ -87,7 +87,7 @@ def run_once(
     def body(uow: UnitOfWork) -> list[Outcome]:
         if key is not None:
             params = {"ns": ns, "key": key, "hash": digest, "ttl": ttl_seconds}
-            if uow.conn.execute(CLAIM_SQL, params).first() is None:
+            if uow.conn.execute(KEY_CLAIM_SQL, params).first() is None:
                 return [_replay(uow, ns, key, digest)]
         result = work(uow)
         made: list[Outcome] = []

@@ -32,12 +32,12 @@ How, and why this way:
    the log (replay, verify) rebuilds exactly these rows. A transaction normally takes
    one block of ``POSITION_BLOCK`` positions; an import with more events takes a run
    of consecutive blocks in its claiming statement (transaction id, then the position
-   lock, then ``nextval`` for each block: the protocol of ``coordinator/eventlog.py``
+   lock, then ``nextval`` for each block: the protocol of ``coordinator/event_appender.py``
    unchanged, only more than one ``nextval``). Its events are still one contiguous
    range that becomes visible at one commit; a reader with a ``limit`` may hand it
    out in several batches of whole blocks, which keeps an indexer's batch bounded.
    Before its claim the import marks its transaction with its namespace
-   (``eventlog.IMPORT_MARK_SQL``): readers of other namespaces and partitions do not
+   (``event_appender.IMPORT_MARK_SQL``): readers of other namespaces and partitions do not
    wait for its events insert and commit. That mark promises that the transaction
    writes events of this namespace only: ``Coordinator.import_nodes`` runs an import
    in a transaction of its own; a caller that runs one in its own transaction must
@@ -48,10 +48,8 @@ from __future__ import annotations
 
 import io
 import json
-import re
 import secrets
 import time
-import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -59,7 +57,8 @@ from typing import Any
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
 
-from . import paths
+from . import paths, sql
+from .content import check_content, metadata_json, metadata_too_deep
 from .db import FOREIGN_KEY_VIOLATION, UNIQUE_VIOLATION, Driver, sqlstate
 from .errors import (
     AlreadyExists,
@@ -71,11 +70,10 @@ from .errors import (
     TooLarge,
     Unavailable,
 )
-from .eventlog import CLAIM_SQL, IMPORT_MARK_SQL
+from .event_appender import IMPORT_MARK_SQL, POSITION_CLAIM_SQL
 from .events import Created, payload_sql
 from .results import POSITION_BLOCK
 from .settings import MAX_IMPORT_LINE_BYTES
-from .tree import check_content, metadata_json, metadata_too_deep
 
 #: Bad lines reported in full (the rest are counted): enough to fix a file in one go,
 #: few enough that a file of garbage does not produce a garbage-sized answer.
@@ -84,8 +82,6 @@ MAX_REPORTED = 20
 PROGRESS_EVERY = 2000
 
 FIELDS = frozenset({"path", "kind", "content", "metadata"})
-# What paths.validate_name refuses besides '.', '..', '/', length and normalization.
-_BAD_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 @dataclass(frozen=True)
@@ -119,37 +115,6 @@ class ImportProgress:
 ProgressFn = Callable[[ImportProgress], None]
 
 
-def fast_parts(path: object, max_depth: int) -> list[str]:
-    """``paths.split_path(path, max_depth)`` with a fast path for the common case.
-
-    The rules are checked on the whole string at once: NFC normalization of a path is
-    the path of the normalized names ('/' never composes with a neighbour), control
-    characters and NUL are one regex, and only '.', '..' and the byte length are per
-    name. Anything unusual goes through ``split_path`` itself, which gives the exact
-    error (or the normalized names)."""
-    if (
-        isinstance(path, str)
-        and len(path) > 1
-        and path[0] == "/"
-        and path[-1] != "/"
-        and "//" not in path
-        and (path.isascii() or unicodedata.is_normalized("NFC", path))
-        and not _BAD_CHARS.search(path)
-    ):
-        try:
-            size = len(path) if path.isascii() else len(path.encode("utf-8"))
-        except UnicodeEncodeError:
-            size = paths.MAX_PATH_BYTES + 1  # lone surrogate: split_path says so
-        if size <= paths.MAX_PATH_BYTES:
-            parts = path[1:].split("/")
-            if len(parts) <= max_depth and all(
-                p not in (".", "..") and (len(p) <= 63 or len(p.encode("utf-8")) <= 255)
-                for p in parts
-            ):
-                return parts
-    return paths.split_path(path, max_depth)
-
-
 def parse_line(
     raw: bytes | str, max_depth: int, max_content_bytes: int = paths.MAX_CONTENT_BYTES
 ) -> tuple[str, str, str, str, str | None, str, int]:
@@ -172,7 +137,7 @@ def parse_line(
         raise InvalidImport(f"unknown field(s) {', '.join(sorted(map(repr, unknown)))}")
     if "path" not in obj:
         raise InvalidImport("no 'path'")
-    parts = fast_parts(obj["path"], max_depth)
+    parts = paths.split_path(obj["path"], max_depth)
     if not parts:
         raise InvalidImport("the root cannot be imported (it exists with the namespace)")
     kind = obj.get("kind")
@@ -312,98 +277,24 @@ def line_bytes(raw: bytes | str) -> int:
     return len(raw.encode("utf-8", "surrogatepass")) if not raw.isascii() else len(raw)
 
 
-STAGE_SQL = """
-    CREATE TEMP TABLE pk_import_stage (
-        line bigint NOT NULL,
-        path text COLLATE "C" NOT NULL,
-        parent_path text COLLATE "C" NOT NULL,
-        name text NOT NULL,
-        kind text NOT NULL,
-        content text,
-        metadata jsonb NOT NULL,
-        depth integer NOT NULL,
-        implied boolean NOT NULL DEFAULT false,
-        seq bigint  -- numbers a missing parent's id (a line's is its line number)
-    ) ON COMMIT DROP
-"""
+STAGE_SQL = sql.load("q_import_stage")
 
 COPY_SQL = (
     "COPY pk_import_stage (line, path, parent_path, name, kind, content, metadata, depth) "
     "FROM STDIN"
 )
 
-# The missing parents of the staged paths, each once, with the first line that needs
-# it (for error messages). A parent of '/x/y' is found by cutting its last name.
-IMPLIED_SQL = """
-    INSERT INTO pk_import_stage (line, path, parent_path, name, kind, content, metadata,
-                                 depth, implied, seq)
-    WITH RECURSIVE missing(path, line) AS (
-        SELECT s.parent_path, min(s.line)
-        FROM pk_import_stage s
-        WHERE s.depth > 1
-          AND NOT EXISTS (SELECT FROM pk_import_stage t WHERE t.path = s.parent_path)
-        GROUP BY s.parent_path
-      UNION
-        SELECT p.parent, m.line
-        FROM missing m,
-             LATERAL (SELECT substring(m.path FROM '^(.*)/[^/]*$') AS parent) AS p
-        WHERE p.parent <> ''
-          AND NOT EXISTS (SELECT FROM pk_import_stage t WHERE t.path = p.parent)
-    )
-    SELECT min(line), path,
-           coalesce(nullif(substring(path FROM '^(.*)/[^/]*$'), ''), '/'),
-           substring(path FROM '[^/]*$'), 'dir', NULL, '{}',
-           array_length(string_to_array(path, '/'), 1) - 1, true,
-           (SELECT max(line) FROM pk_import_stage) + row_number() OVER ()
-    FROM missing GROUP BY path
-"""
+IMPLIED_SQL = sql.load("q_import_implied")
 
-# Each check names its first ``:limit`` problems and counts them all (``total``: the
-# window runs before the LIMIT), so a refusal says how many more there are.
-DUPLICATES_SQL = """
-    SELECT path, array_agg(line ORDER BY line) AS lines, count(*) OVER () AS total
-    FROM pk_import_stage WHERE NOT implied
-    GROUP BY path HAVING count(*) > 1
-    ORDER BY min(line) LIMIT :limit
-"""
+DUPLICATES_SQL = sql.load("q_import_duplicates")
 
-DROP_DUPLICATES_SQL = """
-    DELETE FROM pk_import_stage
-    WHERE line NOT IN (SELECT min(line) FROM pk_import_stage GROUP BY path)
-"""
+DROP_DUPLICATES_SQL = sql.load("q_import_drop_duplicates")
 
-FILE_UNDER_FILE_SQL = """
-    SELECT s.line, p.path, p.line AS parent_line, count(*) OVER () AS total
-    FROM pk_import_stage s JOIN pk_import_stage p ON p.path = s.parent_path
-    WHERE p.kind = 'file'
-    ORDER BY s.line LIMIT :limit
-"""
+FILE_UNDER_FILE_SQL = sql.load("q_import_file_under_file")
 
-# The staged paths that exist already, walking down from the root only where the
-# namespace has a directory of that name.
-EXISTING_SQL = """
-    CREATE TEMP TABLE pk_import_existing ON COMMIT DROP AS
-    WITH RECURSIVE m(path, id, kind) AS (
-        SELECT s.path, n.id, n.kind
-        FROM pk_import_stage s
-        JOIN nodes n ON n.namespace = :ns AND n.parent_id = :root AND n.name = s.name
-        WHERE s.depth = 1
-      UNION ALL
-        SELECT s.path, n.id, n.kind
-        FROM m
-        JOIN pk_import_stage s ON s.parent_path = m.path
-        JOIN nodes n ON n.namespace = :ns AND n.parent_id = m.id AND n.name = s.name
-        WHERE m.kind = 'dir'
-    )
-    SELECT path COLLATE "C" AS path, id, kind FROM m
-"""
+EXISTING_SQL = sql.load("q_import_existing")
 
-CLASHES_SQL = """
-    SELECT s.line, s.path, s.implied, count(*) OVER () AS total
-    FROM pk_import_stage s JOIN pk_import_existing e ON e.path = s.path
-    WHERE NOT s.implied OR e.kind <> 'dir'
-    ORDER BY s.line LIMIT :limit
-"""
+CLASHES_SQL = sql.load("q_import_clashes")
 
 # Node ids: the UUIDv7 layout (RFC 9562: milliseconds, version, variant, random bits)
 # with the last 48 bits a counter from a random start, numbered by input line (missing
@@ -437,10 +328,7 @@ NEW_NODES_SQL = f"""
     {NEW_ROWS}
 """
 
-INSERT_NODES_SQL = """
-    INSERT INTO nodes (namespace, id, parent_id, name, kind, content, metadata)
-    SELECT :ns, x.id, x.parent, x.name, x.kind, x.content, x.metadata FROM pk_import_new x
-"""
+INSERT_NODES_SQL = sql.load("q_import_insert_nodes")
 
 # The payload of a 'created' event, in SQL: the keys are checked against
 # events.Created when this module loads, so a schema change cannot miss the importer.
@@ -470,11 +358,11 @@ def id_prefix() -> tuple[str, int]:
     return prefix, secrets.randbelow(2**48 - 2**40)
 
 
-# The claiming statement: the claim of eventlog.CLAIM_SQL (transaction id, then the
-# position lock), then one nextval per block; MATERIALIZED runs the claim once, before any
-# nextval.
+# The claiming statement: the claim of ``event_appender.POSITION_CLAIM_SQL`` (transaction
+# id, then the position lock), then one nextval per block; MATERIALIZED runs the claim
+# once, before any nextval.
 CLAIM_BLOCKS_SQL = f"""
-    WITH claim AS MATERIALIZED ({CLAIM_SQL}
+    WITH claim AS MATERIALIZED ({POSITION_CLAIM_SQL}
     )
     SELECT nextval('event_position_seq') AS base
     FROM claim, generate_series(1, :k) AS g
@@ -651,7 +539,7 @@ class Importer:
             return None
         k = -(-count // POSITION_BLOCK)
         # Before the claim: readers of other namespaces need not wait for this one
-        # (coordinator/eventlog.py, "Imports"). Its events are all of self.ns.
+        # (coordinator/event_appender.py, "Imports"). Its events are all of self.ns.
         self.conn.execute(text(f"SELECT {IMPORT_MARK_SQL}"), {"ns": self.ns})
         claimed: list[int] = []
         base = None

@@ -14,7 +14,7 @@ import threading
 import psycopg
 
 from .db import libpq_url
-from .eventlog import NOTIFY_CHANNEL
+from .event_appender import NOTIFY_CHANNEL
 
 log = logging.getLogger("pathkeeper.listener")
 

@@ -42,7 +42,7 @@ NAMING = {
 
 # Each transaction takes one block of positions (POSITION_BLOCK) with one nextval(); its
 # events use consecutive positions inside the block, so a group of events is one
-# contiguous range that a reader takes whole (see coordinator/eventlog.py).
+# contiguous range that a reader takes whole (see coordinator/event_reader.py).
 
 # A valid non-root name, as the database checks it (paths.validate_name is the
 # friendly front door; this makes invalid trees impossible to store). NFC since

@@ -18,7 +18,7 @@ under load a wake-up may wait up to ``min_interval`` for the next notify, while 
 indexer, busy with the commits before it, has rarely gone to sleep.
 
 Same channel and payload as a notify inside the transaction (the partition hashes of
-the namespaces written, see ``eventlog.notified_partitions``; here of every namespace
+the namespaces written, see ``event_reader.notified_partitions``; here of every namespace
 written since the last one), so listeners (indexer/wakeup.py, the HTTP change feed)
 see no difference but one wake-up for several commits, which is all a wake-up means:
 "read the log", here for these partitions. Latency: one round trip after the commit. If the
@@ -37,7 +37,7 @@ from sqlalchemy import Engine
 from sqlalchemy.pool import PoolProxiedConnection
 
 from .db import driver_sql
-from .eventlog import NOTIFY_CHANNEL
+from .event_appender import NOTIFY_CHANNEL
 
 log = logging.getLogger("pathkeeper.notifier")
 

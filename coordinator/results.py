@@ -15,7 +15,7 @@ from typing import Any, Literal, Protocol
 from .events import DomainEvent, decode, encode
 
 #: Positions a transaction's block holds: ``event_position_seq`` moves by this much
-#: (coordinator/eventlog.py has the protocol).
+#: (coordinator/event_appender.py has the protocol).
 POSITION_BLOCK = 65536
 
 #: Where a reader without a cursor of its own may start (``read_events(after=...)``):

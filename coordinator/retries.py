@@ -15,11 +15,18 @@ from sqlalchemy.exc import DBAPIError
 
 from .db import is_retryable, translate
 from .errors import Conflict
-from .tree import Retry
+
+
+class Retry(Exception):
+    """The transaction raced with another one in a way that a re-run resolves (a rule
+    detected it: a name a concurrent ``mkdir -p`` made first, a create under a subtree
+    being deleted). A signal between the tree and the retry loop: ``check_retry`` turns
+    it into ``Conflict`` once the retries are spent, so it never leaves a call."""
 
 
 class Disconnected(Exception):
-    """The connection died before COMMIT: nothing applied, the transaction may run again."""
+    """The connection died before COMMIT: nothing applied, the transaction may run again.
+    A signal to the retry loop, like ``Retry``: it leaves a call as its typed error."""
 
     def __init__(self, error: DBAPIError) -> None:
         super().__init__(str(error))

@@ -46,11 +46,10 @@ from .commands import (
     WriteFile,
 )
 from .db import Driver, driver_sql
-from .eventlog import CLAIM_SQL
+from .event_appender import POSITION_CLAIM_SQL as CLAIM_SQL
 from .events import Created, Deleted, MetadataSet, Moved, Written, payload_sql
 from .results import Committed, MutationResult, Node
-from .settings import Settings
-from .tree import (
+from .server_calls import (
     CREATE_CALL,
     DELETE_CALL,
     MOVE_CALL,
@@ -61,9 +60,12 @@ from .tree import (
     DeleteCall,
     MoveCall,
     RenameCall,
-    StatCall,
     WriteCall,
 )
+from .server_calls import (
+    StatQuery as StatCall,
+)
+from .settings import Settings
 
 _MOVED_COLUMNS = {
     "id": "CAST(r.id AS text)", "kind": "r.kind",

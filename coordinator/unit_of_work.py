@@ -20,7 +20,7 @@ from collections.abc import Callable
 from sqlalchemy import Connection
 
 from . import paths
-from .eventlog import EventAppender
+from .event_appender import EventAppender
 from .tree import TreeTx
 
 

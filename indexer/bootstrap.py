@@ -28,7 +28,7 @@ import time
 from sqlalchemy import text
 
 from coordinator import Coordinator
-from coordinator.eventlog import horizon
+from coordinator.event_reader import horizon
 
 from . import checkpoints
 from .contract import IndexShape

@@ -22,7 +22,7 @@ from typing import Any
 
 from sqlalchemy import Engine, text
 
-from coordinator.eventlog import wait_for_bound
+from coordinator.event_reader import wait_for_bound
 
 from . import metrics
 from .bulk import Rejected, send

@@ -26,8 +26,8 @@ from coordinator.events import (
     Moved,
     Written,
 )
+from coordinator.node_rows import node_of
 from coordinator.subtree import subtree_cte
-from coordinator.tree import node_of
 
 # Each start node walks up to the root; the path is its names joined root first.
 # The root's name is '' so the join yields '/a/b' (and '' for the root itself). The

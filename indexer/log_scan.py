@@ -10,7 +10,7 @@ from sqlalchemy import Connection, Engine, text
 
 from coordinator import Event
 from coordinator.db import streamed
-from coordinator.eventlog import BoundTimeout, wait_for_bound
+from coordinator.event_reader import BoundTimeout, wait_for_bound
 
 from .errors import ReplayError
 

@@ -19,7 +19,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from coordinator.errors import CursorExpired
-from coordinator.eventlog import Partition, Writer
+from coordinator.event_reader import Partition, WriterInFlight
 from coordinator.results import Event
 
 from . import checkpoints, metrics
@@ -176,7 +176,7 @@ class PartitionRunner:
                 w.index_health.check_index()
         return default
 
-    def _held_back(self, started: float, writers: list[Writer]) -> None:
+    def _held_back(self, started: float, writers: list[WriterInFlight]) -> None:
         """``read_events`` has waited ``read_report_after`` seconds for ``writers``."""
         self._held_this_read = True
         if self._held_since is None:

@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 
-from coordinator.eventlog import Writer
+from coordinator.event_reader import WriterInFlight
 
 from . import metrics
 from .logs import log
@@ -23,11 +23,13 @@ class ReadWaits:
     def __init__(self, consumer: str) -> None:
         self.consumer = consumer
         self._held_lock = threading.Lock()
-        self._held: dict[int, list[Writer]] = {}
+        self._held: dict[int, list[WriterInFlight]] = {}
         self._held_logged: dict[int, tuple[frozenset[str], float]] = {}
         self._held_exported: set[tuple[str, str]] = set()
 
-    def report_held_back(self, partition: int, waited: float, writers: list[Writer]) -> None:
+    def report_held_back(
+        self, partition: int, waited: float, writers: list[WriterInFlight]
+    ) -> None:
         """A partition's reader has been held back ``waited`` seconds by ``writers``:
         export them, and log them when they change (else at most every 30 s)."""
         metrics.READ_WAITING.labels(self.consumer, str(partition)).set(waited)

@@ -8,7 +8,7 @@ The procedure (``rebuild``), for alias A (e.g. ``pathkeeper-nodes``):
    killed run left behind (they carry the marker alias ``A-building``; since we
    hold the lease, no living process is building them);
 2. pick a bound V0: a safe position of the log (every event <= V0 is committed,
-   see ``coordinator.eventlog``), or ``--until``;
+   see ``coordinator.event_reader``), or ``--until``;
 3. compute the state as of V0: fold the events <= V0 (replay, ``indexer.setfold``,
    never reading ``nodes``) or read ``nodes`` in one REPEATABLE READ snapshot
    opened *after* V0 was taken (reindex: every event <= V0 is in the snapshot;

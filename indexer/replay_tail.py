@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from sqlalchemy import Engine
 
 from coordinator import Coordinator, Event
-from coordinator.eventlog import Writer
+from coordinator.event_reader import WriterInFlight
 
 from .applier import Applier
 from .bulk import Rejected
@@ -49,7 +49,7 @@ def catch_up(
     """Apply events after ``after`` with ``apply``, in worker-sized batches, up to
     ``until`` (or until a read comes back nearly empty); returns (cursor, events)."""
     cursor, total, stuck = after, 0, 0
-    writers: list[Writer] = []
+    writers: list[WriterInFlight] = []
     while True:
         events, nxt = coord.read_events(
             cursor, TAIL_BATCH, namespaces=namespaces, until=until, wait=BOUND_WAIT,

@@ -80,7 +80,7 @@ from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
 from coordinator.db import LOCK_NOT_AVAILABLE, sqlstate
-from coordinator.eventlog import BoundTimeout, horizon, wait_for_bound
+from coordinator.event_reader import BoundTimeout, horizon, wait_for_bound
 from coordinator.indexing import DEFAULT_ALIAS, consumer_for
 
 from . import setfold

@@ -65,7 +65,7 @@ from sqlalchemy import Connection, Engine, text
 
 from coordinator import Node
 from coordinator.db import streamed
-from coordinator.eventlog import horizon
+from coordinator.event_reader import horizon
 from coordinator.events import (
     EVENT_TYPES,
     UNVERSIONED,
@@ -78,7 +78,7 @@ from coordinator.events import (
     NamespaceDropped,
     Written,
 )
-from coordinator.tree import node_of
+from coordinator.node_rows import node_of
 
 from .errors import IndexerError
 

@@ -13,7 +13,11 @@ from datetime import datetime
 
 from sqlalchemy import Connection, Engine, text
 
-from coordinator.eventlog import REPORT_AFTER, Writer, writers_in_flight
+from coordinator.event_reader import (
+    REPORT_AFTER,
+    WriterInFlight,
+    writers_in_flight,
+)
 from coordinator.indexing import NamespaceLag, partition_lags
 
 from .leases import MEMBER_BASE, consumer_key
@@ -53,7 +57,7 @@ def partitions(conn: Connection, consumer: str) -> list[PartitionStatus]:
     ]
 
 
-def held_back_by(engine: Engine, older_than: float = REPORT_AFTER) -> list[Writer]:
+def held_back_by(engine: Engine, older_than: float = REPORT_AFTER) -> list[WriterInFlight]:
     """Event log writers in flight for ``older_than`` seconds or more: every reader of
     the log (the worker, replay, the change feed) waits for them. Normally empty."""
     return [w for w in writers_in_flight(engine) if (w.age or 0.0) >= older_than]

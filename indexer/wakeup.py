@@ -2,7 +2,7 @@
 
 The coordinator sends ``NOTIFY pathkeeper_events`` in every writing transaction
 (delivered at commit), its payload the partition hashes of the namespaces it
-wrote (``coordinator.eventlog.notified_partitions``). ``Listener`` holds a
+wrote (``coordinator.event_reader.notified_partitions``). ``Listener`` holds a
 dedicated connection in LISTEN and calls ``wake(payload)`` on each notification
 (``wake(None)``, "anything may have changed", after (re)connecting); if that
 connection breaks it reconnects with backoff, and meanwhile the worker's
@@ -18,7 +18,7 @@ from collections.abc import Callable
 import psycopg
 
 from coordinator.db import libpq_url
-from coordinator.eventlog import NOTIFY_CHANNEL
+from coordinator.event_appender import NOTIFY_CHANNEL
 
 from .logs import log
 

@@ -4,7 +4,7 @@ How a change reaches Elasticsearch (``indexer.applier`` has the batch rules and
 why they are safe):
 
 1. Namespaces are split into ``N`` partitions by a hash of their name
-   (``coordinator.eventlog.Partition``). A worker holds a partition with a
+   (``coordinator.event_reader.Partition``). A worker holds a partition with a
    session advisory lock on a dedicated connection (``indexer.leases``): it dies
    with the process, so a ``kill -9``'d worker's partitions are free at once.
    Workers count each other and each takes its fair share; an idle worker keeps
@@ -63,7 +63,7 @@ import psycopg
 
 from coordinator import Coordinator, paths
 from coordinator.errors import NotMigrated
-from coordinator.eventlog import notified_partitions, wait_for_bound
+from coordinator.event_reader import notified_partitions, wait_for_bound
 from coordinator.indexing import consumer_for
 from coordinator.migrate import require_current
 
@@ -193,7 +193,7 @@ class Worker:
 
     def wake_for(self, payload: str | None) -> None:
         """A ``pathkeeper_events`` notification: wake only the runners of the partitions
-        it names (``coordinator.eventlog.notified_partitions``); everyone if it names
+        it names (``coordinator.event_reader.notified_partitions``); everyone if it names
         none (an older writer, a hand-made NOTIFY, the listener reconnecting)."""
         wanted = notified_partitions(payload, self.config.partitions)
         if wanted is None:

@@ -17,7 +17,7 @@ from coordinator import (
     Coordinator,
     CoordinatorError,
 )
-from coordinator.eventlog import read_events
+from coordinator.event_reader import read_events
 from coordinator.single_statement import CREATE_LOGGED_SQL
 
 
@@ -65,8 +65,8 @@ def test_lone_and_grouped_creates_answer_and_log_alike(coord: Coordinator) -> No
     assert payloads["alone"] == payloads["grouped"]
     assert [p["path"] for p in payloads["alone"]] == ["/d", "/d/e", "/d/e/f", "/g"]
     assert refusals["alone"] == refusals["grouped"] == [
-        ("AlreadyExists", "'f' already exists"),
-        ("AlreadyExists", "'d' already exists"),
+        ("AlreadyExists", "/d/e/f already exists"),
+        ("AlreadyExists", "/d already exists"),
         ("NotFound", "/x does not exist"),
         ("NotADirectory", "/d/e/f is a file"),
         ("NotADirectory", "/g is a file"),

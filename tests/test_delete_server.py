@@ -16,7 +16,7 @@ from tree_checks import (
 )
 
 from coordinator import Coordinator, CoordinatorError
-from coordinator.eventlog import read_events
+from coordinator.event_reader import read_events
 from coordinator.results import MutationResult
 from coordinator.single_statement import DELETE_LOGGED_SQL
 

@@ -19,7 +19,8 @@ from tree_checks import node_rows, run_threads, wait_for_lock_waiter
 
 from coordinator import Coordinator, Event
 from coordinator.db import libpq_url
-from coordinator.eventlog import POSITION_LOCK_SQL, TAKE_BLOCK_SQL, safe_bound
+from coordinator.event_appender import POSITION_LOCK_SQL, TAKE_BLOCK_SQL
+from coordinator.event_reader import safe_bound
 from coordinator.events import Created, Written
 from coordinator.results import POSITION_BLOCK
 from coordinator.tree import TreeTx
@@ -294,7 +295,7 @@ def test_each_transaction_takes_one_block(coord: Coordinator) -> None:
 
 def test_block_statement_takes_id_then_lock_then_block(coord: Coordinator) -> None:
     """The writer's last statement must have its transaction id and the position lock
-    before ``nextval`` (the reader's argument in coordinator/eventlog.py). Checked on the
+    before ``nextval`` (the reader's argument in coordinator/event_reader.py). Checked on the
     plan: ``pg_current_xact_id()`` is STABLE, and an unused stable column of a subquery
     is planned as NULL and never evaluated."""
     params = {"nss": ["t"], "nodes": [None], "types": ["created"], "payloads": ["{}"],

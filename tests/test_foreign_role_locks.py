@@ -1,6 +1,6 @@
 """Roles with no business with our tables cannot stop the log, writes or snapshots.
 
-The position lock (``coordinator/eventlog.py``) and the scheduled snapshot's lock
+The position lock (``coordinator/event_appender.py``) and the scheduled snapshot's lock
 (``indexer/retention.py``) are locks a role with nothing but CONNECT must not be able to
 take, in any mode. Each test creates such a role in the throwaway cluster, has it try
 every way we know to take them (the keys and calls our own code uses, the tables by name,
@@ -22,7 +22,8 @@ from sqlalchemy import text
 
 from coordinator import Coordinator
 from coordinator.db import libpq_url
-from coordinator.eventlog import IMPORT_MARK_CLASS, POSITION_LOCK_SQL, writers_in_flight
+from coordinator.event_appender import IMPORT_MARK_CLASS, POSITION_LOCK_SQL
+from coordinator.event_reader import writers_in_flight
 from indexer import retention
 from indexer.retention import scheduled_snapshot, snapshot_lock
 from pathkeeper.local.postgres import LocalPostgres

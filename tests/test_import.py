@@ -38,7 +38,7 @@ from coordinator import (
     TooLarge,
     Unavailable,
 )
-from coordinator.eventlog import POSITION_LOCK_SQL
+from coordinator.event_appender import POSITION_LOCK_SQL
 from coordinator.events import VERSION_KEY, Created, decode
 from coordinator.importer import LineTooLong, contiguous_run, iter_lines
 from coordinator.results import POSITION_BLOCK
@@ -542,7 +542,7 @@ def test_binary_file_object(coord: Coordinator, ns: str) -> None:
 
 
 def test_claim_statement_takes_id_then_lock_then_blocks(coord: Coordinator) -> None:
-    """The import's claiming statement keeps the writer protocol of coordinator/eventlog.py:
+    """The import's claiming statement keeps the writer protocol of coordinator/event_appender.py:
     transaction id, then the position lock, then every nextval (checked on the plan, as
     ``test_block_statement_takes_id_then_lock_then_block`` does for single blocks)."""
     from coordinator.importer import CLAIM_BLOCKS_SQL

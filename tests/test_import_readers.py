@@ -2,7 +2,7 @@
 
 An import's events insert runs while it holds the position lock: a reader of the log
 must wait for it before it may pass the import's blocks. It marks itself with its
-namespace (``coordinator/eventlog.py``, "Imports"), so a reader that reads other
+namespace (``coordinator/event_appender.py``, "Imports"), so a reader that reads other
 namespaces, or other partitions, goes on; readers of its namespace's partition (and
 readers of the whole log) wait, and never see a gap."""
 
@@ -19,7 +19,7 @@ from sqlalchemy import text
 from tree_checks import run_threads
 
 from coordinator import Coordinator, Event
-from coordinator.eventlog import Partition
+from coordinator.event_reader import Partition
 from coordinator.importer import Importer
 from coordinator.unit_of_work import UnitOfWork
 

@@ -14,7 +14,7 @@ from tree_checks import (
 )
 
 from coordinator import Coordinator, CoordinatorError
-from coordinator.eventlog import read_events
+from coordinator.event_reader import read_events
 from coordinator.results import MutationResult
 from coordinator.single_statement import MOVE_LOGGED_SQL
 

@@ -16,7 +16,7 @@ from sqlalchemy import text
 
 from coordinator import Coordinator
 from coordinator.db import libpq_url
-from coordinator.eventlog import NOTIFY_CHANNEL
+from coordinator.event_appender import NOTIFY_CHANNEL
 
 
 class Listener:

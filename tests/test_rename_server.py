@@ -136,7 +136,7 @@ def test_a_name_taken_while_the_rename_runs(coord: Coordinator, ns: str) -> None
 def test_lone_rename_claims_its_block_after_the_function(coord: Coordinator) -> None:
     """In the one-statement rename the claim (transaction id, position lock, then
     ``nextval``) must run after ``pathkeeper_rename`` took its locks and wrote: checked
-    on the plan, as for the block statement (coordinator/eventlog.py), and only for a
+    on the plan, as for the block statement (coordinator/event_appender.py), and only for a
     rename that changed the name."""
     params = [("ns", "text", "'t'"), ("ref", "text", "'/a'"), ("parts", "text[]", "'{a}'"),
               ("id", "uuid", "NULL"), ("name", "text", "'b'"), ("if_version", "bigint", "NULL")]

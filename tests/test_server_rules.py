@@ -1,101 +1,99 @@
-"""The server-side functions share their rules: the same cause gives the same SQLSTATE
-and the same full-path wording from every ``pathkeeper_*`` function, called as SQL (the
-helpers ``pathkeeper_walk_path``, ``pathkeeper_check_version``,
-``pathkeeper_check_name_free`` and ``pathkeeper_lock`` of ``coordinator/sql``)."""
+"""Each write rule runs in one place, the server's ``pathkeeper_*`` function, whether the
+command is a whole transaction or a step of a group.
+
+Checked against the database itself: each function is wrapped (in this test's own
+database) by one of the same signature that notes its call in a table and then runs the
+original, so a Python path that re-implements a rule instead of calling the function
+leaves no note.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections import Counter
+from functools import partial
 
-import psycopg
 import pytest
+from sqlalchemy import text
 
-from coordinator import Coordinator
-
-_CALLS = {
-    "create": "SELECT * FROM pathkeeper_create(%s, %s::text[], gen_random_uuid(), %s, "
-              "'file', '', '{}')",
-    "rename": "SELECT * FROM pathkeeper_rename(%s, 'ref', %s::text[], NULL, %s, %s::bigint)",
-    "move": "SELECT * FROM pathkeeper_move(%s, 'ref', %s::text[], NULL, %s::text[], %s, "
-            "%s::bigint, 100)",
-    "delete": "SELECT * FROM pathkeeper_delete(%s, 'ref', %s::text[], NULL, true, %s::bigint)",
-    "write": "SELECT * FROM pathkeeper_write(%s, 'ref', %s::text[], NULL, 'x', NULL, "
-             "%s::bigint)",
-    "set_metadata": "SELECT * FROM pathkeeper_set_metadata(%s, 'ref', %s::text[], NULL, "
-                    "'{}', %s::bigint)",
-}
+from coordinator import AlreadyExists, Coordinator, NotFound
+from coordinator.commands import CreateFile, Mkdir, WriteFile
 
 
-def _target(call: str, parts: list[str]) -> tuple[Any, ...]:
-    """The arguments of ``call`` naming ``parts`` as its node (or its parent, for a
-    create), changing nothing else."""
-    return {
-        "create": ("t", parts, "new"),
-        "rename": ("t", parts, "new", None),
-        "move": ("t", parts, ["d"], "new", None),
-        "delete": ("t", parts, None),
-        "write": ("t", parts, None),
-        "set_metadata": ("t", parts, None),
-    }[call]
+def _wrap(coord: Coordinator, function: str) -> None:
+    """Replace ``function`` by a wrapper that notes each call in ``rule_calls``."""
+    with coord.engine.begin() as conn:
+        conn.execute(text("CREATE TABLE IF NOT EXISTS rule_calls (name text NOT NULL)"))
+        args, result, nargs = conn.execute(text(
+            "SELECT pg_get_function_arguments(oid), pg_get_function_result(oid), pronargs "
+            "FROM pg_proc WHERE proname = :f AND pronamespace = 'public'::regnamespace"
+        ), {"f": function}).one()
+        conn.execute(text(f"ALTER FUNCTION {function} RENAME TO {function}_wrapped"))
+        call = ", ".join(f"${i}" for i in range(1, nargs + 1))
+        conn.execute(text(
+            f"CREATE FUNCTION {function}({args}) RETURNS {result} LANGUAGE sql AS $w$ "
+            f"INSERT INTO rule_calls VALUES ('{function}'); "
+            f"SELECT * FROM {function}_wrapped({call}) $w$"
+        ))
 
 
-_NODE_CALLS = ["rename", "move", "delete", "write", "set_metadata"]
-_PATH_CALLS = [*_NODE_CALLS, "create"]
-
-_CASES: list[tuple[str, tuple[Any, ...], str, str]] = [
-    # The path walk: every function that takes a path.
-    *[(c, _target(c, ["d", "x", "y"]), "PK001", "/d/x does not exist")
-      for c in _PATH_CALLS],
-    *[(c, _target(c, ["d", "f", "y"]), "PK002", "/d/f is a file")
-      for c in _PATH_CALLS],
-    *[(c, ("nope", *_target(c, ["d"])[1:]), "PK001", "no namespace 'nope'")
-      for c in _PATH_CALLS],
-    ("create", _target("create", ["d", "f"]), "PK002", "/d/f is a file"),
-    ("move", ("t", ["d", "f"], ["x"], "g", None), "PK001", "/x does not exist"),
-    ("move", ("t", ["d", "e"], ["d", "f"], "g", None), "PK002", "/d/f is a file"),
-    # The version check: every function that changes a node.
-    ("rename", ("t", ["d", "f"], "g", 9), "PK004", "version is 1, expected 9"),
-    ("move", ("t", ["d", "f"], ["d"], "g", 9), "PK004", "version is 1, expected 9"),
-    ("delete", ("t", ["d", "f"], 9), "PK004", "version is 1, expected 9"),
-    ("write", ("t", ["d", "f"], 9), "PK004", "version is 1, expected 9"),
-    ("set_metadata", ("t", ["d", "f"], 9), "PK004", "version is 1, expected 9"),
-    # A taken name, with the path it would have had: every function that names a node.
-    ("create", ("t", ["d"], "e"), "23505", "/d/e already exists"),
-    ("rename", ("t", ["d", "f"], "e", None), "23505", "/d/e already exists"),
-    ("move", ("t", ["d", "f"], ["d"], "e", None), "23505", "/d/e already exists"),
-]
+def _calls(coord: Coordinator) -> Counter[str]:
+    with coord.engine.begin() as conn:
+        names = conn.execute(text("DELETE FROM rule_calls RETURNING name")).scalars()
+        return Counter(names)
 
 
-@pytest.fixture
-def conn(database_url: str) -> Iterator[psycopg.Connection[Any]]:
-    """A namespace ``t`` with /d, /d/e (directories) and /d/f (a file)."""
-    with Coordinator.connect(database_url) as coord:
-        coord.create_namespace("t")
-        coord.mkdir("t", "/d")
-        coord.mkdir("t", "/d/e")
-        coord.create_file("t", "/d/f", "body")
-    with psycopg.connect(database_url) as c:
-        yield c
+def test_creates_in_a_group_run_the_server_rule(coord: Coordinator) -> None:
+    """A create inside a group (file, directory, and each directory ``mkdir -p`` makes)
+    is a call of ``pathkeeper_create``, as a lone create is: no parent check of Python's
+    beside it."""
+    coord.create_namespace("g")
+    _wrap(coord, "pathkeeper_create")
+    coord.mkdir("g", "/lone")
+    assert _calls(coord) == {"pathkeeper_create": 1}
+    with coord.transaction("g") as group:
+        group.mkdir("/d")
+        group.create_file("/d/f", "body")
+    assert _calls(coord) == {"pathkeeper_create": 2}
+    coord.apply("g", [Mkdir("/a/b/c", parents=True), CreateFile("/a/b/c/f")])
+    assert _calls(coord) == {"pathkeeper_create": 4}
+    assert [n.path for n in coord.walk("g")] == [
+        "/", "/a", "/a/b", "/a/b/c", "/a/b/c/f", "/d", "/d/f", "/lone"]
 
 
-@pytest.mark.parametrize(("call", "args", "state", "message"), _CASES,
-                         ids=[f"{c[0]}-{c[3]}" for c in _CASES])
-def test_one_cause_one_error(conn: psycopg.Connection[Any], call: str, args: tuple[Any, ...],
-                             state: str, message: str) -> None:
-    with pytest.raises(psycopg.Error) as info:
-        conn.execute(_CALLS[call].encode(), args)
-    conn.rollback()
-    assert (info.value.sqlstate, info.value.diag.message_primary) == (state, message)
+def test_dropping_a_namespace_locks_its_root_with_the_server_rule(coord: Coordinator) -> None:
+    """The lock ``drop_namespace`` takes on the root is ``pathkeeper_lock``'s, the one
+    every server-side mutation takes."""
+    coord.create_namespace("gone")
+    coord.mkdir("gone", "/d")
+    _wrap(coord, "pathkeeper_lock")
+    result = coord.drop_namespace("gone", force=True)
+    assert _calls(coord) == {"pathkeeper_lock": 1}
+    assert result.node.path == "/"
+    assert "gone" not in coord.namespaces()
 
 
-def test_the_same_calls_succeed_on_a_free_name(conn: psycopg.Connection[Any]) -> None:
-    """Not vacuous: the calls above are well formed and change the tree when allowed."""
-    conn.execute(_CALLS["create"].encode(), ("t", ["d"], "g"))
-    conn.execute(_CALLS["rename"].encode(), ("t", ["d", "g"], "h", 1))
-    row = conn.execute(_CALLS["move"].encode(), ("t", ["d", "h"], [], "i", 2)).fetchone()
-    assert row is not None and row[-2:] == ("/i", True)  # path, changed
-    conn.execute(_CALLS["write"].encode(), ("t", ["i"], 3))
-    conn.execute(_CALLS["set_metadata"].encode(), ("t", ["i"], 4))
-    gone = conn.execute(_CALLS["delete"].encode(), ("t", ["i"], 5)).fetchone()
-    assert gone is not None and gone[-2:] == ("/i", 1)  # path, count
+def test_one_wording_per_error(coord: Coordinator) -> None:
+    """An error reads the same whichever path raised it: a node id that is no node (well
+    formed or not) alone, in a group, by stat; a name taken, in full path form."""
+    coord.create_namespace("w")
+    coord.mkdir("w", "/d")
+    coord.create_file("w", "/d/f")
+    for ref in ("not-a-uuid", "0f0e0d0c-0b0a-4908-8706-050403020100"):
+        said = []
+        for run in (
+            partial(coord.stat, "w", ref),
+            partial(coord.write_file, "w", ref, "x"),
+            partial(coord.apply, "w", [Mkdir("/e"), WriteFile(ref, "x")]),
+        ):
+            with pytest.raises(NotFound) as info:
+                run()
+            said.append(str(info.value))
+        assert said == [f"no node with id {ref}"] * 3
+    for run in (
+        lambda: coord.create_file("w", "/d/f"),
+        lambda: coord.apply("w", [Mkdir("/e"), CreateFile("/d/f")]),
+        lambda: coord.apply("w", [Mkdir("/e"), Mkdir("/d/f", parents=True)]),
+    ):
+        with pytest.raises(AlreadyExists) as taken:
+            run()
+        assert str(taken.value).startswith("/d/f ")

@@ -15,7 +15,7 @@ from tree_checks import (
 )
 
 from coordinator import Coordinator, CoordinatorError
-from coordinator.eventlog import read_events
+from coordinator.event_reader import read_events
 from coordinator.results import MutationResult
 from coordinator.single_statement import SET_METADATA_LOGGED_SQL, WRITE_LOGGED_SQL
 

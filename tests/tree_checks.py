@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import text
 
 from coordinator import Coordinator
-from coordinator.eventlog import POSITION_LOCK_SQL, POSITION_LOCK_TABLE
+from coordinator.event_appender import POSITION_LOCK_SQL, POSITION_LOCK_TABLE
 from coordinator.unit_of_work import UnitOfWork
 
 REACHABLE_SQL = text(

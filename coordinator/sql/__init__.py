@@ -5,8 +5,10 @@ text PostgreSQL runs, and a change to a rule has one place to go."""
 from functools import cache
 from importlib.resources import files
 
+from ..errors import CoordinatorError
 
-class UnknownSQL(LookupError):
+
+class UnknownSQL(CoordinatorError, LookupError):
     """No ``.sql`` file of that name ships with the package."""
 
 

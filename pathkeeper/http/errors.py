@@ -21,8 +21,8 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from coordinator import errors as ce
+from coordinator.content import metadata_too_deep
 from coordinator.db import translate
-from coordinator.tree import metadata_too_deep
 from indexer.search_engine import SearchRefused, SearchUnavailable
 
 log = logging.getLogger("pathkeeper.service")

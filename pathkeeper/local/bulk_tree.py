@@ -51,7 +51,7 @@ def bulk_subtree(
              "names": [r[2] for r in rows], "kinds": [r[3] for r in rows],
              "contents": [r[4] for r in rows]},
         )
-        # As coordinator.eventlog.EventAppender.flush does: the block is taken by the
+        # As coordinator.event_appender.EventAppender.flush does: the block is taken by the
         # last statement, after the transaction has its id (readers wait on it).
         conn.execute(text("SELECT pg_current_xact_id()"))
         base = int(conn.execute(text("SELECT nextval('event_position_seq')")).scalar_one())

@@ -20,7 +20,8 @@ from coordinator import Coordinator
 from coordinator.commands import Mkdir
 from coordinator.db import connect_engine, libpq_url
 from coordinator.errors import Unavailable
-from coordinator.eventlog import NOTIFY_CHANNEL, read_events
+from coordinator.event_appender import NOTIFY_CHANNEL
+from coordinator.event_reader import read_events
 from coordinator.migrate import upgrade
 from coordinator.results import MutationResult
 from coordinator.settings import Settings

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import text
 
 from coordinator import Coordinator, CoordinatorError
-from coordinator.eventlog import safe_bound
+from coordinator.event_reader import safe_bound
 from coordinator.indexing import consumer_for
 from indexer import bulk
 from indexer.contract import document_for, is_indexed

@@ -10,7 +10,7 @@ from indexer_support import (
 )
 
 from coordinator import Coordinator
-from coordinator.eventlog import EventAppender
+from coordinator.event_appender import EventAppender
 from coordinator.indexing import consumer_for
 from coordinator.tree import TreeTx
 from indexer.search_engine import SearchEngine

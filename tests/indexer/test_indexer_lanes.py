@@ -22,7 +22,8 @@ from indexer_support import (
 
 from coordinator import Coordinator
 from coordinator.db import libpq_url
-from coordinator.eventlog import NOTIFY_CHANNEL, notified_partitions
+from coordinator.event_appender import NOTIFY_CHANNEL
+from coordinator.event_reader import notified_partitions
 from coordinator.indexing import consumer_for
 from indexer import checkpoints
 from indexer.applier import Abandoned, Applier, SubtreeWork

@@ -8,7 +8,7 @@ If the fold of the whole log equals the ``nodes`` table, the log explains the
 table exactly.
 
 Payload paths: the fold works from ids (``parent_id``, ``name``) alone, as the
-event log's contract asks of consumers (coordinator/eventlog.py: a change that
+event log's contract asks of consumers (coordinator/event_reader.py: a change that
 resolved an ancestor's old name while a rename of that ancestor was in flight
 may carry the old path at a later position than the rename). With
 ``strict_paths`` (sequential histories) a payload path that is not the node's

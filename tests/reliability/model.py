@@ -14,16 +14,21 @@ them to the coordinator's UUIDs by path after every step.
 
 from __future__ import annotations
 
+import copy
 import json
 import unicodedata
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.errors import (
     AlreadyExists,
     Conflict,
+    CoordinatorError,
     DirectoryNotEmpty,
+    InvalidArgument,
     InvalidContent,
+    InvalidImport,
     InvalidMove,
     InvalidName,
     InvalidPath,
@@ -320,6 +325,17 @@ class Namespace:
         node.version += 1
         return MResult(self.view(node), 1)
 
+    def set_metadata(self, ref: object, metadata: object,
+                     if_version: int | None = None) -> MResult:
+        md = check_metadata(metadata)
+        node = self._target(ref)
+        if node.parent is None:
+            raise InvalidArgument("the root has no metadata")
+        self._check_version(node, if_version)
+        node.metadata = md
+        node.version += 1
+        return MResult(self.view(node), 1)
+
     def move(self, ref: object, dst: object, if_version: int | None = None) -> MResult:
         parent_parts, name = self._parent_and_name(dst)
         node = self._target(ref)
@@ -366,3 +382,77 @@ class Namespace:
             self.deleted.add(gone.id)
             stack.extend(gone.children.values())
         return MResult(before, 1)
+
+    # -------------------------------------------------------------- groups
+
+    def group(self, steps: Sequence[Callable[[Namespace], MResult]]) -> list[MResult]:
+        """Several steps as one transaction: all of them, or (the first failing step's
+        error, with its position in ``index``) none."""
+        trial = copy.deepcopy(self)
+        results = []
+        for index, step in enumerate(steps):
+            try:
+                results.append(step(trial))
+            except CoordinatorError as exc:
+                exc.index = index
+                raise
+        self.__dict__.update(trial.__dict__)
+        return results
+
+    # -------------------------------------------------------------- import
+
+    def import_lines(self, lines: Sequence[dict[str, Any]]) -> int:
+        """An import (README "Import"): every line is a new node, missing parents are
+        made, all or nothing; the number of nodes made. The error is the first bad
+        line's, checked in the importer's order: each line alone, then paths twice in
+        the input, then a line below a file of the input, then against the namespace
+        (a parent that is a file, a path that exists)."""
+        parsed: list[tuple[list[str], str, str | None, dict[str, Any]]] = []
+        first: CoordinatorError | None = None
+        for line in lines:
+            try:
+                parts = split(line["path"], self.max_depth)
+                if not parts:
+                    raise InvalidImport("the root cannot be imported")
+                kind = line["kind"]
+                content = check_content(line.get("content") or "") if kind == "file" else None
+                metadata = check_metadata(line.get("metadata") or {})
+            except CoordinatorError as exc:
+                first = first or exc
+                continue
+            parsed.append((parts, kind, content, metadata))
+        if first is not None:
+            raise first
+        kinds: dict[tuple[str, ...], str] = {}
+        for parts, kind, _, _ in parsed:
+            if tuple(parts) in kinds:
+                raise InvalidImport(f"{join(parts)} appears twice")
+            kinds[tuple(parts)] = kind
+        for parts, _, _, _ in parsed:
+            if any(kinds.get(tuple(parts[:d])) == "file" for d in range(1, len(parts))):
+                raise NotADirectory("below a file of the import")
+        for parts, _, _, _ in parsed:
+            node = self.root
+            for name in parts:
+                if node.kind != "dir":
+                    raise NotADirectory("below a file of the namespace")
+                child = node.children.get(name)
+                if child is None:
+                    break
+                node = self.nodes[child]
+            else:
+                raise AlreadyExists(f"{join(parts)} already exists")
+        new: dict[tuple[str, ...], tuple[str, str | None, dict[str, Any]]] = {}
+        for parts, kind, content, metadata in parsed:
+            new[tuple(parts)] = (kind, content, metadata)
+            for d in range(1, len(parts)):
+                new.setdefault(tuple(parts[:d]), ("dir", None, {}))
+        made = 0
+        for parts_t in sorted(new, key=len):
+            parent = self._resolve(list(parts_t[:-1]))
+            if parts_t[-1] in parent.children:
+                continue  # an existing directory on the way
+            kind, content, metadata = new[parts_t]
+            self._add(parent, parts_t[-1], kind, content, metadata)
+            made += 1
+        return made

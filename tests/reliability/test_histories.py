@@ -130,7 +130,7 @@ def run_history(
     report = check_history(calls, events, [s for s in setup if s is not None])
     violations = list(report.violations)
     violations += tree_violations(coord.engine, NS)
-    # Concurrent renames may leave old payload paths (documented in coordinator/eventlog.py):
+    # Concurrent renames may leave old payload paths (documented in coordinator/event_reader.py):
     # counted, not failed; the fold itself works from ids.
     fold, read = fold_log(coord, [NS], strict_paths=False)
     if fold.applied != len(events):

@@ -1,5 +1,10 @@
 """Model-based test: the coordinator and the reference model take the same random steps.
 
+A step is a single call, a group of several commands in one transaction
+(``Coordinator.apply`` or ``Coordinator.transaction``; a failing command rolls the
+whole group back) or an import: a rule written twice (a Python twin beside a server
+function, a second validator) that drifts shows up as a disagreement on one of them.
+
 After every step the two must agree on the result (the node's path, kind,
 version, content and metadata, and whether anything changed) or on the error
 class; the whole tree (``walk``) must equal the model's; the events the step
@@ -14,6 +19,7 @@ database per example, and namespaces are isolated by construction).
 from __future__ import annotations
 
 import itertools
+import json
 import uuid
 from collections.abc import Callable
 from functools import partial
@@ -31,6 +37,16 @@ from hypothesis.stateful import (
 )
 
 from coordinator import Coordinator
+from coordinator.commands import (
+    Command,
+    CreateFile,
+    Delete,
+    Mkdir,
+    Move,
+    Rename,
+    SetMetadata,
+    WriteFile,
+)
 from coordinator.errors import CoordinatorError
 from coordinator.results import POSITION_BLOCK, MutationResult, Node
 
@@ -50,7 +66,11 @@ IF_VERSION = st.sampled_from([None, None, "right", "wrong"])
 ERRORS: dict[str, int] = {}
 STATS = {
     "examples": 0, "steps": 0, "changes": 0, "no_ops": 0, "errors_agreed": 0, "events_checked": 0,
+    "groups": 0, "groups_refused": 0, "imports": 0, "imports_refused": 0,
 }
+#: One command of a group: what it is (for messages), the command, and the same step
+#: on the model.
+Step = tuple[str, Command, Callable[[Namespace], MResult]]
 
 
 def join(parent: str, name: str) -> str:
@@ -67,6 +87,7 @@ class TreeMachine(RuleBasedStateMachine):
         self.coord.create_namespace(self.ns)
         self.model = Namespace()
         self.m2r: dict[str, str] = {}
+        self.fresh = 0  # the names ``_fresh_name`` handed out
         self.fold = Fold()
         self.cursor: int | None = None
         self._read_new()  # namespace_created
@@ -77,26 +98,41 @@ class TreeMachine(RuleBasedStateMachine):
     def _live_paths(self) -> list[str]:
         return sorted(v.path for v in self.model.walk())
 
-    def _path(self, data: st.DataObject, depth: int) -> str:
-        """An existing path with ``depth`` names drawn below it (maybe below a file)."""
-        path = data.draw(st.sampled_from(self._live_paths()), label="at")
+    def _path(self, data: st.DataObject, depth: int, fresh: bool = False) -> str:
+        """An existing path with ``depth`` names drawn below it (maybe below a file).
+        ``fresh``: below a directory, names no node has had yet, mostly (so that most
+        creates of a group or an import make a new node)."""
+        at = sorted(v.path for v in self.model.walk() if v.kind == "dir") if fresh \
+            else self._live_paths()
+        path = data.draw(st.sampled_from(at), label="at")
         for _ in range(depth):
-            path = join(path, data.draw(NAMES, label="name"))
+            path = join(path, self._fresh_name(data) if fresh else data.draw(NAMES, label="name"))
         return path
 
-    def _ref(self, data: st.DataObject) -> tuple[str, str]:
-        """(the coordinator's reference, the model's) to one node, live or not."""
-        how = data.draw(
-            st.sampled_from(["path", "id", "path", "id", "deleted", "bad", "root"]), label="ref"
-        )
+    def _fresh_name(self, data: st.DataObject) -> str:
+        if data.draw(st.integers(0, 5), label="e-acute") == 0:
+            return data.draw(st.sampled_from(["\u00e9", "e\u0301"]), label="name")
+        self.fresh += 1
+        return f"n{self.fresh}"
+
+    def _ref(self, data: st.DataObject, careful: bool = False, kind: str | None = None
+             ) -> tuple[str, str]:
+        """(the coordinator's reference, the model's) to one node, live or not; with
+        ``careful``, a live node below the root (of ``kind`` if there is one), so that
+        most groups can commit."""
+        hows = ["path", "id"] if careful else [
+            "path", "id", "path", "id", "deleted", "bad", "root"]
+        how = data.draw(st.sampled_from(hows), label="ref")
         below_root = sorted(set(self.model.nodes) - {"m0"})
+        if careful and kind is not None:
+            below_root = [m for m in below_root if self.model.nodes[m].kind == kind] or below_root
         if how == "deleted" and not self.model.deleted:
             how = "path"
         if how == "root" or (how in ("path", "id") and not below_root):
             return "/", "/"
         if how == "path":
             p = self.model.path_of(data.draw(st.sampled_from(below_root), label="node"))
-            if data.draw(st.integers(0, 3), label="missing") == 3:
+            if not careful and data.draw(st.integers(0, 3), label="missing") == 3:
                 p = join(p, data.draw(NAMES, label="name"))
             return p, p
         if how == "id":
@@ -108,8 +144,9 @@ class TreeMachine(RuleBasedStateMachine):
         bad = data.draw(st.sampled_from(["not-a-uuid", str(uuid.UUID(int=7))]), label="bad")
         return bad, bad
 
-    def _version(self, data: st.DataObject, mref: str) -> int | None:
-        mode = data.draw(IF_VERSION, label="if_version")
+    def _version(self, data: st.DataObject, mref: str, careful: bool = False) -> int | None:
+        mode = data.draw(st.sampled_from([None, "right"]) if careful else IF_VERSION,
+                         label="if_version")
         if mode is None:
             return None
         try:
@@ -291,6 +328,145 @@ class TreeMachine(RuleBasedStateMachine):
         except CoordinatorError as exc:
             want = type(exc).__name__
         assert got == want, f"listdir({p!r})"
+
+    # ------------------------------------------------------ groups, import
+
+    def _step(self, data: st.DataObject, careful: bool) -> Step:
+        """One command drawn for a group, from the tree as it is before the group (so
+        a later command may name what an earlier one moved or deleted); ``careful``:
+        valid names, live nodes and right versions, most of which commit."""
+        op = data.draw(st.sampled_from(
+            ["mkdir", "mkdir -p", "create_file", "write_file", "set_metadata", "rename",
+             "move", "delete"]), label="op")
+        if op in ("mkdir", "mkdir -p"):
+            parents = op == "mkdir -p"
+            p = self._path(data, data.draw(st.integers(1, 2)) if parents else 1, careful)
+            return (f"{op} {p!r}", Mkdir(p, parents),
+                    lambda m: m.mkdir(p, parents=parents))
+        if op == "create_file":
+            p = self._path(data, 1, careful)
+            content = data.draw(CONTENTS, label="content")
+            metadata = data.draw(METADATA, label="metadata")
+            return (f"create_file {p!r}", CreateFile(p, content, metadata),
+                    lambda m: m.create_file(p, content, metadata))
+        rref, mref = self._ref(data, careful, "file" if op == "write_file" else None)
+        v = self._version(data, mref, careful)
+        if op == "write_file":
+            content = data.draw(CONTENTS, label="content")
+            metadata = data.draw(METADATA, label="metadata")
+            return (f"write_file {mref!r} v={v}", WriteFile(rref, content, metadata, v),
+                    lambda m: m.write_file(mref, content, metadata, if_version=v))
+        if op == "set_metadata":
+            md = data.draw(st.fixed_dictionaries({"k": st.integers(0, 3)}), label="md")
+            return (f"set_metadata {mref!r} v={v}", SetMetadata(rref, md, v),
+                    lambda m: m.set_metadata(mref, md, if_version=v))
+        if op == "rename":
+            name = self._fresh_name(data) if careful else data.draw(NAMES, label="name")
+            return (f"rename {mref!r} {name!r} v={v}", Rename(rref, name, v),
+                    lambda m: m.rename(mref, name, if_version=v))
+        if op == "move":
+            dst = self._path(data, 1, careful)
+            return (f"move {mref!r} {dst!r} v={v}", Move(rref, dst, v),
+                    lambda m: m.move(mref, dst, if_version=v))
+        recursive = careful or data.draw(st.booleans(), label="recursive")
+        return (f"delete {mref!r} r={recursive} v={v}", Delete(rref, recursive, v),
+                lambda m: m.delete(mref, recursive=recursive, if_version=v))
+
+    @rule(data=st.data(), how=st.sampled_from(["apply", "transaction"]))
+    def group(self, data: st.DataObject, how: str) -> None:
+        """Two to four commands in one transaction: the same results as the model's,
+        or the same error from the same command with nothing written (a twin of a rule
+        on the group's path that drifted from the one a lone call runs shows here)."""
+        # Careful steps but at most one drawn from anything (a stale version, a bad
+        # name, a deleted node...): the group fails, if it does, at that step.
+        n = data.draw(st.integers(2, 4), label="n")
+        wild = data.draw(st.integers(-1, n - 1), label="wild")
+        steps = [self._step(data, careful=i != wild) for i in range(n)]
+        what = f"group via {how}: {[label for label, _, _ in steps]}"
+        STATS["steps"] += 1
+        STATS["groups"] += 1
+        commands = [command for _, command, _ in steps]
+        real: list[MutationResult] = []
+        r_err: CoordinatorError | None = None
+        m_err: CoordinatorError | None = None
+        try:
+            if how == "apply":
+                real = self.coord.apply(self.ns, commands)
+            else:
+                with self.coord.transaction(self.ns) as tx:
+                    real = [tx.execute(command) for command in commands]
+        except CoordinatorError as exc:
+            r_err = exc
+        try:
+            model = self.model.group([step for _, _, step in steps])
+        except CoordinatorError as exc:
+            m_err = exc
+        events = self._read_new()
+        if r_err is not None or m_err is not None:
+            assert type(r_err) is type(m_err), f"{what}: coordinator {r_err!r}, model {m_err!r}"
+            assert r_err is not None and m_err is not None
+            if how == "apply":
+                assert r_err.index == m_err.index, f"{what}: failed at {r_err.index}, " \
+                    f"model at {m_err.index}"
+            assert events == [], f"{what}: a refused group appended {events}"
+            STATS["groups_refused"] += 1
+            label = f"group: {type(r_err).__name__}"
+            ERRORS[label] = ERRORS.get(label, 0) + 1
+            return
+        for (label, _, _), r, m in zip(steps, real, model, strict=True):
+            self._same_node(f"{what}, {label}", r.node, m.node)
+            assert (r.seq is None) == (m.events == 0), f"{what}, {label}: seq {r.seq}"
+        assert len(events) == sum(m.events for m in model), f"{what}: {len(events)} events"
+        if events:
+            blocks = {e.position // POSITION_BLOCK for e in events}
+            assert len(blocks) == 1, f"{what}: one group's events span transactions {blocks}"
+            seqs = [r.seq for r in real if r.seq is not None]
+            assert seqs == sorted(seqs) and seqs[-1] == events[-1].position, what
+
+    @rule(data=st.data())
+    def import_nodes(self, data: st.DataObject) -> None:
+        """One to four import lines (some below a file, some existing, some twice):
+        the same nodes as the model's import, or both refuse with nothing written."""
+        lines: list[dict[str, Any]] = []
+        for _ in range(data.draw(st.integers(1, 4), label="lines")):
+            if lines and data.draw(st.integers(0, 11), label="again") == 0:
+                lines.append(dict(lines[-1]))
+                continue
+            fresh = data.draw(st.integers(0, 4), label="fresh") > 0
+            line: dict[str, Any] = {
+                "path": self._path(data, data.draw(st.integers(1, 2), label="depth"), fresh),
+                "kind": data.draw(st.sampled_from(["dir", "file"]), label="kind"),
+            }
+            if line["kind"] == "file":
+                line["content"] = data.draw(CONTENTS, label="content")
+                md = data.draw(METADATA, label="metadata")
+                if md is not None:
+                    line["metadata"] = md
+            lines.append(line)
+        what = f"import {lines!r}"
+        STATS["steps"] += 1
+        STATS["imports"] += 1
+        r_err: CoordinatorError | None = None
+        m_err: CoordinatorError | None = None
+        try:
+            made = self.coord.import_nodes(
+                self.ns, [json.dumps(line, ensure_ascii=False) for line in lines]).created
+        except CoordinatorError as exc:
+            r_err = exc
+        try:
+            want = self.model.import_lines(lines)
+        except CoordinatorError as exc:
+            m_err = exc
+        events = self._read_new()
+        if r_err is not None or m_err is not None:
+            assert type(r_err) is type(m_err), f"{what}: coordinator {r_err!r}, model {m_err!r}"
+            assert events == [], f"{what}: a refused import appended {events}"
+            STATS["imports_refused"] += 1
+            label = f"import: {type(r_err).__name__}"
+            ERRORS[label] = ERRORS.get(label, 0) + 1
+            return
+        assert made == want == len(events), f"{what}: made {made}, model {want}, " \
+            f"{len(events)} events"
 
     # -------------------------------------------------------- invariants
 

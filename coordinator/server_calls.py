@@ -1,0 +1,383 @@
+"""The calls of the tree's server-side functions (``pathkeeper_*``, each a write rule
+whole): for each, its arguments as the function takes them (checked here first where
+the rule is Python's: names, paths, content), its statement, and what its answer or its
+refusal means. ``TreeTx`` runs them inside a group; ``coordinator.single_statement``
+wraps the same calls in one statement that is a whole transaction."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from sqlalchemy.exc import IntegrityError
+
+from . import paths, sql
+from .content import check_content, metadata_json
+from .db import FOREIGN_KEY_VIOLATION, driver_sql, sqlstate, translate
+from .errors import AlreadyExists, CoordinatorError, NotFound
+from .events import Created, Deleted, MetadataSet, Moved, Written
+from .node_rows import DbRow, check_walk, node_of, parse_id
+from .results import Node
+from .retries import Retry
+
+
+@dataclass(frozen=True)
+class NodeCall:
+    """The node a server-side call names: by path (``parts``, its names) or by id, as
+    every ``pathkeeper_*`` function that takes a node reference expects it."""
+
+    ns: str
+    ref: str
+    parts: list[str] | None  # the path's names, or None for a node id
+    node_id: uuid.UUID | None
+
+    @staticmethod
+    def target(ns: str, ref: object) -> tuple[str, str, list[str] | None, uuid.UUID | None]:
+        """The four fields above for ``ref`` (checked: a valid path or node id)."""
+        if paths.is_path_ref(ref):
+            return ns, str(ref), paths.lookup_path(ref), None
+        return ns, str(ref), None, parse_id(ref)
+
+    @property
+    def node_params(self) -> dict[str, Any]:
+        return {"ns": self.ns, "ref": self.ref, "parts": self.parts, "id": self.node_id}
+
+
+# A rename, whole, in the server (migrations/versions/*_0004_rename_function.py).
+RENAME_CALL = (
+    "pathkeeper_rename(:ns, :ref, CAST(:parts AS text[]), CAST(:id AS uuid), :name, "
+    "CAST(:if_version AS bigint))"
+)
+_RENAME_SQL = driver_sql(f"SELECT * FROM {RENAME_CALL}", binary=("parts",))
+
+# The node a mutation names, locked FOR UPDATE, and its path, by the server's rule
+# (migrations/versions/*_0007_delete_function.py).
+LOCK_CALL = "pathkeeper_lock(:ns, :ref, CAST(:parts AS text[]), CAST(:id AS uuid), true)"
+LOCK_SQL = driver_sql(f"SELECT (l.node).*, l.path FROM {LOCK_CALL} AS l", binary=("parts",))
+
+@dataclass(frozen=True)
+class RenameCall(NodeCall):
+    """A rename's arguments as ``pathkeeper_rename`` takes them (checked here first: the
+    name's rules are Python's), and what its answer means; for ``TreeTx.rename`` and for
+    a rename that is a whole transaction (``coordinator.single_statement``)."""
+
+    name: str
+    if_version: int | None
+    sql: ClassVar[str] = _RENAME_SQL
+
+    @classmethod
+    def of(
+        cls, ns: str, ref: object, new_name: object, if_version: int | None
+    ) -> RenameCall:
+        name = paths.validate_name(new_name)
+        return cls(*cls.target(ns, ref), name, if_version)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {**self.node_params, "name": self.name, "if_version": self.if_version}
+
+    def refused(self, exc: IntegrityError) -> CoordinatorError:
+        """The typed error for a unique violation of this rename."""
+        if not getattr(getattr(exc.orig, "diag", None), "constraint_name", None):
+            return translate(exc)  # the function's own refusal, which names the path
+        # A sibling of that name committed after the function's own check: the
+        # constraint's message does not say which path (by path, it is known here).
+        name = self.name
+        where = name if self.parts is None else paths.join_path([*self.parts[:-1], name])
+        return translate(exc, {AlreadyExists: f"{where} already exists"})
+
+    def result(self, row: DbRow) -> tuple[Node, Moved | None]:
+        """The renamed node, and its event (None when the name was already that)."""
+        return _moved(node_of(self.ns, row, row.path), row, row.parent_id)
+
+
+def _moved(node: Node, row: DbRow, old_parent_id: object) -> tuple[Node, Moved | None]:
+    """The node a rename or move function answered (``row``: its columns plus
+    ``old_name``, ``old_path`` and ``changed``), and its event (None: nothing changed)."""
+    if not row.changed:
+        return node, None
+    return node, Moved(
+        id=node.id,
+        kind=node.kind,
+        old_parent_id=str(old_parent_id),
+        old_name=row.old_name,
+        old_path=row.old_path,
+        parent_id=str(row.parent_id),
+        name=node.name,
+        path=node.path,
+        version=node.version,
+    )
+
+
+# A move, whole, in the server (migrations/versions/*_0008_move_function.py).
+MOVE_CALL = (
+    "pathkeeper_move(:ns, :ref, CAST(:parts AS text[]), CAST(:id AS uuid), "
+    "CAST(:dst AS text[]), :name, CAST(:if_version AS bigint), CAST(:max_depth AS integer))"
+)
+_MOVE_SQL = driver_sql(f"SELECT * FROM {MOVE_CALL}", binary=("parts", "dst"))
+
+
+@dataclass(frozen=True)
+class MoveCall(NodeCall):
+    """A move's arguments as ``pathkeeper_move`` takes them (the destination path checked
+    here first: its rules are Python's), and what its answer means; for ``TreeTx.move``
+    and for a move that is a whole transaction (``coordinator.single_statement``)."""
+
+    dst: list[str]  # the destination directory's names
+    name: str
+    if_version: int | None
+    max_depth: int
+    sql: ClassVar[str] = _MOVE_SQL
+
+    @classmethod
+    def of(cls, ns: str, ref: object, dst_path: object, if_version: int | None,
+           max_depth: int) -> MoveCall:
+        dst, name = paths.parent_and_name(dst_path, max_depth)
+        return cls(*cls.target(ns, ref), dst, name, if_version, max_depth)
+
+    @property
+    def path(self) -> str:
+        return paths.join_path([*self.dst, self.name])
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {**self.node_params, "dst": self.dst, "name": self.name,
+                "if_version": self.if_version, "max_depth": self.max_depth}
+
+    def refused(self, exc: IntegrityError) -> CoordinatorError:
+        """The typed error for a constraint's refusal: a name taken after the function's
+        own check, or the destination deleted after its walk."""
+        if not getattr(getattr(exc.orig, "diag", None), "constraint_name", None):
+            return translate(exc)  # the function's own refusal, which names the path
+        return translate(exc, {
+            AlreadyExists: f"{self.path} already exists",
+            NotFound: "the destination directory was deleted",
+        })
+
+    def result(self, row: DbRow) -> tuple[Node, Moved | None]:
+        """The moved node, and its event (None when it was already there)."""
+        return _moved(node_of(self.ns, row, row.path), row, row.old_parent_id)
+
+
+# A content write and a metadata write, whole, in the server
+# (migrations/versions/*_0009_write_functions.py).
+WRITE_CALL = (
+    "pathkeeper_write(:ns, :ref, CAST(:parts AS text[]), CAST(:id AS uuid), :content, "
+    "CAST(:md AS jsonb), CAST(:if_version AS bigint))"
+)
+SET_METADATA_CALL = (
+    "pathkeeper_set_metadata(:ns, :ref, CAST(:parts AS text[]), CAST(:id AS uuid), "
+    "CAST(:md AS jsonb), CAST(:if_version AS bigint))"
+)
+_WRITE_SQL = driver_sql(f"SELECT * FROM {WRITE_CALL}", binary=("parts",))
+_SET_METADATA_SQL = driver_sql(f"SELECT * FROM {SET_METADATA_CALL}", binary=("parts",))
+
+
+@dataclass(frozen=True)
+class WriteCall(NodeCall):
+    """A file's content write (``content`` set; ``metadata`` too if given) or a metadata
+    write (``content`` None) as ``pathkeeper_write`` / ``pathkeeper_set_metadata`` take
+    them (the content's and the metadata's rules checked here first: they are Python's),
+    and what the answer means; for ``TreeTx`` and for a write that is a whole transaction
+    (``coordinator.single_statement``)."""
+
+    content: str | None
+    metadata: str | None  # JSON; None: unchanged (a content write only)
+    if_version: int | None
+
+    @classmethod
+    def of_content(cls, ns: str, ref: object, content: object,
+                   metadata: dict[str, Any] | None, if_version: int | None,
+                   max_content_bytes: int = paths.MAX_CONTENT_BYTES) -> WriteCall:
+        body = check_content(content, max_content_bytes)
+        md = metadata_json(metadata) if metadata is not None else None
+        return cls(*cls.target(ns, ref), body, md, if_version)
+
+    @classmethod
+    def of_metadata(cls, ns: str, ref: object, metadata: dict[str, Any],
+                    if_version: int | None) -> WriteCall:
+        return cls(*cls.target(ns, ref), None, metadata_json(metadata), if_version)
+
+    @property
+    def sql(self) -> str:
+        return _SET_METADATA_SQL if self.content is None else _WRITE_SQL
+
+    @property
+    def params(self) -> dict[str, Any]:
+        params = {**self.node_params, "md": self.metadata, "if_version": self.if_version}
+        if self.content is not None:
+            params["content"] = self.content
+        return params
+
+    @staticmethod
+    def refused(exc: IntegrityError) -> Exception:
+        return translate(exc)
+
+    def result(self, row: DbRow) -> tuple[Node, Written | MetadataSet]:
+        """The written node, and its event."""
+        node = node_of(self.ns, row, row.path)
+        if self.content is None:
+            return node, MetadataSet(
+                id=node.id, path=node.path, metadata=node.metadata, version=node.version
+            )
+        return node, Written(
+            id=node.id, path=node.path, content=node.content, metadata=node.metadata,
+            version=node.version,
+        )
+
+
+# A delete, whole, in the server (migrations/versions/*_0007_delete_function.py).
+DELETE_CALL = (
+    "pathkeeper_delete(:ns, :ref, CAST(:parts AS text[]), CAST(:id AS uuid), :recursive, "
+    "CAST(:if_version AS bigint))"
+)
+_DELETE_SQL = driver_sql(f"SELECT * FROM {DELETE_CALL}", binary=("parts",))
+
+
+@dataclass(frozen=True)
+class DeleteCall(NodeCall):
+    """A delete's arguments as ``pathkeeper_delete`` takes them, and what its answer
+    means; for ``TreeTx.delete`` and for a delete that is a whole transaction
+    (``coordinator.single_statement``)."""
+
+    recursive: bool
+    if_version: int | None
+    sql: ClassVar[str] = _DELETE_SQL
+
+    @classmethod
+    def of(cls, ns: str, ref: object, recursive: bool, if_version: int | None) -> DeleteCall:
+        return cls(*cls.target(ns, ref), bool(recursive), if_version)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {**self.node_params, "recursive": self.recursive,
+                "if_version": self.if_version}
+
+    @staticmethod
+    def refused(exc: IntegrityError) -> Exception:
+        """A create deeper in the subtree committed while the delete ran (the foreign
+        key's violation): run it again. Anything else: the typed error."""
+        if sqlstate(exc) == FOREIGN_KEY_VIOLATION:
+            return Retry()
+        return translate(exc)
+
+    def result(self, row: DbRow) -> tuple[Node, Deleted]:
+        """The deleted node as it was, and its event."""
+        node = node_of(self.ns, row, row.path)
+        return node, Deleted(
+            id=node.id,
+            kind=node.kind,
+            path=node.path,
+            recursive=self.recursive,
+            count=int(row.count),
+            version=node.version,
+        )
+
+
+# A create, whole, in the server (migrations/versions/*_0006_create_function.py).
+CREATE_CALL = (
+    "pathkeeper_create(:ns, CAST(:parent AS text[]), CAST(:id AS uuid), :name, :kind, "
+    ":content, CAST(:md AS jsonb))"
+)
+_CREATE_SQL = driver_sql(f"SELECT * FROM {CREATE_CALL}", binary=("parent",))
+
+
+@dataclass(frozen=True)
+class CreateCall:
+    """A create's arguments as ``pathkeeper_create`` takes them (checked here first: the
+    name's and the content's rules are Python's), and what its answer means; for a create
+    that is a whole transaction (``coordinator.single_statement``) and for
+    ``TreeTx.create_file`` and ``mkdir`` in a group."""
+
+    ns: str
+    parent: list[str]
+    name: str
+    kind: str
+    content: str | None
+    metadata: str  # JSON
+    node_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    sql: ClassVar[str] = _CREATE_SQL
+
+    @classmethod
+    def file(cls, ns: str, path: object, content: object, metadata: dict[str, Any] | None,
+             max_depth: int, max_content_bytes: int = paths.MAX_CONTENT_BYTES) -> CreateCall:
+        parent, name = paths.parent_and_name(path, max_depth)
+        md = metadata_json(metadata if metadata is not None else {})
+        return cls(ns, parent, name, "file", check_content(content, max_content_bytes), md)
+
+    @classmethod
+    def dir(cls, ns: str, path: object, max_depth: int) -> CreateCall:
+        parent, name = paths.parent_and_name(path, max_depth)
+        return cls(ns, parent, name, "dir", None, "{}")
+
+    @property
+    def path(self) -> str:
+        return paths.join_path([*self.parent, self.name])
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"ns": self.ns, "parent": self.parent, "id": self.node_id, "name": self.name,
+                "kind": self.kind, "content": self.content, "md": self.metadata}
+
+    def refused(self, exc: IntegrityError) -> CoordinatorError:
+        """The typed error for a constraint's refusal: the name taken (the unique
+        constraint) or the parent deleted after the function's walk (the foreign key)."""
+        return translate(exc, {
+            AlreadyExists: f"{self.path} already exists",
+            NotFound: f"{paths.join_path(self.parent)} was deleted",
+        })
+
+    def result(self, row: DbRow) -> Node:
+        """The new node (its event is written by the same statement, from the same row)."""
+        return node_of(self.ns, row, self.path)
+
+
+
+
+def created_event(node: Node, row: DbRow) -> Created:
+    return Created(
+        id=node.id,
+        parent_id=str(row.parent_id),  # a created node is never a root
+        name=node.name,
+        kind=node.kind,
+        path=node.path,
+        content=node.content,
+        metadata=node.metadata,
+        version=node.version,
+    )
+
+
+_STAT_BY_PATH = driver_sql(sql.load("q_stat_by_path"), binary=("parts",))
+_STAT_BY_ID = driver_sql(sql.load("q_stat_by_id"))
+
+
+@dataclass(frozen=True)
+class StatQuery(NodeCall):
+    """A stat as one statement (``sql`` with ``params``, at most one row) and what its
+    answer means; for ``TreeTx.stat`` and for a stat that is a whole transaction
+    (``coordinator.single_statement``)."""
+
+    @classmethod
+    def of(cls, ns: str, ref: object) -> StatQuery:
+        return cls(*cls.target(ns, ref))
+
+    @property
+    def sql(self) -> str:
+        return _STAT_BY_ID if self.parts is None else _STAT_BY_PATH
+
+    @property
+    def params(self) -> dict[str, Any]:
+        if self.parts is None:
+            return {"ns": self.ns, "id": self.node_id}
+        return {"ns": self.ns, "parts": self.parts, "n": len(self.parts)}
+
+    def result(self, row: DbRow | None) -> Node:
+        """The node; NotFound or NotADirectory saying why there is none."""
+        if self.parts is None:
+            if row is None:
+                raise NotFound(f"no node with id {self.ref}")
+            return node_of(self.ns, row, paths.join_path(list(row.names[1:])))
+        assert row is not None  # the walk always answers one row
+        check_walk(self.ns, self.parts, list(row.chain_kinds or []))
+        return node_of(self.ns, row, paths.join_path(self.parts))

@@ -1,0 +1,2 @@
+INSERT INTO nodes (namespace, id, parent_id, name, kind, content, metadata)
+SELECT :ns, x.id, x.parent, x.name, x.kind, x.content, x.metadata FROM pk_import_new x
