@@ -6,18 +6,21 @@ import contextlib
 import logging
 import sys
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import click
 
 from coordinator.indexing import consumer_for
 from indexer.contract import DEFAULT_ALIAS
 from pathkeeper.cli.options import (
-    ES_URL_ENV,
     check_duration,
     database_url_option,
-    es_url_option,
     max_content_bytes_option,
+    search_options,
 )
+
+if TYPE_CHECKING:
+    from indexer.search_client import SearchSecurity
 
 alias_option = click.option(
     "--alias", default=DEFAULT_ALIAS, show_default=True, help="Index alias the worker writes to."
@@ -47,7 +50,7 @@ def indexer() -> None:
 
 @indexer.command("run")
 @database_url_option
-@es_url_option
+@search_options(url_required=True)
 @alias_option
 @consumer_option
 @click.option("--partitions", default=4, show_default=True, type=click.IntRange(min=1),
@@ -77,7 +80,8 @@ def indexer() -> None:
 @max_content_bytes_option
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def run(
-    database_url: str, es_url: str, alias: str, consumer: str, partitions: int, once: bool,
+    database_url: str, es_url: str, search_security: SearchSecurity,
+    alias: str, consumer: str, partitions: int, once: bool,
     give_up_after: float, batch_events: int, chunk_size: int, poll_interval: float,
     metrics_port: int | None,
     verify_cron: str | None, snapshot_cron: str | None, compact_retain: timedelta | None,
@@ -95,7 +99,7 @@ def run(
         partitions=partitions, once=once, batch_events=batch_events, chunk_size=chunk_size,
         poll_interval=poll_interval, metrics_port=metrics_port, verify_cron=verify_cron,
         snapshot_cron=snapshot_cron, compact_retain=compact_retain,
-        max_content_bytes=max_content_bytes,
+        max_content_bytes=max_content_bytes, es_options={"security": search_security},
     )
     from indexer.checkpoints import LayoutMismatch
     from indexer.elasticsearch_index import IndexMissing, MappingOutdated
@@ -103,7 +107,8 @@ def run(
     from pathkeeper.cli.outage_watch import OutageWatch
 
     worker = Worker(config)
-    watch = OutageWatch(database_url, es_url, give_up_after, worker.stop) if once else None
+    watch = (OutageWatch(database_url, es_url, give_up_after, worker.stop,
+                         security=search_security) if once else None)
     try:
         with watch or contextlib.nullcontext():
             code = worker.run()
@@ -123,9 +128,9 @@ EXIT_INDEX_MISSING = 3
 @database_url_option
 @alias_option
 @consumer_option
-@click.option("--es-url", envvar=ES_URL_ENV, default=None,
-              help="Also check that the alias exists (exit 3 when it is lost).")
-def status_cmd(database_url: str, alias: str, consumer: str, es_url: str | None) -> None:
+@search_options(url_required=False)
+def status_cmd(database_url: str, alias: str, consumer: str, es_url: str | None,
+               search_security: SearchSecurity) -> None:
     """Per partition and namespace: lag (events, seconds), checkpoint, holder; dead letters;
     with --es-url, whether the index behind the alias is there."""
     from coordinator import Coordinator
@@ -163,7 +168,7 @@ def status_cmd(database_url: str, alias: str, consumer: str, es_url: str | None)
         )
         from indexer.search_client import open_search
 
-        es = open_search(es_url, request_timeout=30)
+        es = open_search(es_url, security=search_security, request_timeout=30)
         try:
             targets = alias_targets(es, alias)
             indexed = any(p.checkpoint > 0 for p in parts)
@@ -181,9 +186,10 @@ def status_cmd(database_url: str, alias: str, consumer: str, es_url: str | None)
 @alias_option
 @consumer_option
 @click.option("--retry", is_flag=True, help="Write each node again as it is now.")
-@click.option("--es-url", envvar=ES_URL_ENV, default=None, help="Needed with --retry.")
+@search_options(url_required=False)
 def dead_letters_cmd(
-    database_url: str, alias: str, consumer: str, retry: bool, es_url: str | None
+    database_url: str, alias: str, consumer: str, retry: bool, es_url: str | None,
+    search_security: SearchSecurity,
 ) -> None:
     """List documents Elasticsearch rejected for good; --retry writes them again."""
     from coordinator import Coordinator
@@ -200,7 +206,7 @@ def dead_letters_cmd(
         if retry and letters:
             if not es_url:
                 raise click.UsageError("--retry needs --es-url")
-            es = open_search(es_url)
+            es = open_search(es_url, security=search_security)
             try:
                 fixed, failed = deadletters.retry(coord.engine, es, alias, name)
             finally:

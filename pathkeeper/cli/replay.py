@@ -6,13 +6,16 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from indexer.bulk import Rejected
 from indexer.contract import DEFAULT_ALIAS
-from pathkeeper.cli.options import database_url_option, es_url_option
+from pathkeeper.cli.options import database_url_option, search_options
+
+if TYPE_CHECKING:
+    from indexer.search_client import SearchSecurity
 
 alias_option = click.option(
     "--alias", default=DEFAULT_ALIAS, show_default=True, help="The alias services search."
@@ -87,8 +90,9 @@ def _run(fn: Callable[[], int]) -> None:
 
 
 def _rebuild(
-    source: str, database_url: str, es_url: str, alias: str, namespaces: tuple[str, ...],
-    until: int | None, dry_run: bool, keep_old: bool, quiet: bool, consumer: str,
+    source: str, database_url: str, es_url: str, search_security: SearchSecurity, alias: str,
+    namespaces: tuple[str, ...], until: int | None, dry_run: bool, keep_old: bool, quiet: bool,
+    consumer: str,
 ) -> None:
     from coordinator import Coordinator
     from indexer.replay import rebuild, rebuild_namespaces
@@ -100,7 +104,7 @@ def _rebuild(
         with Coordinator.connect(database_url) as coord, progress:
             if until is None:  # as of an older position, a namespace dropped since counts
                 _require_namespaces(coord, namespaces)
-            es = open_search(es_url, request_timeout=120)
+            es = open_search(es_url, security=search_security, request_timeout=120)
             try:
                 if namespaces and until is None:
                     result = rebuild_namespaces(
@@ -151,7 +155,7 @@ def _report_too_large(too_large: list[Rejected]) -> int:
 
 @click.command("replay")
 @database_url_option
-@es_url_option
+@search_options(url_required=True)
 @alias_option
 @namespace_option
 @click.option("--until", type=int, default=None,
@@ -162,19 +166,20 @@ def _report_too_large(too_large: list[Rejected]) -> int:
 @consumer_option
 @quiet_option
 def replay(
-    database_url: str, es_url: str, alias: str, namespaces: tuple[str, ...],
+    database_url: str, es_url: str, search_security: SearchSecurity,
+    alias: str, namespaces: tuple[str, ...],
     until: int | None, dry_run: bool, keep_old: bool, consumer: str, quiet: bool,
 ) -> None:
     """Rebuild the index from the event log alone, then swap the alias to it and move the
     live worker's checkpoints to it (also what a worker behind the compaction horizon
     needs)."""
-    _rebuild("events", database_url, es_url, alias, namespaces, until, dry_run, keep_old, quiet,
-             consumer)
+    _rebuild("events", database_url, es_url, search_security, alias, namespaces, until, dry_run,
+             keep_old, quiet, consumer)
 
 
 @click.command("reindex")
 @database_url_option
-@es_url_option
+@search_options(url_required=True)
 @alias_option
 @namespace_option
 @click.option("--dry-run", is_flag=True, help="Only count the documents.")
@@ -182,18 +187,19 @@ def replay(
 @consumer_option
 @quiet_option
 def reindex(
-    database_url: str, es_url: str, alias: str, namespaces: tuple[str, ...], dry_run: bool,
+    database_url: str, es_url: str, search_security: SearchSecurity,
+    alias: str, namespaces: tuple[str, ...], dry_run: bool,
     keep_old: bool, consumer: str, quiet: bool,
 ) -> None:
     """Rebuild the index from a snapshot of the nodes table plus the event tail (and move
     the live worker's checkpoints to it, as replay does)."""
-    _rebuild("snapshot", database_url, es_url, alias, namespaces, None, dry_run, keep_old,
-             quiet, consumer)
+    _rebuild("snapshot", database_url, es_url, search_security, alias, namespaces, None,
+             dry_run, keep_old, quiet, consumer)
 
 
 @click.command("verify")
 @database_url_option
-@es_url_option
+@search_options(url_required=True)
 @alias_option
 @namespace_option
 @click.option("--repair", is_flag=True, help="Rewrite exactly the drifted documents.")
@@ -203,7 +209,8 @@ def reindex(
               help="Seconds to wait for the live worker before calling a difference drift.")
 @quiet_option
 def verify(
-    database_url: str, es_url: str, alias: str, namespaces: tuple[str, ...], repair: bool,
+    database_url: str, es_url: str, search_security: SearchSecurity,
+    alias: str, namespaces: tuple[str, ...], repair: bool,
     check_log: bool, settle_timeout: float, quiet: bool,
 ) -> None:
     """Compare PostgreSQL with the index (and the log with nodes); exit 1 on drift."""
@@ -218,7 +225,7 @@ def verify(
         drift = False
         with Coordinator.connect(database_url) as coord, progress:
             _require_namespaces(coord, namespaces)
-            es = open_search(es_url, request_timeout=120)
+            es = open_search(es_url, security=search_security, request_timeout=120)
             try:
                 consumer = consumer_for(alias)
                 with coord.engine.connect() as conn:
