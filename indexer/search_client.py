@@ -62,21 +62,25 @@ class Found:
 
 
 def cloud_url(cloud_id: str) -> str:
-    """The https endpoint of the Elasticsearch deployment an Elastic Cloud id names
-    (``<name>:<base64 of host[:port]$es-uuid$kibana-uuid>``)."""
-    from elastic_transport.client_utils import parse_cloud_id
-
+    """The https endpoint of the Elasticsearch deployment an Elastic Cloud id names:
+    ``<name>:<base64 of domain[:port]$es-id[:port]$kibana-id>``, port 443 unless one is
+    given (the decoding Elastic's clients do)."""
+    _name, _sep, encoded = cloud_id.strip().partition(":")
     try:
-        address = parse_cloud_id(cloud_id).es_address
-    except ValueError:
-        address = None
-    if address is None:
+        parts = base64.b64decode(encoded.encode("ascii"), validate=True).decode("ascii")
+        domain, es_id, *_kibana = parts.split("$")
+        es_id, _sep, es_port = es_id.partition(":")
+        domain, _sep, port = domain.partition(":")
+        number = int(es_port or port or 443)
+    except (ValueError, UnicodeError):
+        domain = es_id = ""
+        number = 0
+    if not domain or not es_id or not 0 < number < 65536:
         raise InvalidConfiguration(
             "the search cloud id cannot be parsed; expected <name>:<base64>, as the "
             "deployment's page shows it"
         )
-    host, port = address
-    return f"https://{host}:{port}"
+    return f"https://{es_id}.{domain}:{number}"
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ class SecuredSearchNode(LocalSearchNode):
         self,
         data_dir: str | Path | None = None,
         port: int = 0,
-        startup_timeout: float = 180.0,
+        startup_timeout: float = 300.0,
         *,
         version: str | None = None,
         heap: str | None = None,
