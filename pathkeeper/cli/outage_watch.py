@@ -62,12 +62,13 @@ class OutageWatch:
                 conn.execute(text("SELECT 1"))
 
         def search() -> None:
-            from indexer.search_engine import SearchRefused
+            from indexer.search_engine import SearchAuthFailed, SearchRefused
 
             try:
                 es.health(timeout)
             except SearchRefused as exc:
-                if exc.status >= 500:
+                # Refused credentials stop the worker as surely as a server that is down.
+                if exc.status >= 500 or isinstance(exc, SearchAuthFailed):
                     raise
 
         down_since: dict[str, float] = {}

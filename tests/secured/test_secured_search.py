@@ -168,6 +168,24 @@ def test_a_wrong_password_names_the_server_not_the_password(
         assert wrong not in proc.stdout + proc.stderr
 
 
+def test_indexer_once_gives_up_on_refused_credentials(
+    secured: SecuredSearchNode, database_url: str, secured_alias: str,
+) -> None:
+    """The worker waits for a server that refuses it (credentials may be fixed at the
+    server); ``--once`` must still end, with the refusal as its one line."""
+    wrong = "Wr0ng-Pa55word-once"
+    proc = pathkeeper("indexer", "run", "--once", "--database-url", database_url,
+                      "--alias", secured_alias, "--es-url", secured.url, "--give-up-after", "3",
+                      "--search-user", secured.user, "--search-ca-certs", secured.ca_certs,
+                      env={"PATHKEEPER_SEARCH_PASSWORD": wrong}, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = error_lines(proc)
+    assert len(lines) == 1 and lines[0].startswith(
+        f"error: gave up after 3 s: the search server at {secured.url} refused the "
+        "credentials: unable to authenticate user"), proc.stderr
+    assert wrong not in proc.stdout + proc.stderr
+
+
 def test_a_wrong_ca_is_refused_in_one_line(secured: SecuredSearchNode,
                                            database_url: str) -> None:
     for extra in ({}, {"PATHKEEPER_SEARCH_ENGINE": "elasticsearch"}):
@@ -284,3 +302,26 @@ def test_a_cloud_id_is_the_https_endpoint_it_names(database_url: str) -> None:
     assert error_lines(bad) == [
         "error: the search cloud id cannot be parsed; expected <name>:<base64>, as the "
         "deployment's page shows it"], bad.stderr
+
+
+def test_the_opensearch_adapter_passes_credentials_and_ca_to_its_client(
+    secured: SecuredSearchNode,
+) -> None:
+    """No OpenSearch distribution here has its security plugin; what can be checked is
+    that opensearch-py, as the adapter sets it up, speaks TLS with the CA and basic auth
+    to a real secured server (the REST calls it makes are the ones both engines share)."""
+    from coordinator.errors import InvalidConfiguration
+
+    es = open_search(secured.url, engine="opensearch", security=secured.security("basic"))
+    assert "defaults" in es.cluster_settings("defaults.http.max_content_length")
+    es.health(5.0)
+    es.close()
+    with pytest.raises(SearchAuthFailed, match=f"at {secured.url} refused the credentials"):
+        open_search(secured.url, engine="opensearch", security=SearchSecurity(
+            user=secured.user, password="wrong-pw-1", ca_certs=secured.ca_certs)).health(5.0)
+    with pytest.raises(SearchTlsFailed, match="unable to get local issuer certificate"):
+        open_search(secured.url, engine="opensearch", security=SearchSecurity(
+            user=secured.user, password=secured.user_password, ca_certs=OTHER_CA)).health(5.0)
+    with pytest.raises(InvalidConfiguration, match="OpenSearch takes no Elasticsearch API key"):
+        open_search(secured.url, engine="opensearch", security=SearchSecurity(
+            api_key="id:key", ca_certs=secured.ca_certs)).health(5.0)
