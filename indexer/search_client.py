@@ -114,10 +114,18 @@ class SearchSecurity:
             )
         if self.api_key is not None and not self.api_key.strip():
             raise InvalidConfiguration("the search API key is empty")
-        if self.ca_certs is not None and not os.access(self.ca_certs, os.R_OK):
-            raise InvalidConfiguration(
-                f"the search CA certificate file {self.ca_certs} cannot be read"
-            )
+        if self.ca_certs is not None:
+            if not os.access(self.ca_certs, os.R_OK):
+                raise InvalidConfiguration(
+                    f"the search CA certificate file {self.ca_certs} cannot be read"
+                )
+            try:
+                self.ssl_context()
+            except (ssl.SSLError, ValueError):
+                raise InvalidConfiguration(
+                    f"the search CA certificate file {self.ca_certs} holds no PEM "
+                    "certificate"
+                ) from None
         if self.cloud_id is not None:
             cloud_url(self.cloud_id)
 
@@ -191,10 +199,8 @@ def _split_url(url: str) -> tuple[str, dict[str, str]]:
         ) from None
     headers: dict[str, str] = {}
     if parts.username is not None:
-        user = urllib.parse.unquote(parts.username)
-        password = urllib.parse.unquote(parts.password or "")
-        token = base64.b64encode(f"{user}:{password}".encode()).decode()
-        headers["Authorization"] = f"Basic {token}"
+        headers = SearchSecurity(user=urllib.parse.unquote(parts.username),
+                                 password=urllib.parse.unquote(parts.password or "")).headers()
     host = parts.netloc.rsplit("@", 1)[-1]  # without the credentials
     return urllib.parse.urlunsplit((parts.scheme, host, parts.path.rstrip("/"), "", "")), headers
 

@@ -214,6 +214,11 @@ def test_plain_http_to_the_tls_port_is_a_clear_error(secured: SecuredSearchNode,
         assert error_lines(proc) == [
             f"error: the search server at {plain} closed the connection without an "
             "answer; if it wants TLS, use an https:// URL"], proc.stderr
+    not_pem = pathkeeper("verify", "--database-url", database_url, "--es-url", secured.url,
+                         "--search-ca-certs", __file__, "-q")
+    assert error_lines(not_pem) == [
+        f"error: the search CA certificate file {__file__} holds no PEM certificate"
+    ], not_pem.stderr
     proc = pathkeeper("verify", "--database-url", database_url, "--es-url", plain,
                       "--search-ca-certs", secured.ca_certs, "-q")
     assert error_lines(proc) == [
