@@ -12,38 +12,52 @@ from elastic_transport import ConnectionTimeout
 from elasticsearch import ApiError, Elasticsearch
 from elasticsearch.helpers import streaming_bulk
 
-from .search_engine import SearchUnavailable, error_of, refused
+from .search_engine import (
+    SearchUnavailable,
+    error_of,
+    refused,
+    server_address,
+    unreachable,
+)
 
 T = TypeVar("T")
 
 
 @contextmanager
-def _typed_errors() -> Iterator[None]:
+def _typed_errors(where: str) -> Iterator[None]:
+    """The seam's errors for the client's; ``where``: the server, for messages."""
     try:
         yield
     except ApiError as exc:
         error, reason = error_of(exc.body)
+        if exc.meta.status == 401:
+            reason = f"the search server at {where} refused the credentials: {reason}"
         raise refused(exc.meta.status, error or str(exc.message), reason, exc.body) from exc
-    except (TransportConnectionError, ConnectionTimeout) as exc:
+    except TransportConnectionError as exc:  # a TlsError too
+        raise unreachable(where, str(exc)) from exc
+    except ConnectionTimeout as exc:
         raise SearchUnavailable(str(exc)) from exc
 
 
 class ElasticsearchEngine:
     family = "elasticsearch"
 
-    def __init__(self, client: Elasticsearch) -> None:
+    def __init__(self, client: Elasticsearch, where: str = "") -> None:
         self.client = client
+        self.where = where or "(client's node)"
 
     @classmethod
     def connect(cls, url: str, **options: Any) -> ElasticsearchEngine:
-        return cls(Elasticsearch(url, **options))
+        """A client of ``url``; ``options``: the client's, credentials (``basic_auth``,
+        ``api_key``) and CA (``ca_certs``) included."""
+        return cls(Elasticsearch(url, **options), server_address(url))
 
     def _call(self, fn: Callable[..., T], **kwargs: Any) -> T:
-        with _typed_errors():
+        with _typed_errors(self.where):
             return fn(**kwargs)
 
     def _body(self, fn: Callable[..., Any], **kwargs: Any) -> dict[str, Any]:
-        with _typed_errors():
+        with _typed_errors(self.where):
             found = fn(**kwargs)
         return dict(found.body)
 
@@ -59,7 +73,7 @@ class ElasticsearchEngine:
         self, actions: Iterable[dict[str, Any]], *, chunk_size: int, max_chunk_bytes: int,
         max_retries: int, initial_backoff: float, max_backoff: float, **params: Any,
     ) -> Iterator[tuple[bool, dict[str, Any]]]:
-        with _typed_errors():
+        with _typed_errors(self.where):
             yield from streaming_bulk(
                 self.client, actions, chunk_size=chunk_size, max_chunk_bytes=max_chunk_bytes,
                 raise_on_error=False, raise_on_exception=True, max_retries=max_retries,

@@ -17,7 +17,15 @@ from opensearchpy.exceptions import ConnectionError as OpenSearchConnectionError
 from opensearchpy.exceptions import TransportError
 from opensearchpy.helpers import streaming_bulk
 
-from .search_engine import SearchUnavailable, error_of, refused
+from coordinator.errors import InvalidConfiguration
+
+from .search_engine import (
+    SearchUnavailable,
+    error_of,
+    refused,
+    server_address,
+    unreachable,
+)
 
 #: Parameter names of the seam that opensearch-py spells differently.
 _PARAM_NAMES = {"source_includes": "_source_includes", "source_excludes": "_source_excludes"}
@@ -28,34 +36,48 @@ def _params(params: dict[str, Any]) -> dict[str, Any]:
 
 
 @contextmanager
-def _typed_errors() -> Iterator[None]:
+def _typed_errors(where: str) -> Iterator[None]:
+    """The seam's errors for the client's; ``where``: the server, for messages."""
     try:
         yield
     except OpenSearchConnectionError as exc:  # before TransportError: it is one
-        raise SearchUnavailable(str(exc)) from exc
+        raise unreachable(where, str(exc)) from exc
     except TransportError as exc:
         status = exc.status_code
         if not isinstance(status, int):
             raise SearchUnavailable(str(exc)) from exc
         error, reason = error_of(exc.info)
+        if status == 401:
+            reason = f"the search server at {where} refused the credentials: {reason}"
         raise refused(status, error or str(exc.error), reason, exc.info) from exc
 
 
 class OpenSearchEngine:
     family = "opensearch"
 
-    def __init__(self, client: OpenSearch) -> None:
+    def __init__(self, client: OpenSearch, where: str = "") -> None:
         self.client = client
+        self.where = where or "(client's node)"
 
     @classmethod
     def connect(cls, url: str, **options: Any) -> OpenSearchEngine:
         """A client of ``url``; ``options`` named as the Elasticsearch client names them
-        (``request_timeout``, ``connections_per_node``) are translated."""
-        renamed = {"request_timeout": "timeout", "connections_per_node": "pool_maxsize"}
-        return cls(OpenSearch(url, **{renamed.get(k, k): v for k, v in options.items()}))
+        (``request_timeout``, ``connections_per_node``, ``basic_auth``) are translated.
+        OpenSearch takes no API key of Elasticsearch's kind: one is refused."""
+        if "api_key" in options:
+            raise InvalidConfiguration(
+                "OpenSearch takes no Elasticsearch API key: give it a user and password "
+                "(--search-user, --search-password)"
+            )
+        renamed = {"request_timeout": "timeout", "connections_per_node": "pool_maxsize",
+                   "basic_auth": "http_auth"}
+        if "ca_certs" in options:
+            options = {**options, "verify_certs": True}
+        return cls(OpenSearch(url, **{renamed.get(k, k): v for k, v in options.items()}),
+                   server_address(url))
 
     def _call(self, fn: Callable[..., Any], **kwargs: Any) -> Any:
-        with _typed_errors():
+        with _typed_errors(self.where):
             return fn(**kwargs)
 
     def close(self) -> None:
@@ -70,7 +92,7 @@ class OpenSearchEngine:
         self, actions: Iterable[dict[str, Any]], *, chunk_size: int, max_chunk_bytes: int,
         max_retries: int, initial_backoff: float, max_backoff: float, **params: Any,
     ) -> Iterator[tuple[bool, dict[str, Any]]]:
-        with _typed_errors():
+        with _typed_errors(self.where):
             yield from streaming_bulk(
                 self.client, actions, chunk_size=chunk_size, max_chunk_bytes=max_chunk_bytes,
                 raise_on_error=False, raise_on_exception=True, max_retries=max_retries,

@@ -13,6 +13,8 @@ Bodies and answers are plain JSON values (dicts): the REST API both families sha
 
 from __future__ import annotations
 
+import re
+import urllib.parse
 from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
@@ -34,7 +36,18 @@ class SearchError(IndexerError):
 
 
 class SearchUnavailable(SearchError):
-    """The search server could not be reached, or did not answer in time."""
+    """The search server could not be reached, or did not answer in time. ``where``:
+    the server (scheme, host, port) when known."""
+
+    def __init__(self, message: str, where: str = "") -> None:
+        self.where = where
+        super().__init__(message)
+
+
+class SearchTlsFailed(SearchUnavailable):
+    """The TLS handshake with the search server failed: its certificate is not signed
+    by a CA we trust, or one side speaks TLS and the other does not. Its message names
+    the server and the failure."""
 
 
 class SearchRefused(SearchError):
@@ -53,12 +66,57 @@ class SearchRefused(SearchError):
         super().__init__(f"{status} {error}: {reason}" if error else f"{status}: {reason}")
 
 
+class SearchAuthFailed(SearchRefused):
+    """401: the search server did not accept the credentials (or wanted some)."""
+
+
 class SearchNotFound(SearchRefused):
     """404: no such index, alias or document."""
 
 
 class SearchConflict(SearchRefused):
     """409: a version or compare-and-swap conflict, or the document already exists."""
+
+
+def server_address(url: str) -> str:
+    """``url`` as messages may show it: scheme, host and port, never credentials."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return f"{parts.scheme}://{host}" if parts.scheme else host
+
+
+_VERIFY_FAILED = re.compile(r"certificate verify failed: ([^(\]'\"]+)")
+_NOT_TLS = ("wrong version number", "record layer failure", "packet length too long",
+            "unknown protocol", "http request")
+
+
+def tls_problem(text: str) -> str | None:
+    """What went wrong in a TLS handshake whose error reads ``text``, in words an
+    operator can act on; None when ``text`` is no TLS failure."""
+    verify = _VERIFY_FAILED.search(text)
+    if verify:
+        return (f"its certificate was not accepted ({verify.group(1).strip()}): give the "
+                "CA that signs it with --search-ca-certs")
+    lowered = text.lower()
+    if "ssl" in lowered and any(marker in lowered for marker in _NOT_TLS):
+        return "it does not speak TLS: use an http:// URL, or turn TLS on at the server"
+    return None
+
+
+def unreachable(where: str, text: str) -> SearchUnavailable:
+    """The error of a call to the server at ``where`` that got no answer, its
+    client's error reading ``text``: a ``SearchTlsFailed`` naming the server when TLS
+    is what failed (or a plain-http request was dropped, as a TLS-only server does)."""
+    problem = tls_problem(text)
+    if problem is not None:
+        return SearchTlsFailed(f"TLS with the search server at {where} failed: {problem}",
+                               where)
+    if where.startswith("http:") and "Remote end closed connection" in text:
+        return SearchTlsFailed(
+            f"the search server at {where} closed the connection without an answer; "
+            "if it wants TLS, use an https:// URL", where,
+        )
+    return SearchUnavailable(text, where)
 
 
 def error_of(body: Any) -> tuple[str, str]:
@@ -74,7 +132,8 @@ def error_of(body: Any) -> tuple[str, str]:
 
 def refused(status: int, error: str = "", reason: str = "", body: Any = None) -> SearchRefused:
     """The typed error of an error answer."""
-    kind = {404: SearchNotFound, 409: SearchConflict}.get(status, SearchRefused)
+    kind = {401: SearchAuthFailed, 404: SearchNotFound, 409: SearchConflict}.get(
+        status, SearchRefused)
     return kind(status, error, reason, body)
 
 

@@ -23,8 +23,7 @@ from pathkeeper.local.postgres import LocalPostgres, free_port
 #: Signals between the coordinator's own parts, each caught before a call returns:
 #: ``Retry`` and ``Disconnected`` by the retry loop (``retries.check_retry``), the
 #: import's ``_Abort`` by the import.
-INTERNAL_SIGNALS = {"coordinator.retries.Retry", "coordinator.retries.Disconnected",
-                    "coordinator.importer._Abort"}
+INTERNAL_SIGNALS = {"coordinator.retries.Retry", "coordinator.retries.Disconnected"}
 
 
 def _exception_classes() -> Iterator[type[BaseException]]:

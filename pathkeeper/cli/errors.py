@@ -24,6 +24,8 @@ import click
 EXIT_CANNOT_RUN = 2
 DATABASE_HINT = "check that PostgreSQL runs and --database-url (or PATHKEEPER_DATABASE_URL)"
 SEARCH_HINT = "check that it runs and --es-url (or PATHKEEPER_ES_URL)"
+SEARCH_CREDENTIALS_HINT = ("check --search-user and --search-password, or --search-api-key "
+                           "(or their PATHKEEPER_SEARCH_* variables)")
 
 
 def _short(text: object, limit: int = 200) -> str:
@@ -82,10 +84,20 @@ def describe(exc: BaseException) -> str | None:
 
 
 def _describe_search(exc: BaseException) -> str | None:
-    from indexer.search_engine import SearchRefused, SearchUnavailable
+    from indexer.search_engine import (
+        SearchAuthFailed,
+        SearchRefused,
+        SearchTlsFailed,
+        SearchUnavailable,
+    )
 
+    if isinstance(exc, SearchTlsFailed):  # its message names the server and the fix
+        return _short(exc, 300)
+    if isinstance(exc, SearchAuthFailed):
+        return f"{_short(exc.reason, 300)}; {SEARCH_CREDENTIALS_HINT}"
     if isinstance(exc, SearchUnavailable):
-        return f"cannot reach the search server: {_short(exc)}; {SEARCH_HINT}"
+        at = f" at {exc.where}" if exc.where else ""
+        return f"cannot reach the search server{at}: {_short(exc)}; {SEARCH_HINT}"
     if isinstance(exc, SearchRefused):
         return f"the search server answered {exc.status}: {_short(exc.error or exc.reason)}"
     return None

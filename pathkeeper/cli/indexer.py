@@ -6,23 +6,26 @@ import contextlib
 import logging
 import sys
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import click
 
 from coordinator.indexing import consumer_for
 from pathkeeper.cli.indexer_status import status_cmd
 from pathkeeper.cli.options import (
-    ES_URL_ENV,
     check_duration,
     consumer_option,
     database_url_option,
-    es_url_option,
     index_shape,
     index_shape_options,
     max_content_bytes_option,
+    search_options,
     worker_alias_option,
 )
 from pathkeeper.local.search import SEARCH_ENV, VERSION_ENV
+
+if TYPE_CHECKING:
+    from indexer.search_client import SearchSecurity
 
 
 def _check_cron(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
@@ -45,7 +48,7 @@ def indexer() -> None:
 
 @indexer.command("run")
 @database_url_option
-@es_url_option
+@search_options(url_required=True)
 @worker_alias_option
 @consumer_option
 @click.option("--partitions", default=4, show_default=True, type=click.IntRange(min=1),
@@ -78,7 +81,8 @@ def indexer() -> None:
                      "shape: `pathkeeper reindex` with these options builds a new one")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def run(
-    database_url: str, es_url: str, alias: str, consumer: str, partitions: int, once: bool,
+    database_url: str, es_url: str, search_security: SearchSecurity,
+    alias: str, consumer: str, partitions: int, once: bool,
     give_up_after: float, batch_events: int, chunk_size: int, poll_interval: float,
     metrics_port: int | None,
     verify_cron: str | None, snapshot_cron: str | None, compact_retain: timedelta | None,
@@ -99,6 +103,7 @@ def run(
         poll_interval=poll_interval, metrics_port=metrics_port, verify_cron=verify_cron,
         snapshot_cron=snapshot_cron, compact_retain=compact_retain,
         max_content_bytes=max_content_bytes, index_shape=shape,
+        es_options={"security": search_security},
     )
     from indexer.checkpoints import LayoutMismatch
     from indexer.elasticsearch_index import IndexMissing, MappingOutdated
@@ -106,7 +111,8 @@ def run(
     from pathkeeper.cli.outage_watch import OutageWatch
 
     worker = Worker(config)
-    watch = OutageWatch(database_url, es_url, give_up_after, worker.stop) if once else None
+    watch = (OutageWatch(database_url, es_url, give_up_after, worker.stop,
+                         security=search_security) if once else None)
     try:
         with watch or contextlib.nullcontext():
             code = worker.run()
@@ -127,9 +133,10 @@ indexer.add_command(status_cmd)
 @worker_alias_option
 @consumer_option
 @click.option("--retry", is_flag=True, help="Write each node again as it is now.")
-@click.option("--es-url", envvar=ES_URL_ENV, default=None, help="Needed with --retry.")
+@search_options(url_required=False)
 def dead_letters_cmd(
-    database_url: str, alias: str, consumer: str, retry: bool, es_url: str | None
+    database_url: str, alias: str, consumer: str, retry: bool, es_url: str | None,
+    search_security: SearchSecurity,
 ) -> None:
     """List documents Elasticsearch rejected for good; --retry writes them again."""
     from coordinator import Coordinator
@@ -146,7 +153,7 @@ def dead_letters_cmd(
         if retry and letters:
             if not es_url:
                 raise click.UsageError("--retry needs --es-url")
-            es = open_search(es_url)
+            es = open_search(es_url, security=search_security)
             try:
                 fixed, failed = deadletters.retry(coord.engine, es, alias, name)
             finally:

@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from coordinator.indexing import consumer_for
 from pathkeeper.cli.options import (
-    ES_URL_ENV,
     consumer_option,
     database_url_option,
+    search_options,
     worker_alias_option,
 )
+
+if TYPE_CHECKING:
+    from indexer.search_client import SearchSecurity
 
 #: Events wait that no running worker will index.
 EXIT_WARNING = 1
@@ -47,14 +50,13 @@ def no_worker_warning(name: str, parts: list[Any], log_has_events: bool) -> str 
 @database_url_option
 @worker_alias_option
 @consumer_option
-@click.option("--es-url", envvar=ES_URL_ENV, default=None,
-              help="Also check that the alias exists (exit 3 when it is lost).")
+@search_options(url_required=False)
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object: consumer, partitions (checkpoint, lag_events, "
                    "lag_seconds, holder_pid, namespaces), lag_events, lag_seconds, "
                    "dead_letters_pending, held_back_by, alias, warnings.")
 def status_cmd(database_url: str, alias: str, consumer: str, es_url: str | None,
-               as_json: bool) -> None:
+               search_security: SearchSecurity, as_json: bool) -> None:
     """Per partition and namespace: lag (events, seconds), checkpoint, holder; dead letters;
     with --es-url, whether the index behind the alias is there. Exit 1 with a warning when
     events wait in a partition no worker holds (or the consumer never ran), 3 when the
@@ -73,7 +75,7 @@ def status_cmd(database_url: str, alias: str, consumer: str, es_url: str | None,
         pending = deadletters.count_pending(coord.engine, name)
         held_back = status.held_back_by(coord.engine)
     warning = no_worker_warning(name, parts, log_has_events)
-    targets, missing = _alias(es_url, alias, parts) if es_url else (None, None)
+    targets, missing = _alias(es_url, search_security, alias, parts) if es_url else (None, None)
     if as_json:
         doc: dict[str, Any] = {
             "consumer": name, "ran": bool(parts),
@@ -106,12 +108,14 @@ def status_cmd(database_url: str, alias: str, consumer: str, es_url: str | None,
         sys.exit(EXIT_WARNING)
 
 
-def _alias(es_url: str, alias: str, parts: list[Any]) -> tuple[list[str], str | None]:
+def _alias(
+    es_url: str, security: SearchSecurity, alias: str, parts: list[Any]
+) -> tuple[list[str], str | None]:
     """The indices behind ``alias``, and what to do when it is lost (else None)."""
     from indexer.elasticsearch_index import alias_targets, missing_alias_message, our_indices
     from indexer.search_client import open_search
 
-    es = open_search(es_url, request_timeout=30)
+    es = open_search(es_url, security=security, request_timeout=30)
     try:
         targets = alias_targets(es, alias)
         indexed = any(p.checkpoint > 0 for p in parts)

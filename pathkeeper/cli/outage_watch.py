@@ -7,6 +7,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from indexer.search_client import SearchSecurity
 
 #: Seconds one probe may take.
 PROBE_SECONDS = 5.0
@@ -18,9 +22,11 @@ class OutageWatch:
     ``failure`` and calls ``give_up`` (once)."""
 
     def __init__(self, database_url: str, es_url: str, bound: float,
-                 give_up: Callable[[], None], interval: float = 1.0) -> None:
+                 give_up: Callable[[], None], interval: float = 1.0, *,
+                 security: SearchSecurity | None = None) -> None:
         self.database_url = database_url
         self.es_url = es_url
+        self.security = security
         self.bound = bound
         self.give_up = give_up
         self.interval = min(interval, bound)
@@ -48,19 +54,21 @@ class OutageWatch:
         engine = create_engine(parse_database_url(self.database_url),
                                poolclass=pool.NullPool,
                                connect_args={"connect_timeout": max(1, int(timeout))})
-        es = open_search(self.es_url, request_timeout=timeout, max_retries=0)
+        es = open_search(self.es_url, security=self.security, request_timeout=timeout,
+                         max_retries=0)
 
         def database() -> None:
             with engine.connect() as conn:
                 conn.execute(text("SELECT 1"))
 
         def search() -> None:
-            from indexer.search_engine import SearchRefused
+            from indexer.search_engine import SearchAuthFailed, SearchRefused
 
             try:
                 es.health(timeout)
             except SearchRefused as exc:
-                if exc.status >= 500:
+                # Refused credentials stop the worker as surely as a server that is down.
+                if exc.status >= 500 or isinstance(exc, SearchAuthFailed):
                     raise
 
         down_since: dict[str, float] = {}

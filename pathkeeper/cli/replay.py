@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -14,10 +14,13 @@ from indexer.bulk import Rejected
 from indexer.contract import DEFAULT_ALIAS
 from pathkeeper.cli.options import (
     database_url_option,
-    es_url_option,
     index_shape,
     index_shape_options,
+    search_options,
 )
+
+if TYPE_CHECKING:
+    from indexer.search_client import SearchSecurity
 
 alias_option = click.option(
     "--alias", default=DEFAULT_ALIAS, show_default=True, help="The alias services search."
@@ -123,8 +126,9 @@ def _run(fn: Callable[[], int]) -> None:
 
 
 def _rebuild(
-    source: str, database_url: str, es_url: str, alias: str, namespaces: tuple[str, ...],
-    until: int | None, dry_run: bool, keep_old: bool, quiet: bool, consumer: str,
+    source: str, database_url: str, es_url: str, search_security: SearchSecurity, alias: str,
+    namespaces: tuple[str, ...], until: int | None, dry_run: bool, keep_old: bool, quiet: bool,
+    consumer: str,
     shape_options: tuple[int | None, int | None, int | None] = (None, None, None),
 ) -> None:
     from coordinator import Coordinator
@@ -138,7 +142,7 @@ def _rebuild(
         with Coordinator.connect(database_url) as coord, progress:
             # As of an older position, a namespace dropped since counts.
             _require_namespaces(coord, namespaces, until)
-            es = open_search(es_url, request_timeout=120)
+            es = open_search(es_url, security=search_security, request_timeout=120)
             try:
                 # The options left out keep the live index's values.
                 shape = (index_shape(*shape_options, base=live_shape(es, alias))
@@ -192,7 +196,7 @@ def _report_too_large(too_large: list[Rejected]) -> int:
 
 @click.command("replay")
 @database_url_option
-@es_url_option
+@search_options(url_required=True)
 @alias_option
 @namespace_option(f"Without --until: {IN_PLACE[0].lower()}{IN_PLACE[1:]}")
 @click.option("--until", type=int, default=None,
@@ -205,20 +209,21 @@ def _report_too_large(too_large: list[Rejected]) -> int:
 @index_shape_options("Default: the live index's shape; each one given changes it in the "
                      "new index")
 def replay(
-    database_url: str, es_url: str, alias: str, namespaces: tuple[str, ...],
+    database_url: str, es_url: str, search_security: SearchSecurity,
+    alias: str, namespaces: tuple[str, ...],
     until: int | None, dry_run: bool, keep_old: bool, consumer: str, quiet: bool,
     shards: int | None, replicas: int | None, namespace_shards: int | None,
 ) -> None:
     """Rebuild the index from the event log alone, then swap the alias to it and move the
     live worker's checkpoints to it (also what a worker behind the compaction horizon
     needs)."""
-    _rebuild("events", database_url, es_url, alias, namespaces, until, dry_run, keep_old, quiet,
-             consumer, (shards, replicas, namespace_shards))
+    _rebuild("events", database_url, es_url, search_security, alias, namespaces, until, dry_run,
+             keep_old, quiet, consumer, (shards, replicas, namespace_shards))
 
 
 @click.command("reindex")
 @database_url_option
-@es_url_option
+@search_options(url_required=True)
 @alias_option
 @namespace_option(IN_PLACE)
 @click.option("--dry-run", is_flag=True, help="Only count the documents.")
@@ -228,19 +233,20 @@ def replay(
 @index_shape_options("Default: the live index's shape; each one given changes it in the "
                      "new index")
 def reindex(
-    database_url: str, es_url: str, alias: str, namespaces: tuple[str, ...], dry_run: bool,
+    database_url: str, es_url: str, search_security: SearchSecurity,
+    alias: str, namespaces: tuple[str, ...], dry_run: bool,
     keep_old: bool, consumer: str, quiet: bool, shards: int | None, replicas: int | None,
     namespace_shards: int | None,
 ) -> None:
     """Rebuild the index from a snapshot of the nodes table plus the event tail (and move
     the live worker's checkpoints to it, as replay does)."""
-    _rebuild("snapshot", database_url, es_url, alias, namespaces, None, dry_run, keep_old,
-             quiet, consumer, (shards, replicas, namespace_shards))
+    _rebuild("snapshot", database_url, es_url, search_security, alias, namespaces, None,
+             dry_run, keep_old, quiet, consumer, (shards, replicas, namespace_shards))
 
 
 @click.command("verify")
 @database_url_option
-@es_url_option
+@search_options(url_required=True)
 @alias_option
 @namespace_option()
 @click.option("--repair", is_flag=True, help="Rewrite exactly the drifted documents.")
@@ -250,7 +256,8 @@ def reindex(
               help="Seconds to wait for the live worker before calling a difference drift.")
 @quiet_option
 def verify(
-    database_url: str, es_url: str, alias: str, namespaces: tuple[str, ...], repair: bool,
+    database_url: str, es_url: str, search_security: SearchSecurity,
+    alias: str, namespaces: tuple[str, ...], repair: bool,
     check_log: bool, settle_timeout: float, quiet: bool,
 ) -> None:
     """Compare PostgreSQL with the index (and the log with nodes); exit 1 on drift."""
@@ -265,7 +272,7 @@ def verify(
         drift = False
         with Coordinator.connect(database_url) as coord, progress:
             _require_namespaces(coord, namespaces)
-            es = open_search(es_url, request_timeout=120)
+            es = open_search(es_url, security=search_security, request_timeout=120)
             try:
                 consumer = consumer_for(alias)
                 with coord.engine.connect() as conn:

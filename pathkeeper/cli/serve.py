@@ -6,6 +6,7 @@ import ipaddress
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
@@ -13,10 +14,13 @@ from coordinator.settings import MAX_IMPORT_LINE_BYTES
 from indexer.contract import DEFAULT_ALIAS
 from pathkeeper.cli.options import (
     DATABASE_URL_ENV,
-    ES_URL_ENV,
     database_url_option,
     max_content_bytes_option,
+    search_options,
 )
+
+if TYPE_CHECKING:
+    from indexer.search_client import SearchSecurity
 
 
 def is_loopback(host: str) -> bool:
@@ -30,8 +34,7 @@ def is_loopback(host: str) -> bool:
 
 @click.command()
 @database_url_option
-@click.option("--es-url", envvar=ES_URL_ENV, default=None,
-              help="Elasticsearch URL for search.")
+@search_options(url_required=False)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535))
 @click.option("--no-auth", is_flag=True,
@@ -69,7 +72,8 @@ def is_loopback(host: str) -> bool:
                    "(the kernel spreads connections over them): HTTP throughput grows with "
                    "cores. Each has its own pool and its own in-flight caps.")
 def serve(
-    database_url: str, es_url: str | None, host: str, port: int, no_auth: bool,
+    database_url: str, es_url: str | None, search_security: SearchSecurity,
+    host: str, port: int, no_auth: bool,
     index_alias: str, max_inflight: int, max_inflight_per_key: int, max_long_polls: int,
     max_long_polls_per_key: int, statement_timeout: float, body_timeout: float,
     import_timeout: float, max_import_line_bytes: int, max_content_bytes: int,
@@ -90,7 +94,8 @@ def serve(
             f"--no-auth is refused when serving on {host}: bind to 127.0.0.1 or use API keys"
         )
     settings = ServiceSettings(
-        database_url=database_url, es_url=es_url, index_alias=index_alias, auth=not no_auth,
+        database_url=database_url, es_url=es_url, search_security=search_security,
+        index_alias=index_alias, auth=not no_auth,
         max_inflight=max_inflight, max_inflight_per_key=max_inflight_per_key,
         max_long_polls=max_long_polls, max_long_polls_per_key=max_long_polls_per_key,
         statement_timeout_seconds=statement_timeout, body_timeout_seconds=body_timeout,

@@ -96,7 +96,8 @@ def _searcher(settings: ServiceSettings) -> Searcher | None:
     from indexer.search_client import open_search
 
     return Searcher(
-        open_search(settings.es_url, request_timeout=settings.max_index_wait_seconds),
+        open_search(settings.es_url, security=settings.search_security,
+                    request_timeout=settings.max_index_wait_seconds),
         settings.index_alias,
     )
 

@@ -17,6 +17,7 @@ from typing import Any
 from coordinator import paths
 from coordinator.settings import Settings
 from indexer.contract import DEFAULT_ALIAS
+from indexer.search_client import SearchSecurity
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,8 @@ class ServiceSettings:
     database_url: str
     #: Elasticsearch URL; without it the search endpoint answers 503.
     es_url: str | None = None
+    #: How to reach a secured search server (credentials, CA).
+    search_security: SearchSecurity = field(default_factory=SearchSecurity)
     index_alias: str = DEFAULT_ALIAS
     #: False only for local development (``--no-auth``): every request is an admin.
     auth: bool = True
@@ -96,4 +99,5 @@ def settings_to_json(settings: ServiceSettings) -> str:
 
 def settings_from_json(value: str) -> ServiceSettings:
     data = json.loads(value)
-    return ServiceSettings(**{**data, "coordinator": Settings(**data["coordinator"])})
+    return ServiceSettings(**{**data, "coordinator": Settings(**data["coordinator"]),
+                              "search_security": SearchSecurity(**data["search_security"])})
