@@ -12,7 +12,8 @@ the same call, and nothing it could get wrong:
   built and by ``create_app``): a request goes to the route FastAPI's router would pick
   (the first whose path and method match, routes of included routers in place), and
   each route's path, query and header parameters and its JSON body are validated by
-  that route's own fields, with FastAPI's own functions; its scope is the one of the
+  that route's own fields (the validators FastAPI built for it, read as FastAPI reads
+  each part: ``Param``); its scope is the one of the
   route's scope check (``deps.SCOPE_CHECKS``), declared once, on the route.
 - It refuses to start (``FastPathRefused``) on a hot route carrying anything it does not
   honour: a dependency it does not know (on the route, its router's inclusion or the
@@ -33,18 +34,20 @@ same requests, generated over the whole OpenAPI document, to the app with it and
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from re import Pattern
-from typing import Any
+from typing import Any, get_args
+from urllib.parse import parse_qsl
 
-from fastapi import FastAPI
+from fastapi import FastAPI, params
+from fastapi._compat import field_annotation_is_sequence, lenient_issubclass
 from fastapi.dependencies.models import Dependant
-from fastapi.dependencies.utils import request_params_to_args
 from fastapi.routing import APIRoute
-from starlette.datastructures import Headers, QueryParams
+from pydantic import BaseModel
 from starlette.middleware import Middleware
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, Route
@@ -104,15 +107,53 @@ IDEMPOTENCY_KEY, IF_MATCH = "idempotency-key", "if-match"
 
 
 @dataclass(frozen=True)
+class Param:
+    """A path, query or header parameter of a route, read as FastAPI reads it: by its
+    alias (a header's with ``-`` for ``_``), the last value of a query parameter, the
+    route's default when absent, validated by the route's own field."""
+
+    name: str
+    alias: str
+    field: Any
+    required: bool
+    validate_default: bool
+
+    @classmethod
+    def of(cls, field: Any) -> Param:
+        info = field.field_info
+        alias: str = field.alias
+        if isinstance(info, params.Header):  # looked up in ``_headers``: lower case
+            if getattr(info, "convert_underscores", True) and alias == field.name:
+                alias = alias.replace("_", "-")
+            alias = alias.lower()
+        return cls(field.name, alias, field, info.is_required(),
+                   bool(getattr(info, "validate_default", False)))
+
+    def value(self, received: Mapping[str, Any], values: dict[str, Any]) -> Any:
+        """The parameter's value in ``received``; ``Decline`` where FastAPI refuses it."""
+        value = received.get(self.alias)
+        if value is None:
+            if self.required:
+                raise Decline
+            value = copy.deepcopy(self.field.default)
+            if not self.validate_default:
+                return value
+        valid, errors = self.field.validate(value, values, loc=())
+        if errors:
+            raise Decline
+        return valid
+
+
+@dataclass(frozen=True)
 class HotRoute:
     """One route of FastAPI's table the fast path serves, as it reads it."""
 
     route: APIRoute
     call: Call
     scope: str
-    path_fields: tuple[Any, ...]
-    query_fields: tuple[Any, ...]
-    header_fields: tuple[Any, ...]
+    path_params: tuple[Param, ...]
+    query_params: tuple[Param, ...]
+    header_params: tuple[Param, ...]
     body_field: Any | None
     #: Whether the handler takes the node of the URL (``node_ref``).
     by_node: bool
@@ -143,6 +184,16 @@ def _unique(fields: Iterable[Any]) -> tuple[Any, ...]:
     for field in fields:
         seen.setdefault(field.alias, field)
     return tuple(seen.values())
+
+
+def _params(fields: tuple[Any, ...], refuse: Callable[[str], FastPathRefused]
+            ) -> tuple[Param, ...]:
+    for field in fields:
+        annotation = field.field_info.annotation
+        if field_annotation_is_sequence(annotation) or any(
+                lenient_issubclass(a, BaseModel) for a in (annotation, *get_args(annotation))):
+            raise refuse(f"its parameter {field.alias!r} is a list or a model")
+    return tuple(Param.of(field) for field in fields)
 
 
 def _hot(route: APIRoute, call: Call) -> HotRoute:
@@ -191,7 +242,8 @@ def _hot(route: APIRoute, call: Call) -> HotRoute:
     if len(bodies) > 1 or model is not call.body_model or getattr(
             getattr(body, "field_info", None), "embed", False):
         raise refuse(f"its body is not its call's ({call.body_model!r})")
-    return HotRoute(route, call, scopes.pop(), paths, queries, headers, body, by_node, calls)
+    return HotRoute(route, call, scopes.pop(), _params(paths, refuse), _params(queries, refuse),
+                    _params(headers, refuse), body, by_node, calls)
 
 
 def _check_inclusions(routes: Iterable[Any]) -> None:
@@ -260,6 +312,10 @@ class FastPath:
         self.app = app
         self.api = api
         self.table = routes_of(api)
+        #: The table for each method, in the router's order: the routes that can match.
+        self.by_method = {
+            method: tuple(c for c in self.table if c.regex is None or method in c.methods)
+            for method in {m for c in self.table for m in c.methods}}
         hot = [c.hot for c in self.table if c.hot is not None]
         self.dependencies = frozenset().union(*(h.dependencies for h in hot))
         #: Requests it served, and hot requests it left to FastAPI under overrides.
@@ -302,14 +358,13 @@ class FastPath:
         path: str = scope["path"]
         if root and path.startswith(root):
             path = path[len(root):]
-        method = scope["method"]
-        for candidate in self.table:
+        for candidate in self.by_method.get(scope["method"], ()):
             if candidate.regex is None:
                 if candidate.route.matches(scope)[0] is Match.FULL:
                     return None
                 continue
             found = candidate.regex.match(path)
-            if found is None or method not in candidate.methods:
+            if found is None:
                 continue
             if candidate.hot is None:
                 return None
@@ -320,12 +375,20 @@ class FastPath:
 
     async def _serve(self, scope: Scope, body: bytes, hot: HotRoute,
                      path_params: Mapping[str, str]) -> Response:
-        headers = Headers(scope=scope)
+        headers = _headers(scope)
         if IDEMPOTENCY_KEY in headers:
             raise Decline  # recorded with the change: FastAPI's handler does that
-        values = _valid(hot.path_fields, path_params)
-        values.update(_valid(hot.query_fields, QueryParams(scope["query_string"])))
-        values.update(_valid(hot.header_fields, headers))
+        values: dict[str, Any] = {}
+        for param in hot.path_params:
+            values[param.name] = param.value(path_params, values)
+        if hot.query_params:
+            # The last value of each, as Starlette's ``QueryParams`` (and so FastAPI) has it.
+            query = dict(parse_qsl(scope["query_string"].decode("latin-1"),
+                                   keep_blank_values=True))
+            for param in hot.query_params:
+                values[param.name] = param.value(query, values)
+        for param in hot.header_params:
+            values[param.name] = param.value(headers, values)
         app = self.api
         settings: ServiceSettings = app.state.settings
         authenticator: Authenticator = app.state.authenticator
@@ -350,14 +413,11 @@ class FastPath:
             return pool_timeout_response(exc, settings.retry_after_seconds)
 
 
-def _valid(fields: tuple[Any, ...], received: Any) -> dict[str, Any]:
-    """The values of ``fields`` in ``received``, validated as FastAPI validates them."""
-    if not fields:
-        return {}
-    values, errors = request_params_to_args(fields, received)
-    if errors:
-        raise Decline
-    return values
+def _headers(scope: Scope) -> dict[str, str]:
+    """The first value of each header, by its lower-case name (as Starlette's
+    ``Headers.get`` finds it)."""
+    return {name.decode("latin-1"): value.decode("latin-1")
+            for name, value in reversed(scope["headers"])}
 
 
 def _ref(hot: HotRoute, values: Mapping[str, Any]) -> NodeRef | None:
