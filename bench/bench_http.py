@@ -3,6 +3,7 @@
 in-process ``Coordinator``, in the same run and on the same database.
 
     python bench/bench_http.py [--database-url URL] [--clients 16] [--seconds 5] [--bare]
+                               [--code DIR --code DIR ...] [--rounds N]
 
 Without ``--database-url`` a throwaway PostgreSQL cluster is started. In-process
 clients are threads of this process sharing one ``Coordinator``; HTTP clients are
@@ -10,6 +11,11 @@ keep-alive connections of one lean asyncio process (``http_load.py``). On a smal
 machine both compete with the server and PostgreSQL for the same cores: read the
 ratio, not the absolute numbers. ``--bare`` adds the ceiling for renames: the same
 rename behind a bare ASGI app (``bare_rename_app.py``), with as many workers.
+
+``--code DIR`` (repeatable) serves from each of several checkouts of the project (its
+directory first on ``PYTHONPATH``), measured side by side in the same run, so two
+versions of the server are compared under the same load; ``--rounds N`` repeats every
+measurement N times, alternating, and reports the medians.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -93,9 +100,13 @@ def run_clients(label: str, clients: int, seconds: float,
 
 
 def start_server(database_url: str, port: int, workers: int = 1,
-                 bare: bool = False) -> subprocess.Popen[bytes]:
-    """``pathkeeper serve`` (or, ``bare``, ``bare_rename_app``) on ``port``, started."""
+                 bare: bool = False, code: str | None = None) -> subprocess.Popen[bytes]:
+    """``pathkeeper serve`` (or, ``bare``, ``bare_rename_app``) on ``port``, started;
+    ``code``: the checkout to serve from (default: as this interpreter imports it)."""
     env = {**os.environ, "PATHKEEPER_DATABASE_URL": database_url}
+    if code is not None:
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (os.path.abspath(code), os.environ.get("PYTHONPATH")) if p)
     if bare:
         command = [sys.executable, "-m", "uvicorn", "bare_rename_app:app",
                    "--app-dir", os.path.dirname(os.path.abspath(__file__)),
@@ -108,7 +119,7 @@ def start_server(database_url: str, port: int, workers: int = 1,
         [*command, "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60  # a loaded shared machine starts slowly
     while True:
         try:
             if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
@@ -129,7 +140,12 @@ def main() -> int:
                         help="server processes to measure, comma-separated (serve --workers)")
     parser.add_argument("--bare", action="store_true",
                         help="also serve the renames from bare_rename_app.py (the ceiling)")
+    parser.add_argument("--code", action="append", default=[],
+                        help="a checkout to serve from (repeatable: compared side by side)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measure everything N times, alternating; report medians")
     args = parser.parse_args()
+    codes: list[str | None] = args.code or [None]
     worker_counts = [int(w) for w in args.workers.split(",") if w]
     with ExitStack() as stack:
         url = args.database_url
@@ -191,29 +207,32 @@ def main() -> int:
         results = []
         for name, via_http, in_process in (("stat", http_stat, coord_stat),
                                           ("rename", http_rename, coord_rename)):
-            c = run_clients(f"{name} in-process", args.clients, args.seconds, in_process)
-            put_back()
-            row = [c]
-            servers = [(w, False) for w in worker_counts]
+            servers = [(w, False, code) for code in codes for w in worker_counts]
             if args.bare and name == "rename":
-                servers += [(w, True) for w in worker_counts]
-            for workers, bare in servers:
-                port = free_port()
-                server = start_server(url, port, workers, bare)
-                try:
-                    over_http("warmup", port, 1.0, http_stat if not bare else via_http)
-                    put_back()
-                    label = f"{name} {'bare ASGI' if bare else 'http'}, {workers} worker(s)"
-                    row.append(over_http(label, port, args.seconds, via_http))
-                    put_back()
-                finally:
-                    server.send_signal(signal.SIGTERM)
-                    server.wait(10)
-            results.append((name, row))
+                servers += [(w, True, None) for w in worker_counts]
+            for _ in range(args.rounds):
+                c = run_clients(f"{name} in-process", args.clients, args.seconds, in_process)
+                put_back()
+                row = [c]
+                for workers, bare, code in servers:
+                    port = free_port()
+                    server = start_server(url, port, workers, bare, code)
+                    try:
+                        over_http("warmup", port, 1.0, http_stat if not bare else via_http)
+                        put_back()
+                        label = (f"{name} {'bare ASGI' if bare else 'http'}, {workers} "
+                                 f"worker(s){'' if code is None else ', ' + code}")
+                        row.append(over_http(label, port, args.seconds, via_http))
+                        put_back()
+                    finally:
+                        server.send_signal(signal.SIGTERM)
+                        server.wait(10)
+                results.append((name, row))
 
     print(f"{args.clients} concurrent clients, {args.seconds:.0f} s per measurement, "
-          f"{os.cpu_count()} CPUs (shared machine: numbers are noisy)")
+          f"{args.rounds} round(s), {os.cpu_count()} CPUs (shared machine: numbers are noisy)")
     print(f"{'operation':<28}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'errors':>8}")
+    ratios: dict[str, list[float]] = {}
     for _name, row in results:
         c = row[0]
         for r in row:
@@ -222,6 +241,12 @@ def main() -> int:
         for h in row[1:]:
             print(f"  {h.label} / in-process: {h.rps / c.rps:.2f}x throughput, "
                   f"p50 {h.pct(0.5) / c.pct(0.5):.1f}x")
+            ratios.setdefault(h.label, []).append(h.rps / c.rps)
+    if args.rounds > 1:
+        print("medians over the rounds, HTTP / in-process throughput:")
+        for label, values in ratios.items():
+            print(f"  {label}: {statistics.median(values):.2f}x "
+                  f"({', '.join(f'{v:.2f}' for v in values)})")
     return 0
 
 

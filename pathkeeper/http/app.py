@@ -26,7 +26,7 @@ from pathkeeper.http import errors as service_errors
 from pathkeeper.http.auth import Authenticator
 from pathkeeper.http.docs_pages import install_docs
 from pathkeeper.http.error_docs import document_errors
-from pathkeeper.http.lane import Lane
+from pathkeeper.http.fast_path import FastPath, routes_of
 from pathkeeper.http.limits import LimitsMiddleware
 from pathkeeper.http.metrics import RequestMetrics, ServiceMetrics
 from pathkeeper.http.routes import ROUTERS, indexer_status
@@ -63,13 +63,14 @@ def create_app(
     app.state.settings = settings
     app.state.authenticator = Authenticator(coord.engine, settings.auth_cache_seconds)
     app.state.metrics = ServiceMetrics()
-    # Added first, so it runs inside the limits: a command is admitted like any request.
-    app.add_middleware(Lane)
+    # Added first, so it runs inside the limits (a command is admitted like any request)
+    # and in front of FastAPI's routing, whose table it reads (``fast_path``).
+    app.add_middleware(FastPath, api=app)
     app.add_middleware(LimitsMiddleware, settings=settings,
                        authenticator=app.state.authenticator, metrics=app.state.metrics)
     # Outermost: the limits' refusals are requests too.
     app.add_middleware(RequestMetrics, metrics=app.state.metrics)
-    # The lane's statements on the event loop: opened by the lifespan, in its loop.
+    # The fast path's statements on the event loop: opened by the lifespan, in its loop.
     app.state.statements = None
     app.state.hub = NotifyHub(settings.database_url)
     app.state.searcher = _searcher(settings)
@@ -81,6 +82,9 @@ def create_app(
     for router in (*ROUTERS, indexer_status.router, operator_page):
         app.include_router(router)
     document_errors(app)
+    # Refuse to start now on a hot route the fast path cannot serve as FastAPI would (the
+    # middleware reads the table again when the app's stack is built).
+    routes_of(app)
     return app
 
 

@@ -8,7 +8,7 @@ operation on one of its own namespaces gets 403.
 
 Every ``/v1`` request is authenticated by the limits (``limits``) before it takes an
 in-flight slot; they leave the principal in the request's scope under
-``PRINCIPAL_SCOPE_KEY``, where the lane and FastAPI's scope checks find it.
+``PRINCIPAL_SCOPE_KEY``, where the fast path and FastAPI's scope checks find it.
 """
 
 from __future__ import annotations

@@ -1,21 +1,24 @@
 """What the hot routes do with a request's parts once they are parsed and checked, used by
-their FastAPI handlers (``routes.commands``, ``routes.nodes``) and by the lane
-(``lane``), so both answer alike: ``CommandCall`` for each row of
+their FastAPI handlers (``routes.commands``, ``routes.nodes``) and by the fast path
+(``fast_path``), so both answer alike: ``CommandCall`` for each row of
 ``operations.COMMAND_ROUTES`` (build the command, answer its result), ``STAT`` for a node's
-read.
+read. A handler says which call it runs with ``serving`` (``CALL_OF``): that is how the
+fast path finds the hot routes in FastAPI's table.
 
-For the lane, each call also says what the request must carry (``scope``, ``body_model``,
-``by_node``) and ``prepare``s the work: checks on the event loop (any exception means the
-lane declines), the rest returned as a coroutine function (``Work``) that sends a command
-that is one statement, or a read, on the app's ``AsyncStatements``, and runs anything else
-with the blocking coordinator in a thread (``Backend``).
+For the fast path, each call says which of the route's parts it takes (``body_model``,
+``query_names``, ``takes_if_match``: a route with any other part is refused) and
+``prepare``s the work: checks on the event loop (any exception means the fast path
+declines), the rest returned as a coroutine function (``Work``) that sends a command that
+is one statement, or a read, on the app's ``AsyncStatements``, and runs anything else with
+the blocking coordinator in a thread (``Backend``). What scope a route needs is the route's
+own scope check, declared once (``deps``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from starlette.responses import Response
@@ -26,7 +29,7 @@ from coordinator.async_statements import AsyncStatements
 from coordinator.results import MutationResult, Node
 from pathkeeper.http.deps import NodeRef, checked_path, parse_if_match
 from pathkeeper.http.operations import COMMAND_ROUTES, REF, CommandRoute
-from pathkeeper.http.schemas import BODY_OF, QUERY_OF, MutationOut, NodeOut, command_fields
+from pathkeeper.http.schemas import BODY_OF, MutationOut, NodeOut, command_fields
 from pathkeeper.http.settings import ServiceSettings
 from pathkeeper.http.threads import in_thread
 
@@ -34,13 +37,13 @@ from pathkeeper.http.threads import in_thread
 JSON = "application/json"
 
 
-#: The rest of a request, for the lane to await: its response.
+#: The rest of a request, for the fast path to await: its response.
 Work = Callable[[], Awaitable[Response]]
 
 
 @dataclass(frozen=True)
 class Backend:
-    """What the lane's work runs on: ``statements`` on the event loop for what is one
+    """What the fast path's work runs on: ``statements`` on the event loop for what is one
     statement, when the app has them (its lifespan opens them); otherwise, and for the
     rest, the blocking ``coord`` in a thread, as FastAPI's handlers run it."""
 
@@ -70,21 +73,19 @@ class CommandCall:
     route: CommandRoute
     #: The JSON body's model (None: everything is in the URL).
     body_model: type[BaseModel] | None
-    #: The query fields' model (None: the route has none).
-    query_model: type[BaseModel] | None
     #: Full paths in the body, held to the service's own path limit as the URL's are.
     path_fields: tuple[str, ...]
-    scope: Literal["write"] = "write"
 
     @classmethod
     def of(cls, route: CommandRoute) -> CommandCall:
         fields = command_fields(route.command, route.body)
-        return cls(route, BODY_OF[route.command], QUERY_OF[route.command],
+        return cls(route, BODY_OF[route.command],
                    tuple(name for name, (hint, _) in fields.items() if hint == commands.Path))
 
     @property
-    def by_node(self) -> bool:
-        return self.route.by_node
+    def query_names(self) -> tuple[str, ...]:
+        """The command's fields sent as query parameters."""
+        return self.route.query
 
     @property
     def takes_if_match(self) -> bool:
@@ -123,15 +124,11 @@ class CommandCall:
 
     def prepare(self, backend: Backend, settings: ServiceSettings, ns: str, *,
                 ref: NodeRef | None, body: BaseModel | None, if_match: str | None,
-                query: Mapping[str, str]) -> Work:
+                query: Mapping[str, Any]) -> Work:
         """The command run alone (no ``Idempotency-Key``), as its FastAPI handler runs it;
-        ``query``: the query string's parameters, the last value of each."""
-        values: dict[str, Any] = {}
-        if self.query_model is not None:
-            given = {name: query[name] for name in self.route.query if name in query}
-            model = self.query_model.model_validate(given)
-            values = {name: getattr(model, name) for name in self.route.query}
-        command = self.command(settings, ref=ref, body=body, if_match=if_match, query=values)
+        ``query``: the ``query_names`` parameters the request has, validated."""
+        command = self.command(settings, ref=ref, body=body, if_match=if_match,
+                               query=dict(query))
         execution = backend.execution(ns, command)
 
         async def run() -> Response:
@@ -144,9 +141,8 @@ class CommandCall:
 class StatCall:
     """A node's read, by path or by id: the node, its version as the ETag."""
 
-    scope: Literal["read"] = "read"
     body_model: None = None
-    by_node: bool = True
+    query_names: tuple[str, ...] = ()
     takes_if_match: bool = False
 
     @staticmethod
@@ -162,8 +158,8 @@ class StatCall:
 
     def prepare(self, backend: Backend, settings: ServiceSettings, ns: str, *,
                 ref: NodeRef | None, body: BaseModel | None, if_match: str | None,
-                query: Mapping[str, str]) -> Work:
-        assert ref is not None  # by_node
+                query: Mapping[str, Any]) -> Work:
+        assert ref is not None  # the route takes the node of its URL
         target = ref.checked(settings)
 
         async def run() -> Response:
@@ -174,3 +170,19 @@ class StatCall:
 
 CALLS: dict[CommandRoute, CommandCall] = {route: CommandCall.of(route) for route in COMMAND_ROUTES}
 STAT = StatCall()
+
+Call = CommandCall | StatCall
+#: The call each hot route's handler runs (``serving``).
+CALL_OF: dict[Callable[..., Any], Call] = {}
+
+H = TypeVar("H", bound=Callable[..., Any])
+
+
+def serving(call: Call) -> Callable[[H], H]:
+    """Mark a route handler as one that runs ``call``: the fast path may serve its route."""
+
+    def mark(handler: H) -> H:
+        CALL_OF[handler] = call
+        return handler
+
+    return mark

@@ -165,7 +165,7 @@ async def current_principal(
 ) -> Principal:
     """The caller, from its API key (401 without a valid one). ``scheme`` declares the
     bearer scheme in the OpenAPI document; the header itself is read by ``bearer_of``,
-    the one rule the lane uses too."""
+    the one rule the fast path uses too."""
     del scheme
     bearer = bearer_of(request.headers.get("authorization"))
     return await principal_of(bearer, settings, authenticator,

@@ -171,7 +171,7 @@ def coordinator_response(
     return JSONResponse(body(code, message, **extra), status, headers=headers)
 
 
-#: No pooled connection in time: the coordinator's pool, or the lane's asyncio one.
+#: No pooled connection in time: the coordinator's pool, or the fast path's asyncio one.
 POOL_TIMEOUTS = (PoolTimeout, AsyncPoolTimeout)
 
 

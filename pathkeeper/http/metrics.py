@@ -32,9 +32,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from pathkeeper.http.errors import outage_message
 from pathkeeper.http.route_table import leaf_routes
 
-#: Where the lane leaves the route template of a request it serves (FastAPI's routing
-#: leaves its route in ``scope["route"]``).
-ROUTE_KEY = "pathkeeper.route"
 #: The route label of a request no route matched (404, 405): never the raw path.
 UNMATCHED = "unmatched"
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -116,10 +113,7 @@ class ServiceMetrics:
 def route_of(scope: Scope, routes: Callable[[Scope], list[BaseRoute]]) -> str:
     """The route template a request was served by, or would have been (one the limits
     refused before routing, from ``routes``): its label."""
-    lane: str | None = scope.get(ROUTE_KEY)
-    if lane is not None:
-        return lane
-    route = scope.get("route")
+    route = scope.get("route")  # FastAPI's router (or the fast path) leaves it there
     if route is None:
         route = next((r for r in routes(scope) if r.matches(scope)[0] == Match.FULL), None)
     path: str | None = getattr(route, "path", None)

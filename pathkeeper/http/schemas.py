@@ -148,20 +148,6 @@ def _body_model(route: CommandRoute) -> type[BaseModel] | None:
 BODY_OF = {route.command: _body_model(route) for route in COMMAND_ROUTES}
 
 
-def _query_model(route: CommandRoute) -> type[BaseModel] | None:
-    if not route.query:
-        return None
-    specs: dict[str, Any] = dict(command_fields(route.command, route.query))
-    return create_model(f"{route.command.__name__}Query", __base__=BaseModel, **specs)
-
-
-#: The query fields of each command's route as one model (None: it has none), for a
-#: caller that reads them together (the lane): each field of the type FastAPI validates
-#: the route's query parameter of that name with (``routes.commands``). Other query
-#: parameters are not its business, as they are not FastAPI's.
-QUERY_OF = {route.command: _query_model(route) for route in COMMAND_ROUTES}
-
-
 def _op(command: type[Command]) -> str:
     return str(command.__dataclass_fields__["op"].default)
 

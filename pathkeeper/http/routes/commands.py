@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from coordinator.api import Coordinator
 from pathkeeper.http.auth import Principal
-from pathkeeper.http.calls import CALLS
+from pathkeeper.http.calls import CALLS, serving
 from pathkeeper.http.deps import (
     CoordDep,
     IdempotencyHeader,
@@ -65,7 +65,7 @@ def command_endpoint(route: CommandRoute) -> Callable[..., Awaitable[Response]]:
         return replayable_response(outcome)
 
     endpoint.__signature__ = _signature(route, call.body_model)  # type: ignore[attr-defined]
-    return blocking(endpoint)
+    return serving(call)(blocking(endpoint))
 
 
 def _signature(route: CommandRoute, body_model: type[BaseModel] | None) -> inspect.Signature:

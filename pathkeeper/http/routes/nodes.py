@@ -14,7 +14,7 @@ from typing import Any
 from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 
-from pathkeeper.http.calls import STAT
+from pathkeeper.http.calls import STAT, serving
 from pathkeeper.http.cursors import InvalidCursor, decode_name_cursor, encode_name_cursor
 from pathkeeper.http.deps import (
     READ,
@@ -59,6 +59,7 @@ def add_node_route(
         )
 
 
+@serving(STAT)
 @blocking
 def stat(ns: NsParam, ref: Ref, coord: CoordDep, settings: SettingsDep) -> Response:
     return STAT.response(coord, ns, ref, ref.checked(settings))
