@@ -19,6 +19,12 @@ In one run, against the same search server:
    path and a higher external version: the ceiling for (4).
 4. **worker rename**: a directory with R descendants renamed; the worker's time
    to rewrite every descendant's path (one run).
+6. **worker CPU** (``--cpu``, only this part): the process CPU time (user + system,
+   ``time.process_time``: not wall time, which the shared machine's load decides) the
+   worker spends per indexed document for (a) initial indexing of ``created`` events,
+   (b) an import's indexing, (c) a directory rename's descendants; median of
+   ``--rounds``, then one more worker run each of (a) and (c) under ``cProfile``
+   (every thread the worker starts) and its top 15 functions by own time.
 5. **latency**: steady ``--rate`` changes/s (creates and content writes, by 4
    client threads) for ``--seconds``; each change's commit-to-visible time by
    realtime ``GET`` (polled every 2 ms) until the document carries its ``seq``.
@@ -30,8 +36,11 @@ ratios, printed with the load average, rather than absolute numbers.
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import logging
 import os
+import pstats
 import tempfile
 import threading
 import time
@@ -147,6 +156,111 @@ def time_worker_to(coord: Coordinator, database_url: str, es_url: str, alias: st
         return time.perf_counter() - start
 
 
+def cpu_worker_to(coord: Coordinator, database_url: str, es_url: str, alias: str,
+                  before: Any = None) -> float:
+    """CPU seconds of this process (user + system) from starting a worker to it having
+    applied the whole log. The bench's own threads wait meanwhile (``wait_indexed``):
+    what is counted is the worker's."""
+    start = time.process_time()
+    time_worker_to(coord, database_url, es_url, alias, before)
+    return time.process_time() - start
+
+
+@contextmanager
+def profiled_threads(top: int = 15) -> Iterator[None]:
+    """cProfile of every thread started inside the block (the worker's partitions,
+    lanes and pools), timed by each thread's own CPU clock (waits cost nothing, and
+    neither do the other processes on a loaded machine); prints the merged ``top``
+    functions by own CPU time on exit."""
+    profiles: list[cProfile.Profile] = []
+    original = threading.Thread.run
+
+    def run(self: threading.Thread) -> None:
+        profile = cProfile.Profile(time.thread_time)
+        profiles.append(profile)
+        profile.enable()
+        try:
+            original(self)
+        finally:
+            profile.disable()
+
+    threading.Thread.run = run  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        threading.Thread.run = original  # type: ignore[method-assign]
+    out = io.StringIO()
+    stats = pstats.Stats(profiles[0], stream=out)
+    for p in profiles[1:]:
+        stats.add(p)
+    stats.sort_stats("tottime").print_stats(top)
+    print("\n".join(line for line in out.getvalue().splitlines() if line.strip()
+                    and not line.startswith(("   Ordered", "   List reduced"))))
+
+
+def cpu_part(coord: Coordinator, pg: Any, database_url: str, es: SearchEngine, es_url: str,
+             n: int, renamed: int, rounds: int) -> None:
+    """Worker CPU per document for (a) creates, (b) an import, (c) a rename's
+    descendants; then the profile of one more run of (a) and of (c)."""
+    nodes = create_events(coord, "creates", n)
+    import_url = pg.create_database("bench_indexer_import")
+    import_coord, import_nodes = import_tree(import_url, n)
+    coord.create_namespace("big")
+    coord.mkdir("big", "/top")
+    made = 0
+    part = 0
+    while made < renamed:
+        files = min(19_999, renamed - made - 1)
+        _, count = bulk_subtree(coord, "big", "/top", f"p{part}", dirs=1, files_per_dir=files)
+        made += count
+        part += 1
+    # (a) is measured on a namespace of its own: the rename's subtree is indexed too by a
+    # fresh alias, so its documents are counted with (a)'s.
+    per_doc: dict[str, list[float]] = {"create": [], "import": [], "rename": []}
+    loads: list[str] = []
+
+    def create_round(alias: str) -> float:
+        return cpu_worker_to(coord, database_url, es_url, alias) / (nodes + made + 1)
+
+    def rename_round(alias: str, k: int) -> float:
+        time_worker_to(coord, database_url, es_url, alias)  # everything indexed first
+        old, new = ("/top", "renamed") if k % 2 == 0 else ("/renamed", "top")
+        return cpu_worker_to(coord, database_url, es_url, alias,
+                             before=lambda: coord.rename("big", old, new)) / made
+
+    for r in range(rounds):
+        loads.append(load_average())
+        alias = f"bench-cpu-create-{r}"
+        per_doc["create"].append(create_round(alias))
+        per_doc["rename"].append(rename_round(alias, r))
+        elasticsearch_index.drop_alias_and_indices(es, alias)
+        alias = f"bench-cpu-import-{r}"
+        per_doc["import"].append(
+            cpu_worker_to(import_coord, import_url, es_url, alias) / import_nodes)
+        elasticsearch_index.drop_alias_and_indices(es, alias)
+    loads.append(load_average())
+    print(table(
+        ["worker CPU per document", "µs (median)", "rounds (µs)", "documents"],
+        [
+            ["(a) initial indexing, created events", f"{median(per_doc['create']) * 1e6:.0f}",
+             ", ".join(f"{x * 1e6:.0f}" for x in per_doc["create"]), f"{nodes + made + 1:,}"],
+            ["(b) an import", f"{median(per_doc['import']) * 1e6:.0f}",
+             ", ".join(f"{x * 1e6:.0f}" for x in per_doc["import"]), f"{import_nodes:,}"],
+            ["(c) a directory rename's descendants", f"{median(per_doc['rename']) * 1e6:.0f}",
+             ", ".join(f"{x * 1e6:.0f}" for x in per_doc["rename"]), f"{made:,}"],
+        ],
+    ))
+    print(f"  load averages around the rounds: {' | '.join(loads)}")
+    print("\nprofile of (a), initial indexing, top 15 by own CPU time:")
+    with profiled_threads():
+        create_round("bench-cpu-profile")
+    print("\nprofile of (c), the rename's descendants, top 15 by own CPU time:")
+    with profiled_threads():
+        rename_round("bench-cpu-profile", rounds)
+    elasticsearch_index.drop_alias_and_indices(es, "bench-cpu-profile")
+    import_coord.close()
+
+
 def latency(coord: Coordinator, es: SearchEngine, database_url: str, es_url: str,
             alias: str, rate: float, seconds: float) -> list[float]:
     """Commit-to-visible seconds of each change made at a steady ``rate``."""
@@ -255,6 +369,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--latency-only", action="store_true",
                         help="skip the throughput parts (1-4)")
+    parser.add_argument("--cpu", action="store_true",
+                        help="only the worker's CPU per document (6), with profiles")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if os.environ.get("BENCH_LOG"):
@@ -265,6 +381,12 @@ def main() -> None:
     with migrated_cluster("bench_indexer") as (pg, database_url), search_server() as es_url:
         es = open_search(es_url, request_timeout=600)
         coord = Coordinator.connect(database_url)
+        if args.cpu:
+            cpu_part(coord, pg, database_url, es, es_url, args.n, args.rename, args.rounds)
+            es.close()
+            coord.close()
+            print(f"load after: {load_average()}")
+            return
         raw: list[float] = []
         work: list[float] = []
         imported: list[float] = []

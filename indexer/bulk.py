@@ -1,6 +1,10 @@
 """Sending bulk actions to the search server and sorting out what each answer means.
 
-Per item (the official ``streaming_bulk`` helper, ``raise_on_error=False``):
+Each action is serialised once, to the bytes of its lines in a ``_bulk`` body
+(``encode``; orjson), and a request is those bytes joined (``stream_answers``): no
+document is turned into objects or serialised again between here and the wire.
+
+Per item:
 
 * 2xx: applied;
 * 409 version conflict: the stored document is as new or newer: already applied;
@@ -29,10 +33,12 @@ caller, which retries the batch.
 from __future__ import annotations
 
 import json
-from collections import deque
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from .contract import bulk_lines, supersedes
 from .errors import IndexerError
@@ -108,15 +114,30 @@ def _error_text(info: dict[str, Any]) -> str:
     return str(err)
 
 
-def _lines(actions: Iterable[dict[str, Any]]) -> list[Any]:
-    """The lines of a ``_bulk`` body for ``actions``, as ``streaming_bulk`` sends them."""
-    return [line for action in actions for line in bulk_lines(action)]
+#: An action with its lines in a ``_bulk`` body, serialised once: what a request
+#: carries, what a halved request carries again, what a too-large one measures.
+Encoded = tuple[dict[str, Any], bytes]
+
+
+def _dumps(line: dict[str, Any]) -> bytes:
+    try:
+        return orjson.dumps(line, default=str)
+    except orjson.JSONEncodeError:
+        # What orjson refuses and the standard encoder takes (an integer beyond 64 bits
+        # in a node's metadata): the same bytes the client's own encoder sent before.
+        return json.dumps(line, ensure_ascii=False, separators=(",", ":"),
+                          default=str).encode("utf-8", "surrogatepass")
+
+
+def encode(action: dict[str, Any]) -> bytes:
+    """The lines of ``action`` in a ``_bulk`` body (``contract.bulk_lines``), each
+    ending in a newline, as UTF-8 JSON: the bytes a request sends as they are."""
+    return b"".join(_dumps(line) + b"\n" for line in bulk_lines(action))
 
 
 def action_bytes(action: dict[str, Any]) -> int:
     """The bytes ``action`` takes in a ``_bulk`` body (its lines and their newlines)."""
-    return sum(len(json.dumps(line, ensure_ascii=False, separators=(",", ":"), default=str)
-                   .encode("utf-8")) + 1 for line in _lines([action]))
+    return len(encode(action))
 
 
 def too_large(action: dict[str, Any]) -> Rejected:
@@ -137,30 +158,57 @@ def _refused_as_too_large(exc: Exception) -> bool:
 
 
 def send_halving(
-    es: SearchEngine, actions: list[dict[str, Any]], refused: list[dict[str, Any]],
+    es: SearchEngine, actions: list[Encoded], refused: list[dict[str, Any]],
     **options: Any,
 ) -> tuple[list[tuple[dict[str, Any], dict[str, Any]]], int]:
     """One ``_bulk`` request of ``actions`` (``options``: the request's, e.g.
     ``require_alias``): each action with its answer item, and Elasticsearch's time
-    (``took``, ms). A request the server refuses as too large is split in halves, each
-    sent the same way, until an action that is refused alone: that one goes to
-    ``refused``, with no item. Halving costs a few requests, and only when a document
-    is larger than the limit or a batch sums past it."""
+    (``took``, ms). The body is the actions' bytes joined, nothing serialised again. A
+    request the server refuses as too large is split in halves, each sent the same
+    way, until an action that is refused alone: that one goes to ``refused``, with no
+    item. Halving costs a few requests, and only when a document is larger than the
+    limit or a batch sums past it."""
     if not actions:
         return [], 0
     try:
-        resp = es.bulk(operations=_lines(actions), **options)
+        resp = es.bulk(operations=b"".join(body for _action, body in actions), **options)
     except SearchRefused as exc:
         if not _refused_as_too_large(exc):
             raise
         if len(actions) == 1:
-            refused.append(actions[0])
+            refused.append(actions[0][0])
             return [], 0
         mid = len(actions) // 2
         first, took1 = send_halving(es, actions[:mid], refused, **options)
         second, took2 = send_halving(es, actions[mid:], refused, **options)
         return first + second, took1 + took2
-    return list(zip(actions, resp["items"], strict=True)), int(resp.get("took", 0))
+    answered = [action for action, _body in actions]
+    return list(zip(answered, resp["items"], strict=True)), int(resp.get("took", 0))
+
+
+def encoded_chunks(
+    actions: Iterable[dict[str, Any]], chunk_size: int, max_chunk_bytes: int
+) -> Iterator[list[Encoded]]:
+    """``actions`` serialised, in chunks of at most ``chunk_size`` actions and
+    ``max_chunk_bytes`` bytes (an action larger than that alone), read as the clients'
+    ``streaming_bulk`` helper reads them: the action after a full chunk is taken
+    before that chunk is sent."""
+    chunk: list[Encoded] = []
+    size = 0
+    for action in actions:
+        body = encode(action)
+        if chunk and (len(chunk) >= chunk_size or size + len(body) > max_chunk_bytes):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append((action, body))
+        size += len(body)
+    if chunk:
+        yield chunk
+
+
+def _status(item: dict[str, Any]) -> int:
+    _op, info = next(iter(item.items()))
+    return int(info.get("status", 500))
 
 
 def stream_answers(
@@ -175,51 +223,27 @@ def stream_answers(
     max_backoff: float = 600,
     **options: Any,
 ) -> Iterator[tuple[dict[str, Any], bool, dict[str, Any]]]:
-    """``streaming_bulk`` of ``actions`` in chunks, as (action, ok, answer item); a
-    chunk the server refuses as too large is sent again by halves (``send_halving``),
-    the actions no request can carry going to ``refused``, and streaming goes on."""
-    source = iter(actions)
-    # Answers come back in the order the actions went out, except those retried after a
-    # 429 (``max_retries``), which come after the rest of their chunk: keep the actions
-    # in flight (about one chunk, and the one read ahead) to know what an answer is about.
-    in_flight: deque[dict[str, Any]] = deque()
-
-    def feed() -> Iterator[dict[str, Any]]:
-        for action in source:
-            in_flight.append(action)
-            yield action
-
-    while True:
-        try:
-            for ok, item in es.streaming_bulk(
-                feed(), chunk_size=chunk_size, max_chunk_bytes=max_chunk_bytes,
-                max_retries=max_retries, initial_backoff=initial_backoff,
-                max_backoff=max_backoff, **options,
-            ):
-                yield _answered(in_flight, item), ok, item
-            return
-        except SearchRefused as exc:
-            if not _refused_as_too_large(exc):
-                raise
-            pending = list(in_flight)
-            in_flight.clear()
-            answered, _took = send_halving(es, pending, refused, **options)
+    """``actions`` in ``_bulk`` requests of ``encoded_chunks``, as (action, ok, answer
+    item); a request the server refuses as too large is sent again by halves
+    (``send_halving``), the actions no request can carry going to ``refused``. Items
+    refused with 429 are sent again up to ``max_retries`` times, after a backoff
+    doubling from ``initial_backoff`` up to ``max_backoff`` seconds (as the clients'
+    ``streaming_bulk`` does): their answers come after the rest of their chunk's."""
+    for chunk in encoded_chunks(actions, chunk_size, max_chunk_bytes):
+        for attempt in range(max_retries + 1):
+            if attempt:
+                time.sleep(min(max_backoff, initial_backoff * 2 ** (attempt - 1)))
+            answered, _took = send_halving(es, chunk, refused, **options)
+            last = attempt == max_retries
+            again = set() if last else {
+                id(action) for action, item in answered if _status(item) == 429}
             for action, item in answered:
-                _op, info = next(iter(item.items()))
-                yield action, 200 <= int(info.get("status", 500)) < 300, item
-
-
-def _answered(in_flight: deque[dict[str, Any]], item: dict[str, Any]) -> dict[str, Any]:
-    """Take the action ``item`` answers from ``in_flight``: the first, unless a retried
-    one's answer came later (then the one with the answer's id)."""
-    _op, info = next(iter(item.items()))
-    answered_id = str(info.get("_id"))
-    if str(in_flight[0].get("_id")) != answered_id:
-        for i, action in enumerate(in_flight):
-            if str(action.get("_id")) == answered_id:
-                del in_flight[i]
-                return action
-    return in_flight.popleft()
+                if id(action) not in again:
+                    status = _status(item)
+                    yield action, 200 <= status < 300, item
+            if not again:
+                break
+            chunk = [(action, body) for action, body in chunk if id(action) in again]
 
 
 def send(
@@ -274,7 +298,8 @@ def send_request(
     stats = BulkStats()
     conflicts: list[dict[str, Any]] = []
     refused: list[dict[str, Any]] = []
-    answered, took = send_halving(es, actions, refused, require_alias=True)
+    answered, took = send_halving(es, [(a, encode(a)) for a in actions], refused,
+                                  require_alias=True)
     if timings is not None:
         timings["es_took"] = took / 1000
     for action, item in answered:

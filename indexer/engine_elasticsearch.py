@@ -66,7 +66,7 @@ class ElasticsearchEngine:
 
     # ------------------------------------------------------------ documents
 
-    def bulk(self, operations: list[Any], **params: Any) -> dict[str, Any]:
+    def bulk(self, operations: bytes | list[Any], **params: Any) -> dict[str, Any]:
         return self._body(self.client.bulk, operations=operations, **params)
 
     def streaming_bulk(

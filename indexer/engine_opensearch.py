@@ -85,7 +85,7 @@ class OpenSearchEngine:
 
     # ------------------------------------------------------------ documents
 
-    def bulk(self, operations: list[Any], **params: Any) -> dict[str, Any]:
+    def bulk(self, operations: bytes | list[Any], **params: Any) -> dict[str, Any]:
         return dict(self._call(self.client.bulk, body=operations, **_params(params)))
 
     def streaming_bulk(

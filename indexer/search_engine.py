@@ -155,9 +155,9 @@ class SearchEngine(Protocol):
 
     # ------------------------------------------------------------ documents
 
-    def bulk(self, operations: list[Any], **params: Any) -> dict[str, Any]:
-        """One ``_bulk`` request of ``operations`` (its lines); ``params``: the
-        request's (``refresh``, ``require_alias``)."""
+    def bulk(self, operations: bytes | list[Any], **params: Any) -> dict[str, Any]:
+        """One ``_bulk`` request of ``operations`` (its lines, or the body as bytes, sent
+        as they are); ``params``: the request's (``refresh``, ``require_alias``)."""
         ...
 
     def streaming_bulk(
