@@ -2,7 +2,9 @@
 
 A command is a frozen dataclass: its fields are what the caller says (the same names
 on the wire: the HTTP request bodies and batch items are derived from these classes),
-``op`` names it in a batch, and ``apply`` runs it on the tree of one transaction. The
+``op`` names it in a batch, and ``apply`` hands it to a ``Runner``, the one place that
+says which operation a command is: the tree of a transaction (``tree.TreeTx``, a step of
+a group) or the statement of a command alone (``single_statement.LoneStatements``). The
 Python API (``Coordinator``), transaction groups (``GroupTx``), ``Coordinator.apply``,
 the HTTP app and its client all take these objects; the typed methods below
 (``NamespaceCommands``, ``GroupCommands``) only build them.
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, Protocol, TypeVar
 
 from annotated_types import Ge, Le, MaxLen, MinLen
 
@@ -23,7 +25,6 @@ from . import paths
 
 if TYPE_CHECKING:
     from .results import MutationResult
-    from .tree import TreeTx
 
 #: A full path, "/" first.
 Path = Annotated[str, MinLen(1), MaxLen(paths.MAX_PATH_BYTES)]
@@ -35,6 +36,34 @@ Ref = Annotated[str, MinLen(1), MaxLen(paths.MAX_PATH_BYTES)]
 Version = Annotated[int, Ge(1), Le(2**62)]
 
 
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
+
+
+class Runner(Protocol[R_co]):
+    """What a command is run on, one method per command: ``tree.TreeTx`` runs it as a
+    step of a transaction (a ``MutationResult``); ``single_statement.LoneStatements``
+    gives its one statement as a transaction of its own (None for a command that is not
+    one). A new command is a new method here, so every runner must say how it runs it."""
+
+    def mkdir(self, path: str, parents: bool, /) -> R_co: ...
+
+    def create_file(self, path: str, content: str, metadata: dict[str, Any] | None, /
+                    ) -> R_co: ...
+
+    def write_file(self, ref: str, content: str, metadata: dict[str, Any] | None,
+                   if_version: int | None, /) -> R_co: ...
+
+    def set_metadata(self, ref: str, metadata: dict[str, Any], if_version: int | None, /
+                     ) -> R_co: ...
+
+    def move(self, ref: str, dst: str, if_version: int | None, /) -> R_co: ...
+
+    def rename(self, ref: str, name: str, if_version: int | None, /) -> R_co: ...
+
+    def delete(self, ref: str, recursive: bool, if_version: int | None, /) -> R_co: ...
+
+
 @dataclass(frozen=True)
 class Mkdir:
     """Create a directory; with ``parents``, missing parents too, and an existing
@@ -44,8 +73,8 @@ class Mkdir:
     parents: bool = False
     op: Literal["mkdir"] = field(default="mkdir", kw_only=True)
 
-    def apply(self, tree: TreeTx) -> MutationResult:
-        return tree.mkdir(self.path, self.parents)
+    def apply(self, runner: Runner[R]) -> R:
+        return runner.mkdir(self.path, self.parents)
 
 
 @dataclass(frozen=True)
@@ -57,8 +86,8 @@ class CreateFile:
     metadata: dict[str, Any] | None = None
     op: Literal["create_file"] = field(default="create_file", kw_only=True)
 
-    def apply(self, tree: TreeTx) -> MutationResult:
-        return tree.create_file(self.path, self.content, self.metadata)
+    def apply(self, runner: Runner[R]) -> R:
+        return runner.create_file(self.path, self.content, self.metadata)
 
 
 @dataclass(frozen=True)
@@ -71,8 +100,8 @@ class WriteFile:
     if_version: Version | None = None
     op: Literal["write_file"] = field(default="write_file", kw_only=True)
 
-    def apply(self, tree: TreeTx) -> MutationResult:
-        return tree.write_file(self.ref, self.content, self.metadata, self.if_version)
+    def apply(self, runner: Runner[R]) -> R:
+        return runner.write_file(self.ref, self.content, self.metadata, self.if_version)
 
 
 @dataclass(frozen=True)
@@ -84,8 +113,8 @@ class SetMetadata:
     if_version: Version | None = None
     op: Literal["set_metadata"] = field(default="set_metadata", kw_only=True)
 
-    def apply(self, tree: TreeTx) -> MutationResult:
-        return tree.set_metadata(self.ref, self.metadata, self.if_version)
+    def apply(self, runner: Runner[R]) -> R:
+        return runner.set_metadata(self.ref, self.metadata, self.if_version)
 
 
 @dataclass(frozen=True)
@@ -97,8 +126,8 @@ class Move:
     if_version: Version | None = None
     op: Literal["move"] = field(default="move", kw_only=True)
 
-    def apply(self, tree: TreeTx) -> MutationResult:
-        return tree.move(self.ref, self.dst, self.if_version)
+    def apply(self, runner: Runner[R]) -> R:
+        return runner.move(self.ref, self.dst, self.if_version)
 
 
 @dataclass(frozen=True)
@@ -110,8 +139,8 @@ class Rename:
     if_version: Version | None = None
     op: Literal["rename"] = field(default="rename", kw_only=True)
 
-    def apply(self, tree: TreeTx) -> MutationResult:
-        return tree.rename(self.ref, self.name, self.if_version)
+    def apply(self, runner: Runner[R]) -> R:
+        return runner.rename(self.ref, self.name, self.if_version)
 
 
 @dataclass(frozen=True)
@@ -123,8 +152,8 @@ class Delete:
     if_version: Version | None = None
     op: Literal["delete"] = field(default="delete", kw_only=True)
 
-    def apply(self, tree: TreeTx) -> MutationResult:
-        return tree.delete(self.ref, self.recursive, self.if_version)
+    def apply(self, runner: Runner[R]) -> R:
+        return runner.delete(self.ref, self.recursive, self.if_version)
 
 
 Command = Mkdir | CreateFile | WriteFile | SetMetadata | Move | Rename | Delete

@@ -21,8 +21,10 @@ around ``pathkeeper_move``, ``pathkeeper_delete``, ``pathkeeper_write`` and
 ``pathkeeper_set_metadata``, likewise. A lone stat is ``StatCall``'s one statement, sent
 the same way (it was BEGIN, the walk, the row and COMMIT: four round trips).
 
-``lone`` says which commands are one statement and gives it (``Lone``: the statement, its
-parameters, what its row or refusal means); ``send`` runs it on a blocking connection,
+Each command says which statement it is through ``Command.apply`` on a
+``LoneStatements`` (``lone``), as it says which tree operation it is through the same
+method on a ``TreeTx``: no list of command classes here. ``Lone`` is the statement, its
+parameters and what its row or refusal means; ``send`` runs it on a blocking connection,
 ``async_statements.AsyncStatements`` on an asyncio one.
 """
 
@@ -35,16 +37,7 @@ from typing import Any, Protocol
 from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
-from .commands import (
-    Command,
-    CreateFile,
-    Delete,
-    Mkdir,
-    Move,
-    Rename,
-    SetMetadata,
-    WriteFile,
-)
+from .commands import Command
 from .db import Driver, driver_sql
 from .event_appender import POSITION_CLAIM_SQL as CLAIM_SQL
 from .events import Created, Deleted, MetadataSet, Moved, Written, payload_sql
@@ -186,35 +179,59 @@ class Lone:
         return MutationResult(node, None if event is None else Committed(int(row.base)))
 
 
+class LoneStatements:
+    """The ``commands.Runner`` of commands alone on namespace ``ns`` (validated), within
+    the limits of ``settings``: each command's one statement (``Lone``), or None for a
+    command that is not one (a ``mkdir`` with ``parents``: several creates, Python's
+    rules)."""
+
+    def __init__(self, ns: str, settings: Settings) -> None:
+        self.ns = ns
+        self.settings = settings
+
+    def rename(self, ref: str, name: str, if_version: int | None, /) -> Lone:
+        call = RenameCall.of(self.ns, ref, name, if_version)
+        return Lone(RENAME_LOGGED_SQL, call.params, call)
+
+    def move(self, ref: str, dst: str, if_version: int | None, /) -> Lone:
+        call = MoveCall.of(self.ns, ref, dst, if_version, self.settings.max_depth)
+        return Lone(MOVE_LOGGED_SQL, call.params, call)
+
+    def write_file(self, ref: str, content: str, metadata: dict[str, Any] | None,
+                   if_version: int | None, /) -> Lone:
+        call = WriteCall.of_content(self.ns, ref, content, metadata, if_version,
+                                    self.settings.max_content_bytes)
+        return Lone(WRITE_LOGGED_SQL, call.params, call)
+
+    def set_metadata(self, ref: str, metadata: dict[str, Any], if_version: int | None, /
+                     ) -> Lone:
+        call = WriteCall.of_metadata(self.ns, ref, metadata, if_version)
+        return Lone(SET_METADATA_LOGGED_SQL, call.params, call)
+
+    def delete(self, ref: str, recursive: bool, if_version: int | None, /) -> Lone:
+        call = DeleteCall.of(self.ns, ref, recursive, if_version)
+        return Lone(DELETE_LOGGED_SQL, call.params, call)
+
+    def create_file(self, path: str, content: str, metadata: dict[str, Any] | None, /
+                    ) -> Lone:
+        return self._create(CreateCall.file(self.ns, path, content, metadata,
+                                            self.settings.max_depth,
+                                            self.settings.max_content_bytes))
+
+    def mkdir(self, path: str, parents: bool, /) -> Lone | None:
+        if parents:
+            return None
+        return self._create(CreateCall.dir(self.ns, path, self.settings.max_depth))
+
+    @staticmethod
+    def _create(call: CreateCall) -> Lone:
+        return Lone(CREATE_LOGGED_SQL, {**call.params, "path": call.path}, call)
+
+
 def lone(ns: str, command: Command, settings: Settings) -> Lone | None:
-    """``command`` on namespace ``ns`` (validated) as its one statement, within the
-    limits of ``settings``; None for a command that is not one (a ``mkdir`` with
-    ``parents``: several creates, Python's rules)."""
-    max_depth = settings.max_depth
-    if isinstance(command, Rename):
-        rename = RenameCall.of(ns, command.ref, command.name, command.if_version)
-        return Lone(RENAME_LOGGED_SQL, rename.params, rename)
-    if isinstance(command, Move):
-        move = MoveCall.of(ns, command.ref, command.dst, command.if_version, max_depth)
-        return Lone(MOVE_LOGGED_SQL, move.params, move)
-    if isinstance(command, WriteFile):
-        write = WriteCall.of_content(ns, command.ref, command.content, command.metadata,
-                                     command.if_version, settings.max_content_bytes)
-        return Lone(WRITE_LOGGED_SQL, write.params, write)
-    if isinstance(command, SetMetadata):
-        write = WriteCall.of_metadata(ns, command.ref, command.metadata, command.if_version)
-        return Lone(SET_METADATA_LOGGED_SQL, write.params, write)
-    if isinstance(command, Delete):
-        delete = DeleteCall.of(ns, command.ref, command.recursive, command.if_version)
-        return Lone(DELETE_LOGGED_SQL, delete.params, delete)
-    if isinstance(command, CreateFile):
-        create = CreateCall.file(ns, command.path, command.content, command.metadata,
-                                 max_depth, settings.max_content_bytes)
-    elif isinstance(command, Mkdir) and not command.parents:
-        create = CreateCall.dir(ns, command.path, max_depth)
-    else:
-        return None
-    return Lone(CREATE_LOGGED_SQL, {**create.params, "path": create.path}, create)
+    """``command`` on namespace ``ns`` (validated) as its one statement (see
+    ``LoneStatements``); None for a command that is not one."""
+    return command.apply(LoneStatements(ns, settings))
 
 
 def send(conn: Connection, statement: Lone) -> MutationResult:
