@@ -74,9 +74,10 @@ def test_copy_a_subtree_writes_one_created_event_per_node_parents_first(
     events = [e for e in coord.read_events(after=0, limit=1000)[0] if e.node_id in new_ids]
     assert len(events) == len(new_ids) == 6
     assert all(isinstance(e.change, Created) for e in events)
-    # One transaction: one block, the top's event first, every parent before its children.
+    # One transaction: one block, the top's event first, every parent before its
+    # children; the result's seq is the last, so waiting for it waits for every copy.
     assert len({e.transaction_block for e in events}) == 1
-    assert events[0].position == result.seq and events[0].node_id == result.node.id
+    assert events[0].node_id == result.node.id and events[-1].position == result.seq
     seen: set[str] = set()
     for e in events:
         change = e.change
