@@ -286,8 +286,9 @@ _COPY_SQL = driver_sql(f"SELECT * FROM {COPY_CALL}", binary=("parts", "dst"))
 #: The most nodes one copy creates. A copy is one transaction that holds the source's
 #: lock and its new rows until it commits, and appends one event per node; its
 #: transaction's events must fit one block (``results.POSITION_BLOCK``, 65,536) with
-#: room for the rest of a group. 10,000 copies in well under a second and leaves
-#: room for six such copies in one group; more is a job for an export and an import.
+#: room for the rest of a group. A copy of 10,000 nodes took 0.7 s, events included
+#: (``tests/test_copy.py``, printed), and six such copies still fit one group; more is
+#: a job for an export and an import.
 MAX_COPY_NODES = 10_000
 
 

@@ -4,7 +4,9 @@ as the other commands word them), its limits, a group, and a race with a rename.
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 
 import pytest
 from sqlalchemy.exc import DBAPIError
@@ -212,3 +214,27 @@ def test_a_copy_racing_a_rename_of_the_sources_parent_sees_one_state(
     assert coord.get("r", r.node.id).path == "/top"
     assert subtree(coord, "r", "/top") == subtree(coord, "r", "/q/src")
     check_tree(coord, "r")
+
+
+def test_the_node_limit_is_exact_at_its_real_size(coord: Coordinator) -> None:
+    """A subtree of exactly ``MAX_COPY_NODES`` nodes copies (and how long that takes is
+    printed: the limit's cost); one more node and the copy is refused, nothing written."""
+    coord.create_namespace("big")
+    lines = [json.dumps({"path": f"/big/d{i // 100}/f{i}", "kind": "file", "content": "x"})
+             for i in range(MAX_COPY_NODES - 100)]  # and 99 directories, and /big
+    coord.import_nodes("big", lines)
+    assert len(list(coord.walk("big", "/big"))) == MAX_COPY_NODES
+    started = time.perf_counter()
+    result = coord.copy("big", "/big", "/", "big2")
+    took = time.perf_counter() - started
+    print(f"\ncopy of {MAX_COPY_NODES} nodes: {took:.2f} s")
+    assert result.node.path == "/big2"
+    assert len(list(coord.walk("big", "/big2"))) == MAX_COPY_NODES
+    coord.create_file("big", "/big/one-more")
+    events = len(coord.read_events(after=0, limit=100_000)[0])
+    with pytest.raises(TooLarge, match=(
+            rf"^copying /big would create more than {MAX_COPY_NODES} nodes")):
+        coord.copy("big", "/big", "/", "big3")
+    assert len(coord.read_events(after=0, limit=100_000)[0]) == events
+    with pytest.raises(NotFound):
+        coord.stat("big", "/big3")
