@@ -204,8 +204,8 @@ def test_a_copy_racing_a_rename_of_the_sources_parent_sees_one_state(
         check_tree(coord, "r")
         coord.delete("r", "/q", recursive=True)
     assert copied + refused == 20
-    # Held open, the rename is certain to come first for a copy by id: the copy waits
-    # for nothing (it locks only the source) and lands whole.
+    # With the rename held open, a copy by id does not wait for it (it locks only the
+    # source, and its destination is elsewhere) and lands whole.
     coord.mkdir("r", "/p/src/d", parents=True)
     src = coord.stat("r", "/p/src")
     with coord.transaction("r") as g:
