@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from .commands import (
     Command,
+    Copy,
     CreateFile,
     Delete,
     Mkdir,
@@ -78,6 +79,7 @@ __all__ = [
     "Conflict",
     "Coordinator",
     "CoordinatorError",
+    "Copy",
     "CreateFile",
     "CursorAhead",
     "CursorExpired",

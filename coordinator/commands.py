@@ -63,6 +63,9 @@ class Runner(Protocol[R_co]):
 
     def delete(self, ref: str, recursive: bool, if_version: int | None, /) -> R_co: ...
 
+    def copy(self, ref: str, to_parent: str, name: str | None, if_version: int | None, /
+             ) -> R_co: ...
+
 
 @dataclass(frozen=True)
 class Mkdir:
@@ -156,10 +159,25 @@ class Delete:
         return runner.delete(self.ref, self.recursive, self.if_version)
 
 
-Command = Mkdir | CreateFile | WriteFile | SetMetadata | Move | Rename | Delete
+@dataclass(frozen=True)
+class Copy:
+    """Copy a file, or a directory with its whole subtree, into the directory
+    ``to_parent`` as ``name`` (None: the node's own name); the copies get new ids."""
+
+    ref: Ref
+    to_parent: Path
+    name: Name | None = None
+    if_version: Version | None = None
+    op: Literal["copy"] = field(default="copy", kw_only=True)
+
+    def apply(self, runner: Runner[R]) -> R:
+        return runner.copy(self.ref, self.to_parent, self.name, self.if_version)
+
+
+Command = Mkdir | CreateFile | WriteFile | SetMetadata | Move | Rename | Delete | Copy
 #: Every command class, in the order the documentation lists them.
 COMMANDS: tuple[type[Command], ...] = (
-    Mkdir, CreateFile, WriteFile, SetMetadata, Move, Rename, Delete
+    Mkdir, CreateFile, WriteFile, SetMetadata, Move, Rename, Delete, Copy
 )
 
 
@@ -205,6 +223,12 @@ class NamespaceCommands(ABC):
     ) -> MutationResult:
         return self.execute(ns, Delete(ref, recursive, if_version))
 
+    def copy(
+        self, ns: str, ref: str, to_parent: str, name: str | None = None,
+        if_version: int | None = None,
+    ) -> MutationResult:
+        return self.execute(ns, Copy(ref, to_parent, name, if_version))
+
 
 #: What a group's step answers: its result in-process (``MutationResult``), a placeholder
 #: filled at commit over HTTP (``pathkeeper.client.Pending``).
@@ -247,3 +271,8 @@ class GroupCommands(ABC, Generic[StepResult]):
         self, ref: str, recursive: bool = False, if_version: int | None = None
     ) -> StepResult:
         return self.execute(Delete(ref, recursive, if_version))
+
+    def copy(
+        self, ref: str, to_parent: str, name: str | None = None, if_version: int | None = None
+    ) -> StepResult:
+        return self.execute(Copy(ref, to_parent, name, if_version))

@@ -35,6 +35,7 @@ from .errors import (
     NotFound,
     NotMigrated,
     OutcomeUnknown,
+    TooLarge,
     Unavailable,
 )
 from .settings import Settings
@@ -64,6 +65,7 @@ SERVER_CONFLICT = "PK004"
 SERVER_NOT_EMPTY = "PK005"
 SERVER_IS_A_DIRECTORY = "PK006"
 SERVER_INVALID_ARGUMENT = "PK007"
+SERVER_TOO_LARGE = "PK008"
 
 
 UPGRADE_HINT = "run `pathkeeper db upgrade` (with the same --database-url)"
@@ -397,6 +399,7 @@ _SERVER_ERRORS: dict[str, type[CoordinatorError]] = {
     SERVER_NOT_EMPTY: DirectoryNotEmpty,
     SERVER_IS_A_DIRECTORY: IsADirectory,
     SERVER_INVALID_ARGUMENT: InvalidArgument,
+    SERVER_TOO_LARGE: TooLarge,
 }
 
 

@@ -182,7 +182,7 @@ class LoneStatements:
     """The ``commands.Runner`` of commands alone on namespace ``ns`` (validated), within
     the limits of ``settings``: each command's one statement (``Lone``), or None for a
     command that is not one (a ``mkdir`` with ``parents``: several creates, Python's
-    rules)."""
+    rules; a ``copy``: one event per node it creates)."""
 
     def __init__(self, ns: str, settings: Settings) -> None:
         self.ns = ns
@@ -221,6 +221,11 @@ class LoneStatements:
         if parents:
             return None
         return self._create(CreateCall.dir(self.ns, path, self.settings.max_depth))
+
+    def copy(self, ref: str, to_parent: str, name: str | None, if_version: int | None, /
+             ) -> None:
+        # One event per new node: a unit of work (``TreeTx.copy``), not one statement.
+        return None
 
     @staticmethod
     def _create(call: CreateCall) -> Lone:

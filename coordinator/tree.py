@@ -49,6 +49,7 @@ from .results import MutationResult, Node
 from .retries import Retry
 from .server_calls import (
     LOCK_SQL,
+    CopyCall,
     CreateCall,
     DeleteCall,
     MoveCall,
@@ -249,6 +250,24 @@ class TreeTx:
             raise call.refused(exc) from exc
         node, event = call.result(row)
         return MutationResult(node, self.events.append(self.ns, event))
+
+    def copy(
+        self, ref: object, to_parent: object, name: object | None = None,
+        if_version: int | None = None,
+    ) -> MutationResult:
+        """Copy the node (a directory with its subtree) into ``to_parent``: the rule runs
+        in the server, in one statement (``pathkeeper_copy``); one ``created`` event per
+        new node, parents first, appended here. The result is the copy's top node with
+        the position of the copy's last event (as ``mkdir -p`` and an import answer the
+        last: ``wait_indexed(seq)`` then waits for every copy)."""
+        call = CopyCall.of(self.ns, ref, to_parent, name, if_version, self.max_depth)
+        try:
+            rows = self.db.all(call.sql, call.params)
+        except IntegrityError as exc:
+            raise call.refused(exc) from exc
+        copies = call.results(rows)
+        positions = [self.events.append(self.ns, event) for _, event in copies]
+        return MutationResult(copies[0][0], positions[-1])
 
 
 def check_namespace_exists(conn: Connection, ns: str) -> None:

@@ -48,6 +48,7 @@ FUNCTIONS: tuple[str, ...] = (
     "fn_delete",
     "fn_write",
     "fn_set_metadata",
+    "fn_copy",
     "fn_take_position_lock",
 )
 

@@ -14,7 +14,8 @@ from pathkeeper.http.schemas import ErrorOut
 
 #: Status: (when, an example code, its message).
 ERRORS: dict[int, tuple[str, str, str]] = {
-    400: ("A URL with a '.' or '..' segment or an encoded '/'; a move into its own subtree",
+    400: ("A URL with a '.' or '..' segment or an encoded '/'; a move or a copy into its "
+          "own subtree, or deeper than the depth limit",
           "invalid_move", "cannot move /a into its own subtree /a/b"),
     401: ("No API key, or not a valid one", "unauthorized", "missing or invalid API key"),
     403: ("The key's scope does not allow this", "forbidden",
@@ -29,7 +30,8 @@ ERRORS: dict[int, tuple[str, str, str]] = {
           "cursor_expired", "cursor 10 is below the compaction horizon 500"),
     412: ("If-Match: the node's version is not the one given", "precondition_failed",
           "version is 7, expected 5"),
-    413: ("The body, a file's content or an import line is larger than allowed",
+    413: ("The body, a file's content, an import line or a copy (in nodes) is larger than "
+          "allowed",
           "too_large", "request body is larger than 8388608 bytes"),
     422: ("A field, name or path the schema or the tree refuses", "invalid_request",
           "body.name: String should have at most 255 characters"),

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from coordinator.commands import (
     Command,
+    Copy,
     CreateFile,
     Delete,
     Mkdir,
@@ -82,6 +83,9 @@ COMMAND_ROUTES: tuple[CommandRoute, ...] = (
     CommandRoute(Rename, "POST", "/rename", "rename_node", doc="Rename the node in place."),
     CommandRoute(Delete, "DELETE", "", "delete_node", query=("recursive", "if_version"),
                  doc="Delete the node (a non-empty directory only with ``recursive``)."),
+    CommandRoute(Copy, "POST", "/copy", "copy_node", creates=True, doc=(
+        "Copy a file, or a directory with its subtree, into ``to_parent`` as ``name`` "
+        "(default: its own name); the copies get new ids.")),
 )
 #: The row of each command class (a test checks that every one in ``COMMANDS`` has one).
 ROUTE_OF: dict[type[Command], CommandRoute] = {r.command: r for r in COMMAND_ROUTES}

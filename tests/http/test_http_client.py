@@ -16,6 +16,7 @@ from coordinator import (
     Conflict,
     Coordinator,
     CoordinatorError,
+    Copy,
     CreateFile,
     DirectoryNotEmpty,
     InvalidArgument,
@@ -70,6 +71,12 @@ def scenario(api: Any, ns: str) -> list[Any]:
     attempt(lambda: api.set_metadata(ns, "/e", {"owner": "o"}))
     attempt(lambda: api.set_metadata(ns, "/e/f", {"k": 2}, if_version=1))  # Conflict
     attempt(lambda: api.set_metadata(ns, "/", {"k": 2}))  # InvalidArgument
+    attempt(lambda: api.copy(ns, "/e", "/", "e2"))
+    attempt(lambda: api.stat(ns, "/e2/f"))
+    attempt(lambda: api.copy(ns, "/e", "/e/x"))  # InvalidMove
+    attempt(lambda: api.copy(ns, "/e/f", "/e2"))  # AlreadyExists
+    attempt(lambda: api.apply(ns, [Copy("/e/f", "/e2", "f3"), Rename("/e2/f3", "f4")]))
+    attempt(lambda: api.delete(ns, "/e2", recursive=True))
     attempt(lambda: api.apply(ns, [SetMetadata("/e/f", {"k": 3}), Rename("/e/f", "f2"),
                                    Rename("/e/f2", "f")]))
     attempt(lambda: api.stat(ns, "/e"))

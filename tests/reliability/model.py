@@ -383,6 +383,43 @@ class Namespace:
             stack.extend(gone.children.values())
         return MResult(before, 1)
 
+    def copy(self, ref: object, to_parent: object, name: object = None,
+             if_version: int | None = None) -> MResult:
+        """The node (a directory with its subtree) copied into ``to_parent`` as ``name``
+        (its own name if None), new ids, one event per new node; the result is the
+        copy's top."""
+        dst = split(to_parent, self.max_depth - 1)
+        new_name = None if name is None else check_name(name)
+        node = self._target(ref)
+        if node.parent is None:
+            raise InvalidMove("cannot copy the root")
+        self._check_version(node, if_version)
+        parent = self._parent_dir(dst)
+        if node.kind == "dir" and node.id in self.ancestors_or_self(parent.id):
+            raise InvalidMove("into itself or its own subtree")
+        top_name = node.name if new_name is None else new_name
+        if top_name in parent.children:
+            raise AlreadyExists(top_name)
+
+        def height(n: MNode) -> int:
+            return max((1 + height(self.nodes[c]) for c in n.children.values()), default=0)
+
+        if height(node) > self.max_depth - len(dst) - 1:
+            raise InvalidMove("deeper than the limit")
+        made = 0
+
+        def put(source: MNode, under: MNode, as_name: str) -> MNode:
+            nonlocal made
+            new = self._add(under, as_name, source.kind, source.content,
+                            copy.deepcopy(source.metadata))
+            made += 1
+            for child in list(source.children.values()):
+                put(self.nodes[child], new, self.nodes[child].name)
+            return new
+
+        top = put(node, parent, top_name)
+        return MResult(self.view(top), made)
+
     # -------------------------------------------------------------- groups
 
     def group(self, steps: Sequence[Callable[[Namespace], MResult]]) -> list[MResult]:

@@ -39,6 +39,7 @@ from hypothesis.stateful import (
 from coordinator import Coordinator
 from coordinator.commands import (
     Command,
+    Copy,
     CreateFile,
     Delete,
     Mkdir,
@@ -177,7 +178,8 @@ class TreeMachine(RuleBasedStateMachine):
             assert known == real.id, f"{what}: model node {view.id} is {known}, got {real.id}"
 
     def _mutate(
-        self, what: str, real: Callable[[], MutationResult], model: Callable[[], MResult]
+        self, what: str, real: Callable[[], MutationResult], model: Callable[[], MResult],
+        top_first: bool = False,
     ) -> None:
         STATS["steps"] += 1
         r_err: CoordinatorError | None = None
@@ -204,7 +206,8 @@ class TreeMachine(RuleBasedStateMachine):
             assert r.seq is None, f"{what}: a no-op returned seq {r.seq}"
             return
         assert r.seq == events[-1].position, f"{what}: seq {r.seq} is not its last event"
-        assert events[-1].node_id == r.node.id
+        # The changed node's event is the last; a copy answers its top, whose is first.
+        assert events[0 if top_first else -1].node_id == r.node.id
         blocks = {e.position // POSITION_BLOCK for e in events}
         assert len(blocks) == 1, f"{what}: one call's events span transactions {blocks}"
 
@@ -291,6 +294,29 @@ class TreeMachine(RuleBasedStateMachine):
             lambda: self.model.move(mref, dst, if_version=v),
         )
 
+    @rule(data=st.data(), own_name=st.booleans(), careful=st.booleans())
+    def copy(self, data: st.DataObject, own_name: bool, careful: bool) -> None:
+        # Half of them careful (a live node, a fresh name, the right version): most of
+        # those copy; the others draw anything.
+        rref, mref = self._ref(data, careful)
+        # Careful: any directory; else any path (a file too). Either may be the node's
+        # own subtree, or its own directory where its own name is taken.
+        dst = self._path(data, depth=0, fresh=careful)
+        name = None if own_name else (
+            self._fresh_name(data) if careful else data.draw(NAMES, label="name"))
+        v = self._version(data, mref, careful)
+        before = len(self.model.nodes)
+        self._mutate(
+            f"copy({mref!r}, {dst!r}, {name!r}, if_version={v})",
+            lambda: self.coord.copy(self.ns, rref, dst, name, if_version=v),
+            lambda: self.model.copy(mref, dst, name, if_version=v),
+            top_first=True,
+        )
+        copied = len(self.model.nodes) - before
+        if copied:
+            STATS["copies"] = STATS.get("copies", 0) + 1
+            STATS["copied_nodes"] = STATS.get("copied_nodes", 0) + copied
+
     @rule(data=st.data(), recursive=st.booleans())
     def delete(self, data: st.DataObject, recursive: bool) -> None:
         rref, mref = self._ref(data)
@@ -337,7 +363,7 @@ class TreeMachine(RuleBasedStateMachine):
         valid names, live nodes and right versions, most of which commit."""
         op = data.draw(st.sampled_from(
             ["mkdir", "mkdir -p", "create_file", "write_file", "set_metadata", "rename",
-             "move", "delete"]), label="op")
+             "move", "delete", "copy"]), label="op")
         if op in ("mkdir", "mkdir -p"):
             parents = op == "mkdir -p"
             p = self._path(data, data.draw(st.integers(1, 2)) if parents else 1, careful)
@@ -368,6 +394,11 @@ class TreeMachine(RuleBasedStateMachine):
             dst = self._path(data, 1, careful)
             return (f"move {mref!r} {dst!r} v={v}", Move(rref, dst, v),
                     lambda m: m.move(mref, dst, if_version=v))
+        if op == "copy":
+            to = self._path(data, 0, careful)
+            name = self._fresh_name(data) if careful else data.draw(NAMES, label="name")
+            return (f"copy {mref!r} {to!r} {name!r} v={v}", Copy(rref, to, name, v),
+                    lambda m: m.copy(mref, to, name, if_version=v))
         recursive = careful or data.draw(st.booleans(), label="recursive")
         return (f"delete {mref!r} r={recursive} v={v}", Delete(rref, recursive, v),
                 lambda m: m.delete(mref, recursive=recursive, if_version=v))
