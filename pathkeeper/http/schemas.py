@@ -97,7 +97,7 @@ class ListOut(BaseModel):
 
 
 class NamespaceIn(Strict):
-    name: NamespaceStr
+    name: Annotated[NamespaceStr, Field(examples=["clinton"])]
 
 
 class NamespacesOut(BaseModel):
@@ -114,6 +114,12 @@ class NamespacesOut(BaseModel):
 
 #: What the OpenAPI document says of a field beyond its name and limits.
 _FIELD_DOCS = {"dst": "the full destination path"}
+#: A value for each command field, shown in /docs (each one the API accepts).
+_FIELD_EXAMPLES: dict[str, Any] = {
+    "path": "/clinton/notes.txt", "ref": "/clinton/notes.txt", "dst": "/archive/notes.txt",
+    "name": "bill", "to_parent": "/archive", "content": "hello", "metadata": {"tag": "draft"},
+    "if_version": 3, "parents": True, "recursive": True,
+}
 
 
 def command_fields(command: type[Command], names: Iterable[str]
@@ -134,7 +140,8 @@ def _model(name: str, command: type[Command], names: Iterable[str], **extra: Any
            ) -> type[BaseModel]:
     specs: dict[str, Any] = {**extra}
     for field, (hint, default) in command_fields(command, names).items():
-        specs[field] = (hint, Field(default, description=_FIELD_DOCS.get(field)))
+        specs[field] = (hint, Field(default, description=_FIELD_DOCS.get(field),
+                                    examples=[_FIELD_EXAMPLES[field]]))
     return create_model(name, __base__=Strict, **specs)
 
 
@@ -170,7 +177,10 @@ else:
 
 
 class BatchIn(Strict):
-    operations: list[BatchOp] = Field(min_length=1, max_length=1000)
+    operations: list[BatchOp] = Field(min_length=1, max_length=1000, examples=[[
+        {"op": "mkdir", "path": "/archive", "parents": True},
+        {"op": "move", "ref": "/clinton/notes.txt", "dst": "/archive/notes.txt"},
+    ]])
 
     def commands(self) -> list[Command]:
         """The operations as coordinator commands, in order."""

@@ -110,3 +110,24 @@ def test_failed_if_match_is_412_and_a_conflict_stays_409(client: TestClient,
         assert resp.json()["error"]["code"] == "precondition_failed"
     assert client.post("/v1/namespaces/a/files", json={"path": "/f", "content": "x"},
                        headers=w).status_code == 409  # exists: a conflict, not a precondition
+
+
+def test_every_request_field_has_an_example(client: TestClient) -> None:
+    """A reader of /docs sees a value for each field of each request body and parameter,
+    and the examples are values the API accepts (the schema's own limits)."""
+    spec = client.get("/openapi.json").json()
+    schemas = spec["components"]["schemas"]
+    missing: list[str] = []
+    for path, methods in spec["paths"].items():
+        for method, op in methods.items():
+            body = op.get("requestBody", {}).get("content", {}).get("application/json")
+            if body is None:
+                continue
+            ref = body["schema"].get("$ref", "")
+            model = schemas.get(ref.rsplit("/", 1)[-1], {})
+            for name, field in model.get("properties", {}).items():
+                if name != "op" and not field.get("examples"):
+                    missing.append(f"{method.upper()} {path}: {name}")
+    assert not missing, missing
+    rename = schemas["RenameIn"]["properties"]["name"]
+    assert rename["examples"] == ["bill"]
