@@ -97,12 +97,12 @@ def engines_from(names: list[str]) -> list[tuple[str, str]]:
     for name in names:
         engine, _, version = name.partition(":")
         if engine not in ENGINES:
-            raise SystemExit(f"error: unknown engine {engine!r}: expected one of "
+            raise ValueError(f"unknown engine {engine!r}: expected one of "
                              f"{', '.join(ENGINES)}")
         version = version or DEFAULT_VERSION[engine]
         if (engine, version) not in RELEASES:
             known = ", ".join(v for (e, v) in sorted(RELEASES) if e == engine)
-            raise SystemExit(f"error: {engine} {version} is not tested: supported {known}")
+            raise ValueError(f"{engine} {version} is not tested: supported {known}")
         out.append((engine, version))
     return out
 
@@ -196,7 +196,19 @@ def replay(res: EngineResult, url: str, es: SearchEngine, docs: int, events: int
 
 
 def run_engine(engine: str, version: str, args: argparse.Namespace) -> EngineResult:
+    """The three parts against a node of its own; a node that does not start is a
+    failure of this engine, reported, not the end of the run."""
     res = EngineResult(f"{ENGINES[engine].label} {version}", started=now_utc())
+    try:
+        measure_engine(res, engine, version, args)
+    except Exception as exc:
+        res.failures.append(f"node or PostgreSQL: {type(exc).__name__}: {exc}")
+        print(f"  !! {res.failures[-1]}", flush=True)
+    return res
+
+
+def measure_engine(res: EngineResult, engine: str, version: str,
+                   args: argparse.Namespace) -> None:
     print(f"\n=== {res.label}  {res.started}  load {load_average()}", flush=True)
     t = time.perf_counter()
     with new_local_search(engine=engine, version=version) as node, \
@@ -222,7 +234,6 @@ def run_engine(engine: str, version: str, args: argparse.Namespace) -> EngineRes
                 res.failures.append(f"{name}: {type(exc).__name__}: {exc}")
                 print(f"  !! {name} failed: {type(exc).__name__}: {exc}", flush=True)
         es.close()
-    return res
 
 
 def summary_rows(results: list[EngineResult]) -> list[list[str]]:
@@ -268,7 +279,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.replay_events - 1 <= args.replay_docs:
         parser.error("--replay-events must exceed --replay-docs")
-    chosen = engines_from(args.engines)
+    try:
+        chosen = engines_from(args.engines)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
     logging.basicConfig(level=logging.WARNING)
     # The OpenSearch client logs every 404 (an alias not there yet) as a warning.
     logging.getLogger("opensearch").setLevel(logging.ERROR)
