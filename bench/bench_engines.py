@@ -11,7 +11,7 @@ PostgreSQL, and measures against that node, in one run:
 1. **raw bulk ceiling** and **initial indexing**, alternated for ``--rounds`` rounds:
    ``bench_indexer.raw_bulk`` (the client's ``streaming_bulk``, documents of the indexer's
    exact shape, no Pathkeeper) beside the worker indexing a log of about ``--n``
-   ``created`` events (transactions of 999 nodes) into a fresh alias, from start to
+   ``created`` events (transactions of 1,000 nodes) into a fresh alias, from start to
    caught up (``bench_indexer.time_worker_to``). Medians; the ratio is the median of the
    per-round ratios (pairs measured seconds apart, so load drift cancels better).
 2. **rename load**: ``bench_rename_load.py`` as a child process pointed at the node
