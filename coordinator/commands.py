@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, Protocol, TypeVar, get_args
 
 from annotated_types import Ge, Le, MaxLen, MinLen
 
@@ -175,10 +175,9 @@ class Copy:
 
 
 Command = Mkdir | CreateFile | WriteFile | SetMetadata | Move | Rename | Delete | Copy
-#: Every command class, in the order the documentation lists them.
-COMMANDS: tuple[type[Command], ...] = (
-    Mkdir, CreateFile, WriteFile, SetMetadata, Move, Rename, Delete, Copy
-)
+#: Every command class, in the order the documentation lists them (``Command``'s, so a
+#: new command is added once, there).
+COMMANDS: tuple[type[Command], ...] = get_args(Command)
 
 
 class NamespaceCommands(ABC):
