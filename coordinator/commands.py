@@ -44,7 +44,9 @@ class Runner(Protocol[R_co]):
     """What a command is run on, one method per command: ``tree.TreeTx`` runs it as a
     step of a transaction (a ``MutationResult``); ``single_statement.LoneStatements``
     gives its one statement as a transaction of its own (None for a command that is not
-    one). A new command is a new method here, so every runner must say how it runs it."""
+    one). A new command is a new method here: ``TreeTx`` must say how it runs it;
+    ``LoneStatements`` answers None (not one statement) unless it has a statement for
+    it."""
 
     def mkdir(self, path: str, parents: bool, /) -> R_co: ...
 
