@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, Protocol, TypeVar, get_args
 
 from annotated_types import Ge, Le, MaxLen, MinLen
 
@@ -44,7 +44,9 @@ class Runner(Protocol[R_co]):
     """What a command is run on, one method per command: ``tree.TreeTx`` runs it as a
     step of a transaction (a ``MutationResult``); ``single_statement.LoneStatements``
     gives its one statement as a transaction of its own (None for a command that is not
-    one). A new command is a new method here, so every runner must say how it runs it."""
+    one). A new command is a new method here: ``TreeTx`` must say how it runs it;
+    ``LoneStatements`` answers None (not one statement) unless it has a statement for
+    it."""
 
     def mkdir(self, path: str, parents: bool, /) -> R_co: ...
 
@@ -175,10 +177,9 @@ class Copy:
 
 
 Command = Mkdir | CreateFile | WriteFile | SetMetadata | Move | Rename | Delete | Copy
-#: Every command class, in the order the documentation lists them.
-COMMANDS: tuple[type[Command], ...] = (
-    Mkdir, CreateFile, WriteFile, SetMetadata, Move, Rename, Delete, Copy
-)
+#: Every command class, in the order the documentation lists them (``Command``'s, so a
+#: new command is added once, there).
+COMMANDS: tuple[type[Command], ...] = get_args(Command)
 
 
 class NamespaceCommands(ABC):

@@ -30,14 +30,14 @@ parameters and what its row or refusal means; ``send`` runs it on a blocking con
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
-from .commands import Command
+from .commands import Command, Runner
 from .db import Driver, driver_sql
 from .event_appender import POSITION_CLAIM_SQL
 from .events import Created, Deleted, MetadataSet, Moved, Written, payload_sql
@@ -178,15 +178,27 @@ class Lone:
         return MutationResult(node, None if event is None else Committed(int(row.base)))
 
 
+def _not_one_statement(*_args: object) -> None:
+    return None
+
+
 class LoneStatements:
     """The ``commands.Runner`` of commands alone on namespace ``ns`` (validated), within
     the limits of ``settings``: each command's one statement (``Lone``), or None for a
     command that is not one (a ``mkdir`` with ``parents``: several creates, Python's
-    rules; a ``copy``: one event per node it creates)."""
+    rules). A command with no method here is not one statement (a ``copy``: one event
+    per node it creates): it runs as a unit of work, and a new command needs nothing
+    here until it has a statement of its own."""
 
     def __init__(self, ns: str, settings: Settings) -> None:
         self.ns = ns
         self.settings = settings
+
+    def __getattr__(self, command: str) -> Callable[..., None]:
+        """Any other command of ``commands.Runner``: not one statement."""
+        if command.startswith("_") or not hasattr(Runner, command):
+            raise AttributeError(command)
+        return _not_one_statement
 
     def rename(self, ref: str, name: str, if_version: int | None, /) -> Lone:
         call = RenameCall.of(self.ns, ref, name, if_version)
@@ -221,11 +233,6 @@ class LoneStatements:
         if parents:
             return None
         return self._create(CreateCall.dir(self.ns, path, self.settings.max_depth))
-
-    def copy(self, ref: str, to_parent: str, name: str | None, if_version: int | None, /
-             ) -> None:
-        # One event per new node: a unit of work (``TreeTx.copy``), not one statement.
-        return None
 
     @staticmethod
     def _create(call: CreateCall) -> Lone:

@@ -57,3 +57,23 @@ def test_every_runner_method_is_some_commands() -> None:
         samples[cls] = cls(**fields)
         samples[cls].apply(cast(Runner[None], Recorder()))
     assert called == set(_calls())
+
+
+def test_a_command_with_no_statement_of_its_own_is_not_one(coord: Coordinator,
+                                                            ns: str) -> None:
+    """``LoneStatements`` names only the commands that are one statement: any other
+    (a copy, one event per node) is None by default, with no method to write."""
+    from coordinator.commands import Copy, Mkdir
+    from coordinator.single_statement import LoneStatements
+
+    assert "copy" not in vars(LoneStatements)
+    assert lone(ns, Copy("/a", "/"), coord.settings) is None
+    assert lone(ns, Mkdir("/a/b", parents=True), coord.settings) is None
+    assert lone(ns, Mkdir("/a"), coord.settings) is not None
+    statements = LoneStatements(ns, coord.settings)
+    try:
+        statements.not_a_command  # type: ignore[attr-defined]  # noqa: B018
+    except AttributeError:
+        pass
+    else:
+        raise AssertionError("a name that is no command's must stay an AttributeError")

@@ -153,6 +153,21 @@ def test_every_function_file_is_installed() -> None:
     assert shipped == set(FUNCTIONS)
 
 
+def test_every_function_is_installed_after_the_helpers_it_calls() -> None:
+    """``FUNCTIONS`` is read from the folder: each file comes after every file whose
+    function it calls, ties in name order, so installation is the same every time."""
+    defined = {name: re.search(r"CREATE OR REPLACE FUNCTION ([\w.]+)\(", load(name))
+               for name in FUNCTIONS}
+    where = {m.group(1): name for name, m in defined.items() if m is not None}
+    assert len(where) == len(FUNCTIONS)
+    for i, name in enumerate(FUNCTIONS):
+        body = re.sub(r"--[^\n]*", "", load(name))
+        called = {where[f] for f in re.findall(r"([\w.]+)\(", body)
+                  if f in where and where[f] != name}
+        assert called <= set(FUNCTIONS[:i]), (name, called - set(FUNCTIONS[:i]))
+    assert FUNCTIONS.index("fn_check_depth") < FUNCTIONS.index("fn_move")
+
+
 def test_the_newest_function_migration_names_the_files_as_they_are() -> None:
     """A database at the head never runs an old migration again: a function file changed
     without a new migration that installs it would reach fresh databases only."""
@@ -176,6 +191,8 @@ _RULES = {
     r"kept changing while it was being locked": "fn_lock",
     r"pathkeeper_resolve\(p_ns": "fn_walk_path|fn_lock",
     r"FOR (NO KEY )?UPDATE": "fn_lock",
+    r"would put nodes deeper than": "fn_check_depth",
+    r"s\.depth <= ": "fn_subtree_extent",
 }
 
 
@@ -215,3 +232,27 @@ def test_downgrading_0011_brings_back_the_frozen_functions(pg_cluster: LocalPost
     downgrade(round_trip, "0010_position_lock_tables")
     assert differences(catalog(round_trip), catalog(before),
                        ("the downgraded database", "the one migrated to 0010")) == []
+
+
+def test_downgrading_0012_brings_back_the_functions_of_0011(pg_cluster: LocalPostgres,
+                                                           files_url: str) -> None:
+    """Below 0012 the functions are 0011's: no copy, no depth helpers, and the move with
+    its own depth walk (0012 keeps that body frozen, since 0011 installs the files as
+    they are now); everything else is the head's."""
+    down = pg_cluster.create_database(f"pk_schema_down_{next(_ids)}")
+    upgrade(down)
+    downgrade(down, "0011_functions_from_files")
+    found = differences(catalog(down), catalog(files_url),
+                        ("the downgraded database", "the files"))
+    changed = sorted((line.split(": ")[1], line.split("('")[1].split("(")[0])
+                     for line in found)
+    assert changed == [("only in the downgraded database", "pathkeeper_move"),
+                       ("only in the files", "pathkeeper_check_depth"),
+                       ("only in the files", "pathkeeper_copy"),
+                       ("only in the files", "pathkeeper_move"),
+                       ("only in the files", "pathkeeper_subtree_extent")], found
+    with psycopg.connect(down) as conn:
+        row = conn.execute(b"SELECT pg_get_functiondef('pathkeeper_move'::regproc)"
+                           ).fetchone()
+    assert row is not None and "would put nodes deeper than" in row[0]
+    assert "pathkeeper_check_depth" not in row[0]

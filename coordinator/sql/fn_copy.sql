@@ -6,7 +6,8 @@
 -- (pathkeeper_walk_path); a directory copied into itself or its own subtree (PK003,
 -- from the destination's ancestor ids); a free name (pathkeeper_check_name_free); the
 -- bounds, before any write and counted only as far as they reach: at most p_max_nodes
--- nodes (PK008) and no node deeper than p_max_depth (PK003, worded as a move's); then
+-- nodes (PK008) and no node deeper than p_max_depth (pathkeeper_subtree_extent,
+-- pathkeeper_check_depth: the move's walk and wording); then
 -- one statement reads the subtree (one snapshot, so the copy is the subtree as it was
 -- at one moment, whatever commits meanwhile) and inserts the copies, and the bounds
 -- are checked again on what it inserted (a create under the source that committed
@@ -68,16 +69,8 @@ BEGIN
     -- inserted. One check after each, so the limits are worded once.
     FOR phase IN 1..2 LOOP
         IF phase = 1 THEN
-            WITH RECURSIVE sub(id, kind, depth) AS (
-                SELECT x.id, x.kind, 0 FROM nodes x
-                WHERE x.namespace = p_ns AND x.id = r.id
-              UNION ALL
-                SELECT x.id, x.kind, s.depth + 1
-                FROM sub s JOIN nodes x ON x.namespace = p_ns AND x.parent_id = s.id
-                WHERE s.kind = 'dir' AND s.depth <= budget
-            )
-            SELECT count(*), max(b.depth) INTO got, height
-            FROM (SELECT s.depth FROM sub s LIMIT p_max_nodes + 1) AS b;
+            SELECT e.walked, e.height INTO got, height
+            FROM pathkeeper_subtree_extent(p_ns, r.id, budget, p_max_nodes + 1) AS e;
         ELSE
             got := 0;
             height := 0;
@@ -119,12 +112,8 @@ BEGIN
                 'copying %s would create more than %s nodes (at most %s are copied in '
                 'one transaction)', target.path, p_max_nodes, p_max_nodes);
         END IF;
-        IF height > budget THEN
-            RAISE EXCEPTION USING ERRCODE = 'PK003', MESSAGE = format(
-                'copying to %s would put nodes deeper than %s levels (the directory '
-                'has at least %s levels below it; at most %s fit there)',
-                top_path, p_max_depth, height, budget);
-        END IF;
+        PERFORM pathkeeper_check_depth(format('copying to %s', top_path), height, budget,
+                                       p_max_depth);
     END LOOP;
 END
 $fn$;

@@ -4,8 +4,9 @@
 -- (pathkeeper_walk_path, a snapshot of its own, after the lock); a directory that
 -- changes parent takes FOR KEY SHARE on every ancestor of its destination, in id order,
 -- re-reading the chain until it holds all of them, and refuses a destination inside
--- itself; if that takes it deeper, it counts the levels of its subtree that fit under
--- p_max_depth; a free name (pathkeeper_check_name_free); the update. A destination
+-- itself; if that takes it deeper, the levels of its subtree that fit under
+-- p_max_depth (pathkeeper_subtree_extent, pathkeeper_check_depth); a free name
+-- (pathkeeper_check_name_free); the update. A destination
 -- deleted after the walk is the foreign key's violation, a sibling committed after the
 -- name check the unique constraint's, and an ancestor that went away while being
 -- locked ends the statement with 40001, which callers run again. ROWS 1: see
@@ -92,21 +93,10 @@ BEGIN
             THEN
                 -- Only levels up to the limit are walked: the cost is what fits.
                 budget := p_max_depth - new_depth;
-                WITH RECURSIVE sub(id, kind, depth) AS (
-                    SELECT x.id, x.kind, 0 FROM nodes x
-                    WHERE x.namespace = p_ns AND x.id = r.id
-                  UNION ALL
-                    SELECT x.id, x.kind, s.depth + 1
-                    FROM sub s JOIN nodes x ON x.namespace = p_ns AND x.parent_id = s.id
-                    WHERE s.kind = 'dir' AND s.depth <= budget
-                )
-                SELECT max(s.depth) INTO height FROM sub s;
-                IF height IS NOT NULL AND height > budget THEN
-                    RAISE EXCEPTION USING ERRCODE = 'PK003', MESSAGE = format(
-                        'moving to %s would put nodes deeper than %s levels (the directory '
-                        'has at least %s levels below it; at most %s fit there)',
-                        path, p_max_depth, height, budget);
-                END IF;
+                SELECT e.height INTO height
+                FROM pathkeeper_subtree_extent(p_ns, r.id, budget, NULL) AS e;
+                PERFORM pathkeeper_check_depth(format('moving to %s', path), height,
+                                               budget, p_max_depth);
             END IF;
         END IF;
         PERFORM pathkeeper_check_name_free(p_ns, dst, p_name, path);

@@ -1,7 +1,8 @@
 """The server-side functions, each in one ``fn_*.sql`` file of this folder, and how
 migrations install them.
 
-The files are the current functions; the database's history is the migrations. The two
+The files are the current functions (one function each; ``FUNCTIONS`` reads the
+folder, so a new function is a new file); the database's history is the migrations. The two
 meet like this:
 
 - Migrations up to 0010 carry frozen copies of the functions as they were then (Python
@@ -30,27 +31,45 @@ meet like this:
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable
+from importlib.resources import files
 
-from . import load
+from . import UnknownSQL, load
+
+_DEFINES = re.compile(r"CREATE OR REPLACE FUNCTION ([\w.]+)\s*\(")
+_CALLS = re.compile(r"([\w.]+)\s*\(")
+_COMMENT = re.compile(r"--[^\n]*")
+
+
+def _in_dependency_order() -> tuple[str, ...]:
+    """Every ``fn_*.sql`` file of this folder, each after the files whose functions it
+    calls (read from its text, comments left out), ties in name order: the same order
+    every time, and a new function is a new file and nothing else."""
+    names = sorted(p.name.removesuffix(".sql") for p in files(__package__).iterdir()
+                   if p.name.startswith("fn_") and p.name.endswith(".sql"))
+    defined: dict[str, str] = {}
+    for name in names:
+        found = _DEFINES.findall(load(name))
+        if len(found) != 1:
+            raise UnknownSQL(f"{name}.sql must define exactly one function, not {found}")
+        defined[found[0]] = name
+    needs = {name: {defined[f] for f in _CALLS.findall(_COMMENT.sub("", load(name)))
+                    if f in defined and defined[f] != name}
+             for name in names}
+    order: list[str] = []
+    while len(order) < len(names):
+        ready = [n for n in names if n not in order and needs[n] <= set(order)]
+        if not ready:
+            raise UnknownSQL("function files that call each other in a circle: "
+                             + ", ".join(n for n in names if n not in order))
+        order.append(ready[0])
+    return tuple(order)
+
 
 #: Every server-side function's file, helpers before their callers (plpgsql resolves
-#: calls at run time, so the order only keeps a reader's path short).
-FUNCTIONS: tuple[str, ...] = (
-    "fn_resolve",
-    "fn_walk_path",
-    "fn_check_version",
-    "fn_check_name_free",
-    "fn_lock",
-    "fn_create",
-    "fn_rename",
-    "fn_move",
-    "fn_delete",
-    "fn_write",
-    "fn_set_metadata",
-    "fn_copy",
-    "fn_take_position_lock",
-)
+#: calls at run time, so the order keeps a reader's path short and the digest stable).
+FUNCTIONS: tuple[str, ...] = _in_dependency_order()
 
 
 def install(execute: Callable[[str], object]) -> None:
