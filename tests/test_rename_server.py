@@ -81,6 +81,27 @@ def test_event_and_result_by_path_and_by_id(coord: Coordinator, ns: str) -> None
     assert len(event_rows(coord)) == logged
 
 
+def test_by_id_the_same_results_and_events_as_by_path_below_the_top(
+    coord: Coordinator, ns: str
+) -> None:
+    """By id the event's paths come from the node's ancestors, by path they are the
+    caller's: three levels down, and after an ancestor's rename, both forms agree."""
+    coord.mkdir(ns, "/a/b/c", parents=True)
+    f = coord.create_file(ns, "/a/b/c/f").node
+    g = coord.create_file(ns, "/a/b/c/g").node
+    coord.rename(ns, "/a", "z")
+    by_path = coord.rename(ns, "/z/b/c/f", "f2")
+    by_id = coord.rename(ns, g.id, "g2")
+    assert (by_path.node.path, by_id.node.path) == ("/z/b/c/f2", "/z/b/c/g2")
+    assert by_path.node.parent_id == by_id.node.parent_id
+    events = event_rows(coord)[-2:]
+    assert [str(e[3]) for e in events] == [f.id, g.id]
+    path_payload, id_payload = events[0][4], events[1][4]
+    assert (id_payload["old_path"], id_payload["path"]) == ("/z/b/c/g", "/z/b/c/g2")
+    same_keys = ("kind", "old_parent_id", "parent_id", "version", "v")
+    assert [path_payload[k] for k in same_keys] == [id_payload[k] for k in same_keys]
+
+
 def test_a_refused_rename_fails_its_group(coord: Coordinator, ns: str) -> None:
     coord.mkdir(ns, "/a")
     coord.mkdir(ns, "/b")
@@ -155,6 +176,16 @@ def test_lone_renames_reuse_one_plan(database_url: str) -> None:
             coord.rename("t", f"/f{i - 1}", f"f{i}")
         # psycopg prepares it from its 6th run; PostgreSQL plans the first 5 runs of a
         # prepared statement for their values, then keeps the generic plan if no dearer.
+        assert plans_of(coord, "pathkeeper_rename") == (20, 5)
+
+
+def test_lone_renames_by_id_reuse_one_plan(database_url: str) -> None:
+    """By id, as by path: the lone rename's statement is planned once per connection."""
+    with Coordinator.connect(database_url, pool_size=1, max_overflow=0) as coord:
+        coord.create_namespace("t")
+        node = coord.create_file("t", "/f0").node
+        for i in range(1, 31):
+            coord.rename("t", node.id, f"f{i}")
         assert plans_of(coord, "pathkeeper_rename") == (20, 5)
 
 
