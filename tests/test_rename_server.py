@@ -102,6 +102,42 @@ def test_by_id_the_same_results_and_events_as_by_path_below_the_top(
     assert [path_payload[k] for k in same_keys] == [id_payload[k] for k in same_keys]
 
 
+def _buffers_of(conn: psycopg.Connection[tuple[object, ...]], sql: str,
+                params: tuple[object, ...]) -> int:
+    """Shared buffers one run of ``sql`` touched (the functions it calls included)."""
+    row = conn.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", params).fetchone()
+    assert row is not None
+    plan = row[0][0]["Plan"]
+    return int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"])
+
+
+def test_by_id_reads_no_more_than_by_path_before_statistics(coord: Coordinator) -> None:
+    """Before nodes has statistics (a new database, before autovacuum's first analyze)
+    a rename by id must still read its row and its ancestors through (namespace, id),
+    not its whole namespace: it read 0.6-1.0 ms of rows in a namespace of 400 nodes
+    where the same rename by path read a few index pages."""
+    url = libpq_url(coord.engine.url.render_as_string(hide_password=False))
+    coord.create_namespace("t")
+    coord.mkdir("t", "/a/b", parents=True)
+    f = coord.create_file("t", "/a/b/f").node
+    g = coord.create_file("t", "/a/b/g").node
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE nodes SET (autovacuum_enabled = false)")
+        conn.execute(
+            "INSERT INTO nodes (namespace, id, parent_id, name, kind, content) "
+            "SELECT 't', gen_random_uuid(), %s, 'x' || n, 'file', '' "
+            "FROM generate_series(1, 400) n", (g.parent_id,))
+        stats = conn.execute(
+            "SELECT reltuples FROM pg_class WHERE relname = 'nodes'").fetchone()
+        assert stats is not None and stats[0] < 0  # never analyzed
+        call = "SELECT * FROM pathkeeper_rename('t', %s, %s, %s, %s, NULL)"
+        by_path = _buffers_of(conn, call, ("/a/b/f", ["a", "b", "f"], None, "f2"))
+        by_id = _buffers_of(conn, call, (g.id, None, g.id, "g2"))
+    assert by_id <= by_path, (by_id, by_path)
+    assert coord.stat("t", g.id).path == "/a/b/g2"
+    assert coord.stat("t", f.id).path == "/a/b/f2"
+
+
 def test_a_refused_rename_fails_its_group(coord: Coordinator, ns: str) -> None:
     coord.mkdir(ns, "/a")
     coord.mkdir(ns, "/b")
