@@ -139,6 +139,20 @@ def count_descendants(url: str, ns: str, name: str) -> int:
 # ------------------------------------------------------- coordinator clients
 
 
+def file_ids(url: str, ns: str, layout: str, client: int, files: int) -> list[str]:
+    """The node ids of this client's files, in file order (a rename keeps a node's id)."""
+    names = [file_name(client, i, 0) for i in range(files)]
+    with psycopg.connect(libpq_url(url)) as conn:
+        rows = conn.execute(
+            "SELECT f.name, f.id FROM nodes f JOIN nodes d ON d.namespace = f.namespace"
+            " AND d.id = f.parent_id WHERE f.namespace = %s AND d.name = %s"
+            " AND f.name = ANY(%s)",
+            (ns, client_dir(layout, client)[1:], names),
+        ).fetchall()
+    by_name = {name: str(node_id) for name, node_id in rows}
+    return [by_name[name] for name in names]
+
+
 def rename_loop(
     coord: Coordinator,
     ns: str,
@@ -147,17 +161,18 @@ def rename_loop(
     files: int,
     duration: float,
     samples: list[Sample] | None,
+    ids: list[str] | None = None,
 ) -> tuple[int, float, float]:
-    """Rename this client's files back and forth for ``duration`` s; (count, t0, t1) wall."""
+    """Rename this client's files back and forth for ``duration`` s; (count, t0, t1) wall.
+    With ``ids``, each file is named by its node id rather than by its path."""
     directory = client_dir(layout, client)
     count = 0
     t0 = time.time()
     deadline = t0 + duration
     while time.time() < deadline:
         i, flipped = count % files, (count // files) % 2
-        result = coord.rename(
-            ns, f"{directory}/{file_name(client, i, flipped)}", file_name(client, i, 1 - flipped)
-        )
+        ref = ids[i] if ids is not None else f"{directory}/{file_name(client, i, flipped)}"
+        result = coord.rename(ns, ref, file_name(client, i, 1 - flipped))
         if samples is not None and result.seq is not None:
             samples.append((result.seq, time.time()))
         count += 1
@@ -172,16 +187,19 @@ def warm_pool(coord: Coordinator, n: int) -> None:
 
 
 def run_threads(
-    url: str, ns: str, layout: str, clients: int, files: int, duration: float, notify: bool
+    url: str, ns: str, layout: str, clients: int, files: int, duration: float, notify: bool,
+    by_id: bool = False,
 ) -> float:
-    """Renames/s of ``clients`` threads sharing one Coordinator (one pool)."""
+    """Renames/s of ``clients`` threads sharing one Coordinator (one pool); ``by_id``:
+    each rename names its file by node id."""
+    ids = [file_ids(url, ns, layout, k, files) if by_id else None for k in range(clients)]
     with Coordinator.connect(url, notify=notify, pool_size=clients) as coord:
         warm_pool(coord, clients)
         barrier = threading.Barrier(clients)
 
         def one(k: int) -> tuple[int, float, float]:
             barrier.wait()
-            return rename_loop(coord, ns, layout, k, files, duration, None)
+            return rename_loop(coord, ns, layout, k, files, duration, None, ids[k])
 
         with ThreadPoolExecutor(clients) as pool:
             results = list(pool.map(one, range(clients)))
@@ -387,13 +405,15 @@ class Variant:
     runner: str  # "threads", "procs", "pgbench" or "raw" (pgbench: UPDATE + event only)
     layout: str  # "disjoint" or "shared"
     notify: bool
+    by_id: bool = False  # renames name their file by node id (threads only)
 
     @property
     def label(self) -> str:
         who = {"threads": "Coordinator, threads", "procs": "Coordinator, processes",
                "pgbench": "pgbench (ceiling)",
                "raw": "pgbench raw UPDATE + event (PostgreSQL's limit)"}[self.runner]
-        return f"{who}, {self.layout}, notify {'on' if self.notify else 'off'}"
+        ref = ", by id" if self.by_id else ""
+        return f"{who}{ref}, {self.layout}, notify {'on' if self.notify else 'off'}"
 
 
 SHORT = {"threads": "T", "procs": "P", "pgbench": "B", "raw": "R"}
@@ -436,7 +456,8 @@ def bench_rates(
                 seed_rename_files(url, ns, v.layout, clients, files)
                 value = run_variant(pg_bin, url, ns, v, clients, files, duration, workdir)
                 results.by_variant.setdefault(v, []).append(value)
-                code = f"{SHORT[v.runner]}{v.layout[0]}{'N' if v.notify else 'q'}"
+                code = (f"{SHORT[v.runner]}{v.layout[0]}{'N' if v.notify else 'q'}"
+                        f"{'i' if v.by_id else ''}")
                 line.append(f"{code}={value:,.0f}")
             results.loads.append(f"{load_before} -> {load_average()}")
             print(f"  round {rnd + 1}/{rounds}: {' '.join(line)}  load {results.loads[-1]}",
@@ -449,7 +470,7 @@ def run_variant(
     workdir: Path,
 ) -> float:
     if v.runner == "threads":
-        return run_threads(url, ns, v.layout, clients, files, duration, v.notify)
+        return run_threads(url, ns, v.layout, clients, files, duration, v.notify, v.by_id)
     if v.runner == "procs":
         return run_procs(url, ns, v.layout, clients, files, duration, v.notify)[0]
     if v.runner == "raw":
@@ -479,6 +500,14 @@ def report_rates(res: RateResults, clients: int) -> None:
     if raw_rows:
         print("\nvs PostgreSQL's raw rename-with-event rate (same layout, per-round ratios):")
         print(table(["variant", "vs raw"], raw_rows))
+    id_rows: list[list[object]] = []
+    for v in res.by_variant:
+        by_path = Variant(v.runner, v.layout, v.notify)
+        if v.by_id and by_path in res.by_variant:
+            id_rows.append([by_path.label, f"{res.per_round_ratio(v, by_path):.2f}"])
+    if id_rows:
+        print("\nby node id / by path (median of per-round ratios):")
+        print(table(["variant", "id/path"], id_rows))
     quiet_rows: list[list[object]] = []
     for runner in ("threads", "procs", "pgbench"):
         for layout in ("disjoint", "shared"):
@@ -637,7 +666,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=11, help="renames each way in part 2")
     ap.add_argument("--no-procs", action="store_true", help="skip the multi-process variants")
     ap.add_argument("--quick", action="store_true",
-                    help="only threads and processes (disjoint, notify on) and the raw ceiling")
+                    help="only threads (by path and by id) and processes (disjoint, notify on) "
+                    "and the raw ceiling")
     ap.add_argument("--parts", default="1,2,3", help="which parts to run, e.g. 1,2")
     args = ap.parse_args(argv)
     parts = {int(p) for p in args.parts.split(",") if p}
@@ -646,6 +676,7 @@ def main(argv: list[str] | None = None) -> int:
 
     variants = [
         Variant("threads", "disjoint", True),
+        Variant("threads", "disjoint", True, by_id=True),
         Variant("threads", "disjoint", False),
         Variant("threads", "shared", True),
         Variant("pgbench", "disjoint", True),
@@ -660,8 +691,9 @@ def main(argv: list[str] | None = None) -> int:
             Variant("procs", "shared", True),
         ]
     if args.quick:
-        variants = [Variant("threads", "disjoint", True), Variant("procs", "disjoint", True),
-                    Variant("raw", "disjoint", False)]
+        variants = [Variant("threads", "disjoint", True),
+                    Variant("threads", "disjoint", True, by_id=True),
+                    Variant("procs", "disjoint", True), Variant("raw", "disjoint", False)]
     print(f"bench_coordinator {now_utc()}, {os.cpu_count()} CPUs, load {load_average()}, "
           f"python {sys.version.split()[0]}", flush=True)
     with migrated_cluster() as (pg, url):
