@@ -238,7 +238,8 @@ def test_downgrading_0012_brings_back_the_functions_of_0011(pg_cluster: LocalPos
                                                            files_url: str) -> None:
     """Below 0012 the functions are 0011's: no copy, no depth helpers, and the move with
     its own depth walk (0012 keeps that body frozen, since 0011 installs the files as
-    they are now); everything else is the head's."""
+    they are now), and the lock as it was before 0013 (0013 keeps that body frozen);
+    everything else is the head's."""
     down = pg_cluster.create_database(f"pk_schema_down_{next(_ids)}")
     upgrade(down)
     downgrade(down, "0011_functions_from_files")
@@ -246,9 +247,11 @@ def test_downgrading_0012_brings_back_the_functions_of_0011(pg_cluster: LocalPos
                         ("the downgraded database", "the files"))
     changed = sorted((line.split(": ")[1], line.split("('")[1].split("(")[0])
                      for line in found)
-    assert changed == [("only in the downgraded database", "pathkeeper_move"),
+    assert changed == [("only in the downgraded database", "pathkeeper_lock"),
+                       ("only in the downgraded database", "pathkeeper_move"),
                        ("only in the files", "pathkeeper_check_depth"),
                        ("only in the files", "pathkeeper_copy"),
+                       ("only in the files", "pathkeeper_lock"),
                        ("only in the files", "pathkeeper_move"),
                        ("only in the files", "pathkeeper_subtree_extent")], found
     with psycopg.connect(down) as conn:

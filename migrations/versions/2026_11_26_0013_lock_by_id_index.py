@@ -27,7 +27,7 @@ depends_on = None
 
 #: ``coordinator.sql.functions.digest()`` of the files this revision was written for
 #: (see that module: a later change of a file needs a later revision naming the new one).
-FUNCTIONS_DIGEST = "344b8efcf75027bd"
+FUNCTIONS_DIGEST = "56e4e57dceb0794c"
 
 #: ``pathkeeper_lock`` as 0012 installed it (``fn_lock.sql`` before this revision).
 _LOCK_0012 = r"""
