@@ -174,15 +174,29 @@ def _stall(url: str, request: str) -> socket.socket:
 
 
 def _answer(sock: socket.socket, seconds: float) -> bytes:
-    """What the server sent on ``sock`` within ``seconds`` (b"" if it closed the
-    connection without an answer; b"pending" if it did neither)."""
+    """The whole answer the server sent on ``sock`` within ``seconds``: its head and as
+    much body as its Content-Length says, however the bytes were cut into segments
+    (b"" if it closed the connection without an answer; b"pending" if it did neither)."""
     sock.settimeout(seconds)
+    data = b""
     try:
-        data = sock.recv(4096)
+        while b"\r\n\r\n" not in data:
+            more = sock.recv(4096)
+            if not more:
+                return data
+            data += more
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")), 0)
+        while len(body) < length:
+            more = sock.recv(4096)
+            if not more:
+                break
+            data, body = data + more, body + more
     except TimeoutError:
-        return b"pending"
+        return data or b"pending"
     except ConnectionResetError:
-        return b""
+        return data
     return data
 
 
