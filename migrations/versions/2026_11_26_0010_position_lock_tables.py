@@ -11,7 +11,7 @@ on two empty tables of a schema of their own, ``pathkeeper_locks``, on which PUB
 no privilege: a role without USAGE on the schema cannot name the tables, so it can take
 no lock on them in any mode (not even the ones PostgreSQL takes while parsing, before
 it checks privileges, e.g. for ``PREPARE ... SELECT ... FOR UPDATE``). The argument is
-in ``coordinator/eventlog.py`` (position lock) and ``indexer/retention.py`` (snapshot).
+in ``coordinator/event_reader.py`` (position lock) and ``indexer/retention.py`` (snapshot).
 
 ``pathkeeper_locks.take_position_lock()``: ``LOCK TABLE position_lock IN ROW SHARE
 MODE`` (writers never conflict with one another: ROW SHARE conflicts only with
