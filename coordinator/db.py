@@ -31,6 +31,8 @@ from .errors import (
     InvalidMove,
     InvalidName,
     IsADirectory,
+    NamespaceFrozen,
+    NamespaceMoved,
     NotADirectory,
     NotFound,
     NotMigrated,
@@ -66,6 +68,8 @@ SERVER_NOT_EMPTY = "PK005"
 SERVER_IS_A_DIRECTORY = "PK006"
 SERVER_INVALID_ARGUMENT = "PK007"
 SERVER_TOO_LARGE = "PK008"
+SERVER_NAMESPACE_FROZEN = "PK009"
+SERVER_NAMESPACE_MOVED = "PK010"
 
 
 UPGRADE_HINT = "run `pathkeeper db upgrade` (with the same --database-url)"
@@ -400,6 +404,8 @@ _SERVER_ERRORS: dict[str, type[CoordinatorError]] = {
     SERVER_IS_A_DIRECTORY: IsADirectory,
     SERVER_INVALID_ARGUMENT: InvalidArgument,
     SERVER_TOO_LARGE: TooLarge,
+    SERVER_NAMESPACE_FROZEN: NamespaceFrozen,
+    SERVER_NAMESPACE_MOVED: NamespaceMoved,
 }
 
 

@@ -127,6 +127,22 @@ class OutcomeUnknown(Unavailable):
     code = "outcome_unknown"
 
 
+class NamespaceFrozen(Unavailable):
+    """The namespace is being moved to another database server and takes no writes for
+    a moment (its reads go on). Retryable after a second: HTTP 503 with Retry-After."""
+
+    code = "namespace_frozen"
+
+
+class NamespaceMoved(Unavailable):
+    """The database server asked does not hold the namespace (any more, or not yet): the
+    shard map was stale. ``Coordinator`` re-reads the map and runs the call once more on
+    the namespace's server; this reaches a caller only if the map still names a server
+    that refuses (a move that stopped halfway: ``pathkeeper shard move --resume``)."""
+
+    code = "namespace_moved"
+
+
 class NotMigrated(Unavailable):
     """The database has no Pathkeeper schema, or an older one: run ``pathkeeper db upgrade``."""
 

@@ -126,6 +126,8 @@ CREATE TABLE log_snapshots (
     namespaces integer NOT NULL,
     nodes bigint NOT NULL,
     anomalies integer DEFAULT '0' NOT NULL,
+    -- NULL: every namespace; a name: that namespace alone (written by a move).
+    namespace varchar(128),
     CONSTRAINT pk_log_snapshots PRIMARY KEY (id)
 );
 CREATE INDEX ix_log_snapshots_position ON log_snapshots (position);
@@ -154,6 +156,18 @@ CREATE TABLE log_horizon (
     compacted_at timestamptz DEFAULT now() NOT NULL,
     CONSTRAINT pk_log_horizon PRIMARY KEY (id),
     CONSTRAINT ck_log_horizon_single_row CHECK (id = 1)
+);
+
+-- Whether this server owns each namespace now (docs/sharding.md); no row: active.
+CREATE TABLE namespace_placement (
+    namespace varchar(128) NOT NULL,
+    state varchar(8) NOT NULL,
+    log_from bigint DEFAULT '0' NOT NULL,
+    frozen_at bigint,
+    updated_at timestamptz DEFAULT now() NOT NULL,
+    CONSTRAINT pk_namespace_placement PRIMARY KEY (namespace),
+    CONSTRAINT ck_namespace_placement_state
+        CHECK (state IN ('incoming', 'active', 'frozen', 'gone'))
 );
 
 -- Locks that only roles granted our schema can take (migration 0010 has the argument):
