@@ -367,15 +367,25 @@ class Coordinator(NamespaceCommands):
             seq = tx.events.append(ns, NamespaceDropped(root_id=node.id, count=count))
             return MutationResult(node, seq)
 
+        tried = self.shard_map.shard_of(ns)
         try:
-            result = self.run(ns, body)
+            result = self._routed(ns, lambda on: self._run_on(on, ns, body), tried)
         except NotFound:
-            # Not on its server: a create or a drop that stopped halfway left the
-            # directory's row, which goes now.
-            self.shard_map.forget(ns)
+            # Not on its server. If the directory, read again, still names that server, a
+            # create or a drop stopped halfway and left the directory's row, which goes
+            # now; if it names another, the map was stale and the row is the namespace's.
+            self.shard_map.refresh(ns)
+            if self._placed_on(ns) == tried:
+                self.shard_map.forget(ns)
             raise
         self.shard_map.forget(ns)  # after the server's drop: never a namespace unnamed
         return result
+
+    def _placed_on(self, ns: str) -> Shard | None:
+        try:
+            return self.shard_map.shard_of(ns)
+        except NotFound:
+            return None
 
     def namespaces(self) -> list[str]:
         """Every namespace, by name (with a directory: its placements)."""

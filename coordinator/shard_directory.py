@@ -148,9 +148,13 @@ class DirectoryMap:
         return chosen
 
     def forget(self, namespace: str) -> None:
+        """Remove the placement, unless a move of the namespace is in flight (its row
+        is the mover's to finish or undo)."""
         with translated(), self.directory.begin() as conn:
-            conn.execute(text("DELETE FROM placements WHERE namespace = :ns"),
-                         {"ns": namespace})
+            conn.execute(text(
+                "DELETE FROM placements p WHERE namespace = :ns "
+                "AND NOT EXISTS (SELECT 1 FROM moves m WHERE m.namespace = p.namespace)"),
+                {"ns": namespace})
         self.refresh(namespace)
 
     def namespaces(self) -> list[str]:

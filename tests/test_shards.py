@@ -34,6 +34,7 @@ from coordinator.errors import (
     InvalidArgument,
     InvalidConfiguration,
     NamespaceFrozen,
+    NotFound,
 )
 from coordinator.shard_admin import add_shard, check, init_directory
 from coordinator.shard_directory import DirectoryMap
@@ -215,6 +216,22 @@ def test_drop_removes_the_directory_row_after_the_shard_s(shards: Shards,
     with pytest.raises(Exception, match="half"):
         coord.drop_namespace("half")
     assert _placement(shards.directory, "half") is None
+
+
+def test_a_drop_through_a_stale_map_leaves_the_moved_namespace_s_row(shards: Shards) -> None:
+    """A map that missed a flip sends the drop to the old shard, which no longer has the
+    namespace (its move's cleanup ran): NotFound, and the directory's row, which names
+    the new shard, stays."""
+    with Coordinator(shard_map=DirectoryMap(shards.directory, listen=False)) as coord:
+        coord.create_namespace("trav", shard="default")
+        coord.mkdir("trav", "/x")  # cached on "default"
+        _flip(shards, "trav", "b", fence=False)
+        with Coordinator.connect(shards.default) as old:
+            old.drop_namespace("trav", force=True)  # the cleanup
+        with pytest.raises(NotFound):
+            coord.drop_namespace("trav")
+    assert _placement(shards.directory, "trav") == ("b", 2)
+    assert _namespaces_on(shards.b) == ["trav"]
 
 
 # ------------------------------------------------------------------ routing
