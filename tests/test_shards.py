@@ -205,6 +205,36 @@ def test_a_create_that_stopped_halfway_is_listed_and_finished(shards: Shards) ->
     assert check(shards.directory) == []
 
 
+def test_concurrent_creates_of_one_name_make_it_once(shards: Shards) -> None:
+    """Processes racing to create one name (each its own Coordinator and connections): the
+    directory's primary key lets one place it, the others find the row and meet the
+    shard's; exactly one create succeeds, on one shard."""
+    import threading
+
+    outcomes: list[str] = []
+    start = threading.Barrier(6)
+
+    def create(i: int) -> None:
+        with Coordinator.connect(directory_url=shards.directory) as coord:
+            start.wait()
+            try:
+                coord.create_namespace("race", shard=None if i % 2 else "b")
+                outcomes.append("created")
+            except AlreadyExists:
+                outcomes.append("exists")
+
+    threads = [threading.Thread(target=create, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert sorted(outcomes) == ["created"] + ["exists"] * 5
+    placed = _placement(shards.directory, "race")
+    assert placed is not None
+    home, away = shards.url(placed[0]), shards.url("b" if placed[0] == "default" else "default")
+    assert _namespaces_on(home) == ["race"] and _namespaces_on(away) == []
+
+
 def test_drop_removes_the_directory_row_after_the_shard_s(shards: Shards,
                                                          coord: Coordinator) -> None:
     coord.create_namespace("gone", shard="b")
