@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -25,7 +26,7 @@ from coordinator.results import POSITION_BLOCK
 from indexer import setfold
 from indexer.errors import ReplayError
 from indexer.replay import rebuild
-from indexer.retention import take_snapshot
+from indexer.retention import compact, take_snapshot
 from indexer.search_engine import SearchEngine
 from indexer.verify import verify_index, verify_log
 from pathkeeper.cli.main import main
@@ -80,9 +81,11 @@ def copy_in(source: Coordinator, target: Coordinator, ns: str) -> None:
                                for v in r) for r in rows])
 
 
-def flip(source: Coordinator, target: Coordinator, ns: str) -> int:
+def flip(source: Coordinator, target: Coordinator, ns: str,
+         between: Callable[[], object] = lambda: None) -> int:
     """Steps 3, 5 and 6(a) of a move: freeze on the source, carry the sequence, and on the
-    target ``active`` with ``log_from`` and the namespace's own snapshot. Returns F."""
+    target ``active`` with ``log_from`` and the namespace's own snapshot (``between``
+    runs after the sequence step). Returns F."""
     with source.engine.begin() as conn:
         l_s = int(conn.execute(text("SELECT pathkeeper_freeze_namespace(:ns)"),
                                {"ns": ns}).scalar_one())
@@ -92,6 +95,7 @@ def flip(source: Coordinator, target: Coordinator, ns: str) -> int:
         conn.execute(text("SELECT setval('event_position_seq', "
                           "greatest(last_value, CAST(:l AS bigint))) FROM event_position_seq"),
                      {"l": l_s})
+    between()
     with target.engine.begin() as conn:
         conn.execute(text("UPDATE namespace_placement SET state = 'active', log_from = :f "
                           "WHERE namespace = :ns"), {"f": f, "ns": ns})
@@ -243,4 +247,34 @@ def test_an_incoming_namespace_is_never_indexed_reindexed_or_verified(
     result = rebuild(coord, es, source="events", alias=alias)
     assert index_docs(es, alias) == docs
     assert verify_index(coord, es, alias=alias).ok
+    assert verify_log(coord).ok
+
+
+def test_compaction_keeps_a_moved_in_namespaces_base(
+    coord: Coordinator, source: Coordinator
+) -> None:
+    """A snapshot of every namespace taken while m was still incoming (after the move
+    carried the sequence and the target wrote on, so above m's log_from) does not hold
+    m: compacting up to it would delete m's own snapshot, its only base. It is not taken
+    as the cut; a later snapshot, which holds m (folded from its own), is."""
+    fill(coord, "t")
+    fill(source, "m")
+    copy_in(source, coord, "m")
+
+    def meanwhile() -> None:  # the target's own writers go on: the snapshot is above F
+        coord.mkdir("t", "/meanwhile")
+        take_snapshot(coord.engine)
+
+    flip(source, coord, "m", between=meanwhile)
+    coord.mkdir("m", "/b/after")
+    assert folded(coord, wait_for_bound(coord.engine)) == {
+        "t": table(coord, "t"), "m": table(coord, "m")}
+    nothing = compact(coord.engine, timedelta(0), force=True)
+    assert nothing.snapshot_id is None and nothing.events_deleted == 0, nothing
+    holds_m = take_snapshot(coord.engine)
+    done = compact(coord.engine, timedelta(0), force=True)
+    assert done.snapshot_id == holds_m.id and done.events_deleted > 0
+    coord.rename("m", "/b/after", "later")
+    assert folded(coord, wait_for_bound(coord.engine)) == {
+        "t": table(coord, "t"), "m": table(coord, "m")}
     assert verify_log(coord).ok
