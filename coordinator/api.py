@@ -508,6 +508,7 @@ class Coordinator(NamespaceCommands):
         report_after: float = REPORT_AFTER,
         contents: bool = True,
         shard: str | None = None,
+        copied: bool = False,
     ) -> tuple[list[Event], int]:
         """Events safe to consume after cursor ``after`` (None: from the start; ``"horizon"``:
         from the oldest event compaction kept; ``"now"``: none, and the end of the log),
@@ -515,7 +516,8 @@ class Coordinator(NamespaceCommands):
         compaction horizon raises ``CursorExpired``, one past the end ``CursorAhead``.
         Waits up to ``wait`` seconds for writers in flight; ``on_slow(writers)`` is
         called once if that lasts ``report_after`` seconds; ``contents=False`` reads file
-        contents as null. See ``coordinator.event_reader``.
+        contents as null; ``copied=True`` is the change feed's read (a namespace moved
+        here reads on through its copied events). See ``coordinator.event_reader``.
 
         Each server has its own log, with positions of its own: the log read is the one
         of the server of ``namespaces`` (all on one), or of the server named ``shard``
@@ -525,7 +527,7 @@ class Coordinator(NamespaceCommands):
             return read_events(
                 engine, after, limit, namespaces=namespaces, partition=partition,
                 until=until, wait=wait, on_slow=on_slow, report_after=report_after,
-                contents=contents,
+                contents=contents, copied=copied,
             )
         except DBAPIError as exc:
             raise translate(exc) from exc

@@ -115,23 +115,55 @@ IMPORT_MARK_SQL = (
     "CAST(hashtext(CAST(:ns AS text))::bigint & 2147483647 AS integer))"
 )
 
-#: The claim a writer makes before its ``nextval``, as a subquery. The subqueries run
-#: innermost first (OFFSET 0 keeps each one a separate plan node): the transaction has its
-#: id, then the position lock. The WHERE makes pg_current_xact_id() run at all: it is
-#: STABLE, and the planner replaces an unused stable output column of a subquery by NULL
-#: without evaluating it.
-POSITION_CLAIM_SQL = f"""
+#: The shard fence's advisory lock class, 0x504B4645 ("PKFE"): writers take
+#: ``(FENCE_CLASS, <the namespace's hash>)`` shared (``fn_check_placed.sql``), a move's
+#: freeze takes it exclusive (``fn_freeze_namespace.sql``). See docs/sharding.md.
+FENCE_CLASS = 0x504B4645
+
+
+def position_claim_sql(namespaces: str | None = None) -> str:
+    """The claim a writer makes before its ``nextval``, as a subquery. The subqueries run
+    innermost first (OFFSET 0 keeps each one a separate plan node): the fence, the
+    transaction has its id, then the position lock. The WHERE makes pg_current_xact_id()
+    run at all: it is STABLE, and the planner replaces an unused stable output column of
+    a subquery by NULL without evaluating it.
+
+    ``namespaces``, an SQL expression of a ``text[]`` (the namespaces the transaction
+    writes events of), puts the shard fence (``pathkeeper_check_placed``, once per
+    namespace) first: so a transaction that never called a server function (a group's
+    plain statements, a namespace's create or drop, an import) is refused for a
+    namespace frozen or not on this server, before it holds the position lock (readers
+    wait for holders of that lock, and must not wait for a writer waiting on a freeze).
+    A volatile function's output column is kept (and so evaluated) under the count.
+    Without ``namespaces``: a claim whose statement already went through the fence (the
+    lone statements of ``coordinator.single_statement`` call server functions)."""
+    fence = ""
+    if namespaces is not None:
+        fence = f"""
+                FROM (
+                    SELECT count(f.placed) AS fenced FROM (
+                        SELECT pathkeeper_check_placed(u.ns) AS placed
+                        FROM (SELECT DISTINCT ns FROM unnest({namespaces}) AS n(ns)) AS u
+                        OFFSET 0
+                    ) AS f
+                ) AS fence"""
+    return f"""
             SELECT {POSITION_LOCK_SQL} AS locked
-            FROM (SELECT pg_current_xact_id() AS xid OFFSET 0) AS xact
+            FROM (SELECT pg_current_xact_id() AS xid{fence.replace(chr(10), chr(10) + "    ")}
+                  OFFSET 0) AS xact
             WHERE xact.xid IS NOT NULL
             OFFSET 0"""
-# A writer's last statement: the claim, then a block, insert the events, notify. One
-# round trip.
+
+
+#: The claim without the fence (see ``position_claim_sql``).
+POSITION_CLAIM_SQL = position_claim_sql()
+# A writer's last statement: the fence and the claim, then a block, insert the events,
+# notify. One round trip.
 TAKE_BLOCK_SQL = text(
     f"""
     WITH block AS (
         SELECT nextval('event_position_seq') AS base
-        FROM ({POSITION_CLAIM_SQL}
+        FROM ({position_claim_sql("CAST(:nss AS text[])")}
         ) AS claim
     ), written AS (
         INSERT INTO events (namespace, position, node_id, type, payload)

@@ -92,6 +92,54 @@ class Partition:
     SQL = "mod(hashtext(namespace)::bigint & 2147483647, :p_count) = :p_index"
 
 
+#: The events of this server's log that its consumers apply (the worker, replay's tail,
+#: folds, snapshots, verify's log check): not those of a namespace a move is copying here
+#: (``incoming``: its rows are not this server's yet) or moved away from here (``gone``:
+#: every event it had here was indexed before the move's flip, and the leftovers are being
+#: deleted), nor a moved-in namespace's copied events (at or below its ``log_from``:
+#: written, and indexed, on the server it came from). docs/sharding.md, section 2. A
+#: condition on a row of ``events`` named ``{e}``, in the statement that reads the events
+#: (so one snapshot sees the placement and the events: a namespace's first event here
+#: is visible only with the flip that made it ``active``). The placements are read once
+#: per statement, as a map from namespace to the position its events start after (an
+#: uncorrelated subquery: one InitPlan), never per event: a correlated anti-join made the
+#: planner pick other plans for wide ranges, 8x slower reads of a full batch (measured).
+#: The table is empty outside moves: the map is NULL and each row costs one lookup in it.
+_MOVED_MAP = (
+    "(SELECT jsonb_object_agg(p.namespace, CASE WHEN p.state IN ({skipped}) "
+    "THEN 9223372036854775807 ELSE p.log_from END) FROM namespace_placement p "
+    "WHERE p.state IN ({skipped}) OR p.log_from > 0)"
+)
+OWNED_EVENT_SQL = (
+    "{e}.position > coalesce(CAST("
+    + _MOVED_MAP.format(skipped="'incoming', 'gone'").replace("{", "{{").replace("}", "}}")
+    + " ->> {e}.namespace AS bigint), 0)"
+)
+#: The change feed's version: a moved-in namespace's copied events are its history, which
+#: a cursor handed out by the server it came from reads on (section 3, "feed"); only a
+#: namespace still being copied here is left out.
+COPIED_EVENT_SQL = (
+    "{e}.position > coalesce(CAST("
+    + _MOVED_MAP.replace("WHERE p.state IN ({skipped}) OR p.log_from > 0",
+                         "WHERE p.state IN ({skipped})")
+    .format(skipped="'incoming'").replace("{", "{{").replace("}", "}}")
+    + " ->> {e}.namespace AS bigint), 0)"
+)
+#: Namespaces whose rows a reader of ``nodes`` that no event drives (reindex's load,
+#: verify's scan) leaves out: a condition on a namespace's name ``{ns}``.
+OWNED_NAMESPACE_SQL = (
+    "NOT EXISTS (SELECT 1 FROM namespace_placement p WHERE p.namespace = {ns} "
+    "AND p.state IN ('incoming', 'gone'))"
+)
+#: For a change-feed read of namespaces that are all frozen or gone here: the highest of
+#: their ``frozen_at`` (every position they got here is at or below it), else NULL.
+_FEED_CLAMP_SQL = text(
+    "SELECT CASE WHEN count(*) = cardinality(CAST(:nss AS text[])) THEN max(frozen_at) END "
+    "FROM namespace_placement WHERE namespace = ANY(CAST(:nss AS text[])) "
+    "AND state IN ('frozen', 'gone')"
+)
+
+
 def notified_partitions(payload: str | None, count: int) -> set[int] | None:
     """The partitions (of ``count``) a ``pathkeeper_events`` notification concerns.
 
@@ -384,6 +432,13 @@ def check_not_ahead(conn: Connection, cursor: int) -> None:
     check_not_ahead_of(cursor, int(conn.execute(END_SQL).scalar_one()))
 
 
+def _clamped(conn: Connection, namespaces: Sequence[str], cursor: int, next_cursor: int) -> int:
+    """``next_cursor``, lowered to the ``frozen_at`` of ``namespaces`` if they are all
+    frozen or gone here (never below ``cursor``: a cursor does not go back)."""
+    clamp = conn.execute(_FEED_CLAMP_SQL, {"nss": list(namespaces)}).scalar()
+    return next_cursor if clamp is None else max(cursor, min(next_cursor, int(clamp)))
+
+
 # The payload with its file content, if it has one, read as null (every event that
 # carries a content allows null there: a directory's).
 _WITHOUT_CONTENT = (
@@ -404,6 +459,7 @@ def read_events(
     on_slow: Callable[[list[WriterInFlight]], None] | None = None,
     report_after: float = REPORT_AFTER,
     contents: bool = True,
+    copied: bool = False,
 ) -> tuple[list[Event], int]:
     """Events after ``after`` that are safe to consume, in position order, and the next cursor.
 
@@ -422,17 +478,27 @@ def read_events(
     ``contents=False`` reads every payload's ``content`` as null, for readers that only
     plan from the events (the indexer reads nodes from PostgreSQL): an import's
     transaction is one batch of up to a whole block, 65,536 files' contents otherwise.
+
+    Namespaces moved between servers (docs/sharding.md): by default the events this
+    server's consumers apply (``OWNED_EVENT_SQL``). ``copied=True`` is the change feed's
+    read (``COPIED_EVENT_SQL``): a moved-in namespace's copied events too; and, for
+    ``namespaces`` that are all frozen or gone here, the cursor returned stops at their
+    ``frozen_at`` (they have no event above it here, and a cursor past it could be past
+    the end of the log of the server they moved to).
     """
     # A batch must be able to hold one event, or a reader would never move on.
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise InvalidArgument(f"limit must be a whole number of at least 1, not {limit!r}")
     if after == "now":
         try:
-            return [], wait_for_bound(engine, wait, namespaces=namespaces,
-                                      partition=partition, on_slow=on_slow,
-                                      report_after=report_after)
+            end = wait_for_bound(engine, wait, namespaces=namespaces, partition=partition,
+                                 on_slow=on_slow, report_after=report_after)
         except BoundTimeout as exc:
             raise Unavailable(f"cannot find the end of the event log: {exc}") from exc
+        if copied and namespaces is not None:
+            with engine.connect() as conn:
+                end = _clamped(conn, namespaces, 0, end)
+        return [], end
     if after == "horizon":
         with engine.connect() as conn:
             cursor = horizon(conn)
@@ -454,7 +520,8 @@ def read_events(
         bound = min(bound, until)
     if bound <= cursor:
         return [], cursor
-    where = ["position > :after", "position <= :bound"]
+    where = ["position > :after", "position <= :bound",
+             (COPIED_EVENT_SQL if copied else OWNED_EVENT_SQL).format(e="events")]
     params: dict[str, Any] = {"after": cursor, "bound": bound, "limit": limit}
     if namespaces is not None:
         where.append("namespace = ANY(:nss)")
@@ -480,6 +547,8 @@ def read_events(
         # After the reads, not before: a compaction that committed before them shows
         # here; one that commits after them deleted nothing they returned.
         check_horizon(conn, cursor)
+        if copied and namespaces is not None:
+            next_cursor = _clamped(conn, namespaces, cursor, next_cursor)
     events = [
         Event(
             position=int(r.position),

@@ -70,7 +70,7 @@ from .errors import (
     TooLarge,
     Unavailable,
 )
-from .event_appender import IMPORT_MARK_SQL, POSITION_CLAIM_SQL
+from .event_appender import IMPORT_MARK_SQL, position_claim_sql
 from .events import Created, payload_sql
 from .results import POSITION_BLOCK
 from .settings import MAX_IMPORT_LINE_BYTES
@@ -358,11 +358,13 @@ def id_prefix() -> tuple[str, int]:
     return prefix, secrets.randbelow(2**48 - 2**40)
 
 
-# The claiming statement: the claim of ``event_appender.POSITION_CLAIM_SQL`` (transaction
-# id, then the position lock), then one nextval per block; MATERIALIZED runs the claim
-# once, before any nextval.
+# The claiming statement: the claim of ``event_appender.position_claim_sql`` (the shard
+# fence for the namespace, transaction id, then the position lock), then one nextval per
+# block; MATERIALIZED runs the claim once, before any nextval. The fence is taken here, at
+# the end, and not when the import starts: a freeze then never waits for an import that
+# is still reading its input (it is refused at its claim instead, writing nothing).
 CLAIM_BLOCKS_SQL = f"""
-    WITH claim AS MATERIALIZED ({POSITION_CLAIM_SQL}
+    WITH claim AS MATERIALIZED ({position_claim_sql("ARRAY[CAST(:ns AS text)]")}
     )
     SELECT nextval('event_position_seq') AS base
     FROM claim, generate_series(1, :k) AS g
@@ -544,8 +546,8 @@ class Importer:
         claimed: list[int] = []
         base = None
         for _ in range(100):
-            claimed += [int(v) for v in self.conn.execute(text(CLAIM_BLOCKS_SQL), {"k": k})
-                        .scalars()]
+            claimed += [int(v) for v in self.conn.execute(
+                text(CLAIM_BLOCKS_SQL), {"k": k, "ns": self.ns}).scalars()]
             base = contiguous_run(claimed, k)
             if base is not None:
                 break

@@ -16,6 +16,7 @@ from sqlalchemy import Connection, Engine, Row, text
 
 from coordinator import Node
 from coordinator.db import streamed
+from coordinator.event_reader import OWNED_NAMESPACE_SQL
 from coordinator.events import (
     UNVERSIONED,
     VERSION_KEY,
@@ -165,6 +166,28 @@ NAMESPACE_WALK = subtree_cte(
     "namespace = :ns AND parent_id IS NULL",
     top_path="CAST('/' AS text)",
 )
+
+
+_OWNED_NAMESPACES = text(
+    "SELECT name FROM namespaces n WHERE "
+    + OWNED_NAMESPACE_SQL.format(ns="n.name") + " ORDER BY name"
+)
+
+
+def owned_namespaces(conn: Connection) -> list[str]:
+    """The namespaces whose ``nodes`` rows are this server's, by name, in the
+    connection's current transaction: not one a move is copying here (``incoming``: a
+    partial copy must never reach the index) nor one moved away (``gone``: its leftovers
+    are being deleted; the index holds the new server's documents). docs/sharding.md."""
+    return list(conn.execute(_OWNED_NAMESPACES).scalars())
+
+
+def placed_elsewhere(conn: Connection) -> list[str]:
+    """The namespaces ``owned_namespaces`` leaves out for a move (incoming or gone here),
+    whether or not they have rows here: their documents are another server's to keep."""
+    return list(conn.execute(text(
+        "SELECT namespace FROM namespace_placement WHERE state IN ('incoming', 'gone') "
+        "ORDER BY namespace")).scalars())
 
 
 def walk_nodes(conn: Connection, namespace: str, order_by_id: bool = False) -> Iterator[Node]:

@@ -10,7 +10,7 @@ from sqlalchemy import Connection, Engine, text
 
 from coordinator import Event
 from coordinator.db import streamed
-from coordinator.event_reader import BoundTimeout, wait_for_bound
+from coordinator.event_reader import OWNED_EVENT_SQL, BoundTimeout, wait_for_bound
 
 from .errors import ReplayError
 
@@ -29,7 +29,9 @@ def scan_events(
     """Events with ``after < position <= until`` in position order, streamed by a
     server-side cursor. ``until`` must be a safe position (or the caller's snapshot
     must be the one that defines what exists)."""
-    where = "position > :after AND position <= :until"
+    # Without what a move copied here or left here (``OWNED_EVENT_SQL``), as every
+    # consumer of this server's log.
+    where = "position > :after AND position <= :until AND " + OWNED_EVENT_SQL.format(e="events")
     params: dict[str, Any] = {"after": after, "until": until}
     if namespaces is not None:
         where += " AND namespace = ANY(:nss)"

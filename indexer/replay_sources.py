@@ -14,7 +14,7 @@ from coordinator import Node
 from . import setfold
 from .contract import is_indexed
 from .errors import ReplayError
-from .live_nodes import walk_nodes
+from .live_nodes import owned_namespaces, walk_nodes
 from .progress import Progress
 from .setfold import SetFold
 
@@ -76,8 +76,7 @@ def snapshot_nodes(engine: Engine, namespaces: Sequence[str] | None) -> Iterator
         conn.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"))
         # Idle between fetches while Elasticsearch loads a chunk: not a hung client.
         conn.execute(text("SET LOCAL idle_in_transaction_session_timeout = 0"))
-        names = list(conn.execute(text("SELECT name FROM namespaces ORDER BY name")).scalars())
-        for ns in names:
+        for ns in owned_namespaces(conn):
             if namespaces is not None and ns not in namespaces:
                 continue
             for node in walk_nodes(conn, ns):

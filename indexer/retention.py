@@ -273,11 +273,20 @@ def compact(
                                         "(--force compacts anyway)",
                                  seconds=time.monotonic() - started)
         cap = None if force or lowest_checkpoint is None else int(lowest_checkpoint)
+        # A snapshot of every namespace (a move's snapshot of one namespace is no cut),
+        # and one that holds each namespace a move's snapshot below it is the base of
+        # (one taken while that namespace was still being copied here does not, and
+        # compacting up to it would delete that namespace's base).
         snap = conn.execute(
             text(
-                "SELECT id, position FROM log_snapshots "
+                "SELECT id, position FROM log_snapshots s "
                 "WHERE taken_at <= now() - CAST(:retain AS interval) AND position > :prev "
                 "AND (CAST(:cap AS bigint) IS NULL OR position <= CAST(:cap AS bigint)) "
+                "AND s.namespace IS NULL AND NOT EXISTS ("
+                "    SELECT FROM log_snapshots o JOIN namespaces n ON n.name = o.namespace "
+                "    WHERE o.position < s.position AND NOT EXISTS ("
+                "        SELECT FROM log_snapshot_nodes r WHERE r.snapshot_id = s.id "
+                "        AND r.namespace = o.namespace AND r.parent_id IS NULL)) "
                 "ORDER BY position DESC, id DESC LIMIT 1"
             ),
             {"retain": f"{retain.total_seconds()} seconds", "prev": previous, "cap": cap},
@@ -402,7 +411,8 @@ def snapshot_lock_holders(engine: Engine) -> str:
 def _newest_snapshot_age(engine: Engine) -> float | None:
     with engine.connect() as conn:
         age = conn.execute(text(
-            "SELECT extract(epoch FROM now() - max(taken_at)) FROM log_snapshots"
+            "SELECT extract(epoch FROM now() - max(taken_at)) FROM log_snapshots "
+            "WHERE namespace IS NULL"
         )).scalar()
     return None if age is None else float(age)
 

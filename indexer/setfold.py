@@ -65,7 +65,7 @@ from sqlalchemy import Connection, Engine, text
 
 from coordinator import Node
 from coordinator.db import streamed
-from coordinator.event_reader import horizon
+from coordinator.event_reader import OWNED_EVENT_SQL, OWNED_NAMESPACE_SQL, horizon
 from coordinator.events import (
     EVENT_TYPES,
     UNVERSIONED,
@@ -113,11 +113,22 @@ class Anomalies:
 
 
 class LogCompacted(IndexerError):
-    """The state asked for needs events that compaction deleted."""
+    """The state asked for needs events that compaction deleted, or (``namespace``) that
+    were written on the server a namespace was moved from: its history here starts at
+    its move (``horizon`` is then its ``log_from``)."""
 
-    def __init__(self, until: int, horizon: int) -> None:
+    def __init__(self, until: int, horizon: int, namespace: str | None = None) -> None:
         self.until = until
         self.horizon = horizon
+        self.namespace = namespace
+        if namespace is not None:
+            super().__init__(
+                f"namespace {namespace} was moved to this server at position {horizon}: "
+                f"its state as of position {until} is not in this server's log (the oldest "
+                f"state it has here is as of position {horizon}; earlier ones are on the "
+                "server it came from until that server's cleanup)"
+            )
+            return
         super().__init__(
             f"the event log was compacted up to position {horizon}: the state as of "
             f"position {until} is no longer available (the oldest state the log still "
@@ -134,8 +145,9 @@ class FoldStart:
 
 
 def pick_base(conn: Connection, until: int, use_snapshots: bool = True) -> FoldStart:
-    """The newest snapshot at or below ``until``, or the start of the log; raises
-    ``LogCompacted`` if events the fold would need are gone."""
+    """The newest snapshot of every namespace at or below ``until``, or the start of the
+    log; raises ``LogCompacted`` if events the fold would need are gone. (A snapshot of
+    one namespace, which a move writes, is that namespace's base: ``moved_in``.)"""
     cut = horizon(conn)
     if until < cut:
         raise LogCompacted(until, cut)
@@ -143,7 +155,8 @@ def pick_base(conn: Connection, until: int, use_snapshots: bool = True) -> FoldS
         row = conn.execute(
             text(
                 "SELECT id, position FROM log_snapshots WHERE position <= :until "
-                "AND position >= :cut ORDER BY position DESC, id DESC LIMIT 1"
+                "AND position >= :cut AND namespace IS NULL "
+                "ORDER BY position DESC, id DESC LIMIT 1"
             ),
             {"until": until, "cut": cut},
         ).first()
@@ -154,6 +167,69 @@ def pick_base(conn: Connection, until: int, use_snapshots: bool = True) -> FoldS
         # (it deletes events only up to a snapshot it keeps), but say so if it happens.
         raise LogCompacted(until, cut)
     return FoldStart(None, 0)
+
+
+def moved_in(
+    conn: Connection, base: FoldStart, until: int, namespaces: Sequence[str] | None
+) -> dict[str, FoldStart]:
+    """The namespaces whose fold starts from a snapshot of their own instead of ``base``:
+    a namespace moved to this server has its history here from its move on, and the move
+    wrote a snapshot of it alone at its ``log_from`` (docs/sharding.md, section 3). Each
+    takes the newest snapshot that covers it: its own (at or above its ``log_from``) if
+    that is newer than ``base`` or ``base`` does not hold it (a snapshot of every
+    namespace taken while it was still being copied here). Raises ``LogCompacted`` for a
+    namespace whose state as of ``until`` is not in this server's log: ``until`` below its
+    ``log_from``, or no snapshot here covers it."""
+    cut = horizon(conn)
+    nss = None if namespaces is None else list(namespaces)
+    log_from = {str(ns): int(f) for ns, f in conn.execute(text(
+        "SELECT namespace, log_from FROM namespace_placement "
+        "WHERE state IN ('active', 'frozen') AND log_from > 0 "
+        "AND (CAST(:nss AS text[]) IS NULL OR namespace = ANY(CAST(:nss AS text[])))"
+    ), {"nss": nss})}
+    own = {str(r.namespace): FoldStart(int(r.id), int(r.position)) for r in conn.execute(text(
+        "SELECT DISTINCT ON (s.namespace) s.namespace, s.id, s.position FROM log_snapshots s "
+        "WHERE s.namespace IS NOT NULL AND s.position <= :until AND s.position >= :cut "
+        "AND s.position >= coalesce((SELECT p.log_from FROM namespace_placement p "
+        "                            WHERE p.namespace = s.namespace), 0) "
+        "AND (CAST(:nss AS text[]) IS NULL OR s.namespace = ANY(CAST(:nss AS text[]))) "
+        "ORDER BY s.namespace, s.position DESC, s.id DESC"
+    ), {"until": until, "cut": cut, "nss": nss})}
+    in_base = set()
+    if base.snapshot_id is not None and (own or log_from):
+        in_base = {str(ns) for ns in conn.execute(text(
+            "SELECT namespace FROM log_snapshot_nodes WHERE snapshot_id = :sid "
+            "AND parent_id IS NULL AND namespace = ANY(CAST(:nss AS text[]))"
+        ), {"sid": base.snapshot_id, "nss": sorted(set(own) | set(log_from))}).scalars()}
+    starts: dict[str, FoldStart] = {}
+    for ns in sorted(set(own) | set(log_from)):
+        first = log_from.get(ns, 0)
+        if until < first:
+            raise LogCompacted(until, first, ns)
+        snap = own.get(ns)
+        if snap is not None and (snap.position > base.position or ns not in in_base):
+            starts[ns] = snap
+        elif first and not (ns in in_base and base.position >= first):
+            raise LogCompacted(until, first, ns)
+    return starts
+
+
+def _snapshot_rows(alias: str, own: bool) -> str:
+    """SQL: the row of ``log_snapshot_nodes`` (``alias``) is in its namespace's base
+    snapshot: ``:sid``, or for the namespaces of ``:own_nss`` their own (``moved_in``)."""
+    if not own:
+        return f"{alias}snapshot_id = :sid"
+    return (f"(({alias}snapshot_id = :sid AND {alias}namespace <> ALL(CAST(:own_nss AS text[])))"
+            f" OR ({alias}snapshot_id, {alias}namespace) IN (SELECT u.sid, u.ns FROM "
+            "unnest(CAST(:own_sids AS bigint[]), CAST(:own_nss AS text[])) AS u(sid, ns)))")
+
+
+#: With namespaces of their own base (``moved_in``): each of their events counts after
+#: its base's position, every other namespace's after the common base's.
+_OWN_START = (
+    "AND position > coalesce((SELECT u.pos FROM unnest(CAST(:own_nss AS text[]), "
+    "CAST(:own_pos AS bigint[])) AS u(ns, pos) WHERE u.ns = events.namespace), :base_after)"
+)
 
 
 # One scan of the events in range (of each part, see ``PARALLEL``): for each node, the
@@ -289,8 +365,8 @@ WITH t AS (
     SELECT namespace, max(ns_created) AS created, max(ns_dropped) AS dropped
     FROM {agg} GROUP BY namespace
 ), s AS (
-    SELECT namespace, id AS root_id FROM log_snapshot_nodes
-    WHERE snapshot_id = :sid AND parent_id IS NULL {ns_filter}
+    SELECT n.namespace, n.id AS root_id FROM log_snapshot_nodes n
+    WHERE {snap} AND n.parent_id IS NULL {ns_filter} {owned}
 )
 SELECT coalesce(t.namespace, s.namespace) AS namespace, t.created AS since,
        CASE WHEN t.created IS NOT NULL
@@ -312,7 +388,7 @@ CREATE TEMPORARY TABLE {state} AS
 WITH s AS (
     SELECT n.* FROM log_snapshot_nodes n JOIN {gen} g
       ON g.namespace = n.namespace AND g.since IS NULL
-    WHERE n.snapshot_id = :sid
+    WHERE {snap}
 ), j AS (
     SELECT coalesce(a.namespace, s.namespace) AS namespace, coalesce(a.node_id, s.id) AS id,
            a.l_pos, a.parent_id, a.name, a.kind, a.w_pos, a.content, a.m_pos, a.metadata,
@@ -390,7 +466,7 @@ SELECT a.namespace, a.node_id, a.c_count, a.c_pos, a.first_change, a.d_pos, a.la
 FROM {agg} a
 JOIN {gen} g ON g.namespace = a.namespace
 LEFT JOIN log_snapshot_nodes s
-       ON g.since IS NULL AND s.snapshot_id = :sid AND s.namespace = a.namespace
+       ON g.since IS NULL AND {snap_s} AND s.namespace = a.namespace
       AND s.id = a.node_id
 WHERE a.ns_created IS NULL AND a.ns_dropped IS NULL
   -- nodes of an earlier generation of the namespace are gone with it, whatever they did
@@ -440,6 +516,8 @@ class SetFold:
         self.trees: dict[str, FoldedNamespace] = {}
         n = next(_names)
         self.tables = {k: f"pathkeeper_sf_{k}_{n}" for k in ("agg", "gen", "state", "nodes")}
+        #: Namespaces folded from a snapshot of their own (``moved_in``), by name.
+        self.own_bases: dict[str, FoldStart] = {}
         self._sorted = False
 
     # ---------------------------------------------------------------- reading
@@ -516,11 +594,26 @@ def fold_into(
     """
     base = pick_base(conn, until, use_snapshots)
     fold = SetFold(conn, until, base, owns_conn)
+    own = fold.own_bases = moved_in(conn, base, until, namespaces)
     t = fold.tables
     params: dict[str, Any] = {
-        "after": base.position, "until": until, "sid": base.snapshot_id,
-        "nss": list(namespaces or ()), **EVENT_PARAMS,
+        "after": min([base.position, *(b.position for b in own.values())]),
+        "base_after": base.position, "until": until, "sid": base.snapshot_id,
+        "nss": list(namespaces or ()), "own_nss": list(own),
+        "own_sids": [b.snapshot_id for b in own.values()],
+        "own_pos": [b.position for b in own.values()], **EVENT_PARAMS,
     }
+    # Namespaces moved here or away (docs/sharding.md): only with fence rows, so a server
+    # that never took part in a move folds with exactly the statements it always did.
+    placed = bool(conn.execute(text("SELECT EXISTS (SELECT FROM namespace_placement)"))
+                  .scalar_one())
+    events_filter = _ns_filter(namespaces)
+    if placed:
+        events_filter += " AND " + OWNED_EVENT_SQL.format(e="events")
+    if own:
+        events_filter += " " + _OWN_START
+    owned = "AND " + OWNED_NAMESPACE_SQL.format(ns="n.namespace") if placed else ""
+    snap = _snapshot_rows("n.", bool(own))
     if not re.fullmatch(r"\d+\s*(kB|MB|GB)?", WORK_MEM):
         raise ValueError(f"PATHKEEPER_FOLD_WORK_MEM: not a memory size: {WORK_MEM!r}")
     if PARALLEL < 1:
@@ -542,7 +635,7 @@ def fold_into(
              for name in AGG_SETTINGS}
     for name, value in AGG_SETTINGS.items():
         conn.execute(text(f"SET LOCAL {name} = {value}"))
-    conn.execute(text(agg_sql(t["agg"], _ns_filter(namespaces), PARALLEL)), params)
+    conn.execute(text(agg_sql(t["agg"], events_filter, PARALLEL)), params)
     conn.execute(text("SET LOCAL enable_sort = on"))
     # The later statements read the fold's temporary tables, which workers cannot; and a
     # caller's statements after the fold in this transaction (verify) stay as they were.
@@ -552,8 +645,9 @@ def fold_into(
     # Only the columns later plans join or filter on: statistics of the wide array
     # columns (element frequencies) cost more than the rest of ANALYZE.
     conn.execute(text(f"ANALYZE {t['agg']} (namespace, node_id, ns_created, c_pos, d_pos)"))
-    conn.execute(text(GEN_SQL.format(**t, ns_filter=_ns_filter(namespaces))), params)
-    conn.execute(text(STATE_SQL.format(**t)), params)
+    conn.execute(text(GEN_SQL.format(**t, ns_filter=_ns_filter(namespaces, "n.namespace"),
+                                     snap=snap, owned=owned)), params)
+    conn.execute(text(STATE_SQL.format(**t, snap=snap)), params)
     conn.execute(text(f"ANALYZE {t['state']} (namespace, id, parent_id)"))
     conn.execute(text(STATE_PATHS_SQL.format(**t, shallow=SHALLOW)), params)
     deeper = conn.execute(text(
@@ -579,7 +673,8 @@ def fold_into(
 
 def _anomalies(conn: Connection, fold: SetFold, params: dict[str, Any]) -> None:
     t = fold.tables
-    for r in conn.execute(text(ANOMALY_SQL.format(**t)), params):
+    snap_s = _snapshot_rows("s.", bool(fold.own_bases))
+    for r in conn.execute(text(ANOMALY_SQL.format(**t, snap_s=snap_s)), params):
         where = f"namespace {r.namespace} node {r.node_id}"
         if r.unknown:
             fold.anomalies.add(f"{where}: {r.unknown} events of unknown type or version")
@@ -598,7 +693,7 @@ def _anomalies(conn: Connection, fold: SetFold, params: dict[str, Any]) -> None:
         f"SELECT a.namespace, min(a.node_id::text) AS node, count(*) AS n FROM {t['agg']} a "
         f"WHERE NOT EXISTS (SELECT FROM {t['agg']} b WHERE b.namespace = a.namespace "
         "AND b.ns_created IS NOT NULL) "
-        "AND NOT EXISTS (SELECT FROM log_snapshot_nodes s WHERE s.snapshot_id = :sid "
+        f"AND NOT EXISTS (SELECT FROM log_snapshot_nodes s WHERE {snap_s} "
         "AND s.namespace = a.namespace AND s.parent_id IS NULL) "
         "GROUP BY a.namespace LIMIT 100"
     ), params):

@@ -35,6 +35,7 @@ from prometheus_client import Gauge
 from sqlalchemy import Connection, text
 
 from coordinator import Coordinator, Node, NotFound
+from coordinator.event_reader import OWNED_NAMESPACE_SQL
 from coordinator.indexing import consumer_for
 from coordinator.subtree import subtree_cte
 
@@ -49,7 +50,7 @@ from .contract import (
 )
 from .errors import ReplayError
 from .index_scan import stream_index_docs
-from .live_nodes import node_exists, walk_nodes
+from .live_nodes import node_exists, owned_namespaces, placed_elsewhere, walk_nodes
 from .log_scan import current_bound
 from .progress import Progress
 from .replay_loader import record_left_out
@@ -174,7 +175,9 @@ def _scan(
         conn.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"))
         # Idle between fetches while Elasticsearch pages: not a hung client.
         conn.execute(text("SET LOCAL idle_in_transaction_session_timeout = 0"))
-        existing = list(conn.execute(text("SELECT name FROM namespaces ORDER BY name")).scalars())
+        existing = owned_namespaces(conn)
+        # Namespaces being moved in or moved away: neither compared nor extra here.
+        elsewhere = placed_elsewhere(conn)
         wanted = existing if namespaces is None else [n for n in namespaces if n in existing]
         report.namespaces = len(wanted)
         progress.phase("compare", unit="documents")
@@ -185,10 +188,11 @@ def _scan(
                 if d is not None:
                     candidates.append(d)
         # Documents of namespaces PostgreSQL does not have (dropped, or never there).
-        gone = [n for n in (namespaces or []) if n not in existing]
+        gone = [n for n in (namespaces or []) if n not in existing and n not in elsewhere]
         streams = [stream_index_docs(es, alias, n) for n in gone]
         if namespaces is None:
-            streams.append(stream_index_docs(es, alias, exclude_namespaces=existing))
+            streams.append(stream_index_docs(es, alias,
+                                             exclude_namespaces=existing + elsewhere))
         for stream in streams:
             for doc in stream:
                 report.compared += 1
@@ -333,7 +337,10 @@ _TABLE_COLUMNS = ("namespace", "id", "parent_id", "name", "kind", "content", "me
 
 
 def _table_walk(table: str, ns_filter: str) -> str:
-    walk = subtree_cte(_TABLE_COLUMNS, f"parent_id IS NULL {ns_filter}",
+    # Without namespaces that are not this server's (being copied here, or moved away),
+    # as the fold leaves out their events.
+    owned = OWNED_NAMESPACE_SQL.format(ns="nodes.namespace")
+    walk = subtree_cte(_TABLE_COLUMNS, f"parent_id IS NULL {ns_filter} AND {owned}",
                        top_path="CAST('/' AS text)", namespace="s.namespace")
     return f"CREATE TEMPORARY TABLE {table} AS {walk} SELECT * FROM sub"
 

@@ -310,8 +310,9 @@ def test_block_statement_takes_id_then_lock_then_block(coord: Coordinator) -> No
         return next(i for i, line in enumerate(plan) if needle in line)
 
     # A plan lists outer nodes first: evaluated later, printed earlier.
+    # The shard fence comes first: no writer waits on a freeze holding the position lock.
     assert (line_of("nextval(") < line_of(POSITION_LOCK_SQL)
-            < line_of("pg_current_xact_id()")), text_plan
+            < line_of("pg_current_xact_id()") < line_of("pathkeeper_check_placed(")), text_plan
 
 
 # ------------------------------------------------------------------ ordering of dependent changes

@@ -542,14 +542,15 @@ def test_binary_file_object(coord: Coordinator, ns: str) -> None:
 
 
 def test_claim_statement_takes_id_then_lock_then_blocks(coord: Coordinator) -> None:
-    """The import's claiming statement keeps the writer protocol of coordinator/event_appender.py:
-    transaction id, then the position lock, then every nextval (checked on the plan, as
+    """The import's claiming statement keeps the writer protocol of
+    coordinator/event_appender.py: the shard fence, transaction id, then the position lock,
+    then every nextval (checked on the plan, as
     ``test_block_statement_takes_id_then_lock_then_block`` does for single blocks)."""
     from coordinator.importer import CLAIM_BLOCKS_SQL
 
     with coord.engine.begin() as conn:
         plan = [r[0] for r in conn.execute(text("EXPLAIN VERBOSE " + CLAIM_BLOCKS_SQL),
-                                           {"k": 3})]
+                                           {"k": 3, "ns": "t"})]
     text_plan = "\n".join(plan)
     assert "NULL::xid8" not in text_plan, text_plan
 
@@ -557,4 +558,4 @@ def test_claim_statement_takes_id_then_lock_then_blocks(coord: Coordinator) -> N
         return next(i for i, line in enumerate(plan) if needle in line)
 
     assert (line_of("nextval(") < line_of(POSITION_LOCK_SQL)
-            < line_of("pg_current_xact_id()")), text_plan
+            < line_of("pg_current_xact_id()") < line_of("pathkeeper_check_placed(")), text_plan

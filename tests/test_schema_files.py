@@ -193,6 +193,10 @@ _RULES = {
     r"FOR (NO KEY )?UPDATE": "fn_lock",
     r"would put nodes deeper than": "fn_check_depth",
     r"s\.depth <= ": "fn_subtree_extent",
+    r"is being moved": "fn_check_placed",
+    r"is not on this server": "fn_check_placed|fn_freeze_namespace",
+    r"pg_advisory_xact_lock_shared": "fn_check_placed",
+    r"'frozen', l_s \+ 65535": "fn_freeze_namespace",
 }
 
 
@@ -238,8 +242,9 @@ def test_downgrading_0012_brings_back_the_functions_of_0011(pg_cluster: LocalPos
                                                            files_url: str) -> None:
     """Below 0012 the functions are 0011's: no copy, no depth helpers, and the move with
     its own depth walk (0012 keeps that body frozen, since 0011 installs the files as
-    they are now), and the lock as it was before 0013 (0013 keeps that body frozen);
-    every other function is the head's. (Tables are compared by the 0010 test.)"""
+    they are now), the lock as it was before 0013 (0013 keeps that body frozen), no
+    shard fence and the create without it (0015 keeps that body frozen); every other
+    function is the head's. (Tables are compared by the 0010 test.)"""
     down = pg_cluster.create_database(f"pk_schema_down_{next(_ids)}")
     upgrade(down)
     downgrade(down, "0011_functions_from_files")
@@ -248,15 +253,55 @@ def test_downgrading_0012_brings_back_the_functions_of_0011(pg_cluster: LocalPos
              if line.startswith("functions: ")]
     changed = sorted((line.split(": ")[1], line.split("('")[1].split("(")[0])
                      for line in found)
-    assert changed == [("only in the downgraded database", "pathkeeper_lock"),
+    assert changed == [("only in the downgraded database", "pathkeeper_create"),
+                       ("only in the downgraded database", "pathkeeper_lock"),
                        ("only in the downgraded database", "pathkeeper_move"),
                        ("only in the files", "pathkeeper_check_depth"),
+                       ("only in the files", "pathkeeper_check_placed"),
                        ("only in the files", "pathkeeper_copy"),
+                       ("only in the files", "pathkeeper_create"),
+                       ("only in the files", "pathkeeper_freeze_namespace"),
                        ("only in the files", "pathkeeper_lock"),
                        ("only in the files", "pathkeeper_move"),
-                       ("only in the files", "pathkeeper_subtree_extent")], found
+                       ("only in the files", "pathkeeper_subtree_extent"),
+                       ("only in the files", "pathkeeper_unfreeze_namespace")], found
     with psycopg.connect(down) as conn:
         row = conn.execute(b"SELECT pg_get_functiondef('pathkeeper_move'::regproc)"
                            ).fetchone()
     assert row is not None and "would put nodes deeper than" in row[0]
     assert "pathkeeper_check_depth" not in row[0]
+
+
+def test_downgrading_0015_takes_the_fence_out(pg_cluster: LocalPostgres,
+                                             files_url: str) -> None:
+    """Below 0015 there is no shard fence: the lock and the create as 0013 left them
+    (0015 keeps those bodies frozen), no check, freeze or unfreeze; every other function
+    is the head's, and the tables are 0014's. (A database migrated to 0014 alone cannot
+    be the reference for functions: 0011 and 0013 install the files as they are now.)"""
+    before = pg_cluster.create_database(f"pk_schema_0014_{next(_ids)}")
+    upgrade(before, "0014_namespace_placement")
+    down = pg_cluster.create_database(f"pk_schema_down_{next(_ids)}")
+    upgrade(down)
+    downgrade(down, "0014_namespace_placement")
+    tables = [line for line in differences(catalog(down), catalog(before))
+              if not line.startswith("functions: ")]
+    assert tables == []
+    found = [line for line in differences(catalog(down), catalog(files_url),
+                                          ("the downgraded database", "the files"))
+             if line.startswith("functions: ")]
+    changed = sorted((line.split(": ")[1], line.split("('")[1].split("(")[0])
+                     for line in found)
+    assert changed == [("only in the downgraded database", "pathkeeper_create"),
+                       ("only in the downgraded database", "pathkeeper_lock"),
+                       ("only in the files", "pathkeeper_check_placed"),
+                       ("only in the files", "pathkeeper_create"),
+                       ("only in the files", "pathkeeper_freeze_namespace"),
+                       ("only in the files", "pathkeeper_lock"),
+                       ("only in the files", "pathkeeper_unfreeze_namespace")], found
+    with psycopg.connect(down) as conn:
+        for name in ("pathkeeper_lock", "pathkeeper_create"):
+            row = conn.execute(f"SELECT pg_get_functiondef('{name}'::regproc)".encode()
+                               ).fetchone()
+            assert row is not None and "pathkeeper_check_placed" not in row[0], name
+    upgrade(down)  # and back up: the fence again
+    assert differences(catalog(down), catalog(files_url))[:1] == []

@@ -7,7 +7,8 @@
 -- statement of the function: its foreign-key check (which waits if a concurrent
 -- transaction holds the parent row) ends before the function returns, so the caller's
 -- claim of event positions still comes after every lock wait (the rule of
--- coordinator/eventlog.py). ROWS 1: see fn_rename.sql.
+-- coordinator/eventlog.py). First the fence (pathkeeper_check_placed), before the walk.
+-- ROWS 1: see fn_rename.sql.
 CREATE OR REPLACE FUNCTION pathkeeper_create(
     p_ns text, p_parent text[], p_id uuid, p_name text, p_kind text, p_content text,
     p_metadata jsonb
@@ -18,6 +19,7 @@ CREATE OR REPLACE FUNCTION pathkeeper_create(
 DECLARE
     dir uuid;
 BEGIN
+    PERFORM pathkeeper_check_placed(p_ns);
     dir := pathkeeper_walk_path(p_ns, p_parent, true);
     PERFORM pathkeeper_check_name_free(
         p_ns, dir, p_name, '/' || array_to_string(p_parent || p_name, '/'));

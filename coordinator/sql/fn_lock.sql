@@ -20,6 +20,8 @@
 -- and reads each parent from the one before it (LATERAL ... LIMIT 1: a probe per level;
 -- as a join, the planner without statistics put nodes on the outer side, a namespace
 -- scan per level); one statement, so one snapshot for the whole path.
+-- First the fence (pathkeeper_check_placed): a namespace this server does not own now
+-- is refused before any row is locked.
 -- Callers assign it (target := pathkeeper_lock(...)): a plain expression, which skips
 -- the function scan of SELECT ... FROM pathkeeper_lock(...) (measured: about 10 us of
 -- backend CPU per write or move).
@@ -33,6 +35,7 @@ DECLARE
     names text[];
     cur uuid;
 BEGIN
+    PERFORM pathkeeper_check_placed(p_ns);
     IF p_id IS NOT NULL THEN
         IF p_key THEN
             SELECT * INTO r FROM nodes x WHERE x.namespace = p_ns AND x.id = p_id

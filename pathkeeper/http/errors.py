@@ -155,10 +155,17 @@ def body(code: str, message: str, **extra: Any) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, **extra}}
 
 
+#: Retry-After of a namespace frozen for a move (docs/sharding.md): the freeze is meant to
+#: last under a second, so a client retries after one, whatever the outage setting says.
+FROZEN_RETRY_AFTER = 1
+
+
 def coordinator_response(
     exc: ce.CoordinatorError, retry_after: int, **extra: Any
 ) -> JSONResponse:
     status = status_of(exc)
+    if isinstance(exc, ce.NamespaceFrozen):
+        retry_after = FROZEN_RETRY_AFTER
     headers = {"Retry-After": str(retry_after)} if status in (429, 503) else None
     message = _public_message(exc, status)
     if message != str(exc):

@@ -44,8 +44,9 @@ def follow(
     while True:
         seen = hub.generation if hub is not None else 0
         remaining = deadline - time.monotonic()
+        # copied: a namespace moved to this server reads on through its copied events.
         events, cursor = coord.read_events(
-            cursor, limit, namespaces=[ns], wait=max(0.05, min(remaining, 5.0))
+            cursor, limit, namespaces=[ns], wait=max(0.05, min(remaining, 5.0)), copied=True
         )
         remaining = deadline - time.monotonic()
         if events or remaining <= 0:
