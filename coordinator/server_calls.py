@@ -2,10 +2,14 @@
 whole): for each, its arguments as the function takes them (checked here first where
 the rule is Python's: names, paths, content), its statement, and what its answer or its
 refusal means. ``TreeTx`` runs them inside a group; ``coordinator.single_statement``
-wraps the same calls in one statement that is a whole transaction."""
+wraps the same calls in one statement that is a whole transaction. A command that
+declares its function (``commands.NodeFunctionCommand``) has no class here:
+``FunctionCall`` reads its declaration."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -13,10 +17,11 @@ from typing import Any, ClassVar
 from sqlalchemy.exc import IntegrityError
 
 from . import paths, sql
+from .commands import Limits, NodeFunctionCommand, ServerFunction
 from .content import check_content, metadata_json
 from .db import FOREIGN_KEY_VIOLATION, driver_sql, sqlstate, translate
 from .errors import AlreadyExists, CoordinatorError, NotFound
-from .events import Created, Deleted, MetadataSet, Moved, Written
+from .events import Created, DomainEvent, Moved
 from .node_rows import DbRow, check_walk, node_of, parse_id
 from .results import Node
 from .retries import Retry
@@ -160,119 +165,69 @@ class MoveCall(NodeCall):
         return _moved(node_of(self.ns, row, row.path), row, row.old_parent_id)
 
 
-# A content write and a metadata write, whole, in the server
-# (migrations/versions/*_0009_write_functions.py).
-WRITE_CALL = (
-    "pathkeeper_write(:ns, :ref, CAST(:parts AS text[]), CAST(:id AS uuid), :content, "
-    "CAST(:md AS jsonb), CAST(:if_version AS bigint))"
-)
-SET_METADATA_CALL = (
-    "pathkeeper_set_metadata(:ns, :ref, CAST(:parts AS text[]), CAST(:id AS uuid), "
-    "CAST(:md AS jsonb), CAST(:if_version AS bigint))"
-)
-_WRITE_SQL = driver_sql(f"SELECT * FROM {WRITE_CALL}", binary=("parts",))
-_SET_METADATA_SQL = driver_sql(f"SELECT * FROM {SET_METADATA_CALL}", binary=("parts",))
+def function_call(fn: ServerFunction) -> str:
+    """The call of ``fn`` with its arguments as parameters named for the command's
+    fields (the node's four first, as every ``pathkeeper_*`` function takes them)."""
+    args = "".join(f", CAST(:{a.field} AS {a.sql_type})" for a in fn.args)
+    return f"{fn.name}(:ns, :ref, CAST(:parts AS text[]), CAST(:id AS uuid){args})"
+
+
+@functools.cache
+def _function_sql(fn: ServerFunction) -> str:
+    return driver_sql(f"SELECT * FROM {function_call(fn)}", binary=("parts",))
 
 
 @dataclass(frozen=True)
-class WriteCall(NodeCall):
-    """A file's content write (``content`` set; ``metadata`` too if given) or a metadata
-    write (``content`` None) as ``pathkeeper_write`` / ``pathkeeper_set_metadata`` take
-    them (the content's and the metadata's rules checked here first: they are Python's),
-    and what the answer means; for ``TreeTx`` and for a write that is a whole transaction
-    (``coordinator.single_statement``)."""
+class FunctionCall(NodeCall):
+    """A ``NodeFunctionCommand``'s call as its declaration (``function``) says: its
+    arguments checked by Python's rules first, its statement, and what its answer (the
+    node's row) or its refusal means; for ``TreeTx.call_function`` and for the command
+    alone (``coordinator.single_statement``)."""
 
-    content: str | None
-    metadata: str | None  # JSON; None: unchanged (a content write only)
-    if_version: int | None
+    function: ServerFunction
+    args: dict[str, Any]  # each argument as sent, checked
 
     @classmethod
-    def of_content(cls, ns: str, ref: object, content: object,
-                   metadata: dict[str, Any] | None, if_version: int | None,
-                   max_content_bytes: int = paths.MAX_CONTENT_BYTES) -> WriteCall:
-        body = check_content(content, max_content_bytes)
-        md = metadata_json(metadata) if metadata is not None else None
-        return cls(*cls.target(ns, ref), body, md, if_version)
-
-    @classmethod
-    def of_metadata(cls, ns: str, ref: object, metadata: dict[str, Any],
-                    if_version: int | None) -> WriteCall:
-        return cls(*cls.target(ns, ref), None, metadata_json(metadata), if_version)
+    def of(cls, ns: str, command: NodeFunctionCommand, limits: Limits) -> FunctionCall:
+        fn = command.function
+        args = {}
+        for arg in fn.args:
+            value = getattr(command, arg.field)
+            args[arg.field] = value if arg.check is None else arg.check(value, limits)
+        return cls(*cls.target(ns, command.ref), fn, args)
 
     @property
     def sql(self) -> str:
-        return _SET_METADATA_SQL if self.content is None else _WRITE_SQL
+        return _function_sql(self.function)
 
     @property
     def params(self) -> dict[str, Any]:
-        params = {**self.node_params, "md": self.metadata, "if_version": self.if_version}
-        if self.content is not None:
-            params["content"] = self.content
-        return params
+        return {**self.node_params, **self.args}
 
-    @staticmethod
-    def refused(exc: IntegrityError) -> Exception:
-        return translate(exc)
-
-    def result(self, row: DbRow) -> tuple[Node, Written | MetadataSet]:
-        """The written node, and its event."""
-        node = node_of(self.ns, row, row.path)
-        if self.content is None:
-            return node, MetadataSet(
-                id=node.id, path=node.path, metadata=node.metadata, version=node.version
-            )
-        return node, Written(
-            id=node.id, path=node.path, content=node.content, metadata=node.metadata,
-            version=node.version,
-        )
-
-
-# A delete, whole, in the server (migrations/versions/*_0007_delete_function.py).
-DELETE_CALL = (
-    "pathkeeper_delete(:ns, :ref, CAST(:parts AS text[]), CAST(:id AS uuid), :recursive, "
-    "CAST(:if_version AS bigint))"
-)
-_DELETE_SQL = driver_sql(f"SELECT * FROM {DELETE_CALL}", binary=("parts",))
-
-
-@dataclass(frozen=True)
-class DeleteCall(NodeCall):
-    """A delete's arguments as ``pathkeeper_delete`` takes them, and what its answer
-    means; for ``TreeTx.delete`` and for a delete that is a whole transaction
-    (``coordinator.single_statement``)."""
-
-    recursive: bool
-    if_version: int | None
-    sql: ClassVar[str] = _DELETE_SQL
-
-    @classmethod
-    def of(cls, ns: str, ref: object, recursive: bool, if_version: int | None) -> DeleteCall:
-        return cls(*cls.target(ns, ref), bool(recursive), if_version)
-
-    @property
-    def params(self) -> dict[str, Any]:
-        return {**self.node_params, "recursive": self.recursive,
-                "if_version": self.if_version}
-
-    @staticmethod
-    def refused(exc: IntegrityError) -> Exception:
-        """A create deeper in the subtree committed while the delete ran (the foreign
-        key's violation): run it again. Anything else: the typed error."""
-        if sqlstate(exc) == FOREIGN_KEY_VIOLATION:
+    def refused(self, exc: IntegrityError) -> Exception:
+        """The typed error for a constraint's refusal; ``Retry`` for a foreign key's
+        where the declaration says so."""
+        if self.function.retry_on_foreign_key and sqlstate(exc) == FOREIGN_KEY_VIOLATION:
             return Retry()
         return translate(exc)
 
-    def result(self, row: DbRow) -> tuple[Node, Deleted]:
-        """The deleted node as it was, and its event."""
+    def result(self, row: DbRow) -> tuple[Node, DomainEvent]:
+        """The node the function answered, and its event: each field the node's
+        attribute of that name, else the argument's, else the row's column."""
         node = node_of(self.ns, row, row.path)
-        return node, Deleted(
-            id=node.id,
-            kind=node.kind,
-            path=node.path,
-            recursive=self.recursive,
-            count=int(row.count),
-            version=node.version,
-        )
+        values = {}
+        for f in dataclasses.fields(self.function.event):
+            if f.name in _NODE_FIELDS:
+                values[f.name] = getattr(node, f.name)
+            elif f.name in self.args:
+                values[f.name] = self.args[f.name]
+            else:
+                values[f.name] = getattr(row, f.name)
+        return node, self.function.event(**values)
+
+
+#: The names an event field takes from the node a function answered.
+_NODE_FIELDS = frozenset(f.name for f in dataclasses.fields(Node))
 
 
 # A copy, whole, in the server (coordinator/sql/fn_copy.sql).

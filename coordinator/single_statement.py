@@ -30,6 +30,7 @@ parameters and what its row or refusal means; ``send`` runs it on a blocking con
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -37,24 +38,21 @@ from typing import Any, Protocol
 from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
-from .commands import Command, Runner
+from .commands import Command, NodeFunctionCommand, Runner, ServerFunction
 from .db import Driver, driver_sql
 from .event_appender import POSITION_CLAIM_SQL
-from .events import Created, Deleted, MetadataSet, Moved, Written, payload_sql
+from .events import Created, DomainEvent, Moved, payload_keys, payload_sql
 from .results import Committed, MutationResult, Node
 from .server_calls import (
     CREATE_CALL,
-    DELETE_CALL,
     MOVE_CALL,
     RENAME_CALL,
-    SET_METADATA_CALL,
-    WRITE_CALL,
     CreateCall,
-    DeleteCall,
+    FunctionCall,
     MoveCall,
     RenameCall,
     StatQuery,
-    WriteCall,
+    function_call,
 )
 from .settings import Settings
 
@@ -67,8 +65,7 @@ _MOVED_COLUMNS = {
 _MOVED_PAYLOAD = payload_sql(Moved, _MOVED_COLUMNS)
 
 
-def _logged(call: str, event: type[Moved | Created | Deleted | Written | MetadataSet],
-            payload: str, only_if: str, *binary: str) -> str:
+def _logged(call: str, event: type[DomainEvent], payload: str, only_if: str, *binary: str) -> str:
     """The statement around a function ``call`` that returns the node's row: the call
     (materialized ``r``: every lock and write first), then the claim of a block, per row
     of ``r`` for which ``only_if`` holds (so after the call), then ``event`` built by
@@ -112,27 +109,28 @@ _CREATED_PAYLOAD = payload_sql(Created, {
 CREATE_LOGGED_SQL = _logged(CREATE_CALL, Created, _CREATED_PAYLOAD, "r.id IS NOT NULL",
                             "parent")
 
-_DELETED_PAYLOAD = payload_sql(Deleted, {
-    "id": "CAST(r.id AS text)", "kind": "r.kind", "path": "r.path",
-    "recursive": "CAST(:recursive AS boolean)", "count": "r.count", "version": "r.version",
-})
-
-DELETE_LOGGED_SQL = _logged(DELETE_CALL, Deleted, _DELETED_PAYLOAD, "r.id IS NOT NULL",
-                            "parts")
-
-_WRITTEN_PAYLOAD = payload_sql(Written, {
-    "id": "CAST(r.id AS text)", "path": "r.path", "content": "r.content",
-    "metadata": "r.metadata", "version": "r.version",
-})
-WRITE_LOGGED_SQL = _logged(WRITE_CALL, Written, _WRITTEN_PAYLOAD, "r.id IS NOT NULL",
-                           "parts")
-
-_METADATA_SET_PAYLOAD = payload_sql(MetadataSet, {
-    "id": "CAST(r.id AS text)", "path": "r.path", "metadata": "r.metadata",
+#: The node's columns a declared function answers (``ServerFunction``), as an event's
+#: payload takes them.
+_NODE_PAYLOAD = {
+    "id": "CAST(r.id AS text)", "parent_id": "CAST(r.parent_id AS text)", "name": "r.name",
+    "kind": "r.kind", "path": "r.path", "content": "r.content", "metadata": "r.metadata",
     "version": "r.version",
-})
-SET_METADATA_LOGGED_SQL = _logged(SET_METADATA_CALL, MetadataSet, _METADATA_SET_PAYLOAD,
-                                  "r.id IS NOT NULL", "parts")
+}
+
+
+@functools.cache
+def function_logged_sql(fn: ServerFunction) -> str:
+    """The statement of a declared function's command alone: its event's payload built
+    as ``FunctionCall.result`` builds the event (the node's column, else the argument,
+    else the row's column of each key's name)."""
+    types = {a.field: a.sql_type for a in fn.args}
+    columns = {
+        key: _NODE_PAYLOAD.get(key) or (
+            f"CAST(:{key} AS {types[key]})" if key in types else f"r.{key}")
+        for key in payload_keys(fn.event)
+    }
+    return _logged(function_call(fn), fn.event, payload_sql(fn.event, columns),
+                   "r.id IS NOT NULL", "parts")
 
 
 class _Logged(Protocol):
@@ -208,20 +206,9 @@ class LoneStatements:
         call = MoveCall.of(self.ns, ref, dst, if_version, self.settings.max_depth)
         return Lone(MOVE_LOGGED_SQL, call.params, call)
 
-    def write_file(self, ref: str, content: str, metadata: dict[str, Any] | None,
-                   if_version: int | None, /) -> Lone:
-        call = WriteCall.of_content(self.ns, ref, content, metadata, if_version,
-                                    self.settings.max_content_bytes)
-        return Lone(WRITE_LOGGED_SQL, call.params, call)
-
-    def set_metadata(self, ref: str, metadata: dict[str, Any], if_version: int | None, /
-                     ) -> Lone:
-        call = WriteCall.of_metadata(self.ns, ref, metadata, if_version)
-        return Lone(SET_METADATA_LOGGED_SQL, call.params, call)
-
-    def delete(self, ref: str, recursive: bool, if_version: int | None, /) -> Lone:
-        call = DeleteCall.of(self.ns, ref, recursive, if_version)
-        return Lone(DELETE_LOGGED_SQL, call.params, call)
+    def call_function(self, command: NodeFunctionCommand, /) -> Lone:
+        call = FunctionCall.of(self.ns, command, self.settings)
+        return Lone(function_logged_sql(command.function), call.params, call)
 
     def create_file(self, path: str, content: str, metadata: dict[str, Any] | None, /
                     ) -> Lone:

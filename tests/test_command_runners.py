@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -53,7 +54,7 @@ def test_every_runner_method_is_some_commands() -> None:
 
     samples: dict[type[Any], Any] = {}
     for cls in COMMANDS:
-        fields = {f: "/x" for f in cls.__dataclass_fields__ if f != "op"}
+        fields = {f.name: "/x" for f in dataclasses.fields(cls) if f.name != "op"}
         samples[cls] = cls(**fields)
         samples[cls].apply(cast(Runner[None], Recorder()))
     assert called == set(_calls())
