@@ -232,6 +232,26 @@ class SetMetadata(NodeFunctionCommand):
 
 
 @dataclass(frozen=True)
+class MergeMetadata(NodeFunctionCommand):
+    """Update the metadata of a file or directory key by key: each key of ``metadata``
+    replaces the node's, a key set to None (JSON null) is removed, the other keys stay
+    (top level only: a nested object is replaced whole). One statement: concurrent
+    merges of different keys all survive, where a read and a ``set_metadata`` would
+    need a compare-and-swap and a retry."""
+
+    ref: Ref
+    metadata: dict[str, Any]
+    if_version: Version | None = None
+    op: Literal["merge_metadata"] = field(default="merge_metadata", kw_only=True)
+    route: ClassVar[Route] = Route("PATCH", "/metadata", "merge_metadata", doc=(
+        "Update the metadata key by key: each key given replaces the node's, a key set "
+        "to null is removed, the others stay."))
+    function: ClassVar[ServerFunction] = ServerFunction(
+        "pathkeeper_merge_metadata", (Arg("metadata", "jsonb", metadata_arg), IF_VERSION),
+        MetadataSet)
+
+
+@dataclass(frozen=True)
 class Move:
     """Move (and possibly rename) a node to the full path ``dst``."""
 
@@ -297,7 +317,9 @@ class Copy:
         return runner.copy(self.ref, self.to_parent, self.name, self.if_version)
 
 
-Command = Mkdir | CreateFile | WriteFile | SetMetadata | Move | Rename | Delete | Copy
+Command = (
+    Mkdir | CreateFile | WriteFile | SetMetadata | MergeMetadata | Move | Rename | Delete | Copy
+)
 #: Every command class, in the order the documentation lists them (``Command``'s, so a
 #: new command is added once, there).
 COMMANDS: tuple[type[Command], ...] = get_args(Command)
@@ -329,6 +351,11 @@ class NamespaceCommands(ABC):
         self, ns: str, ref: str, metadata: dict[str, Any], if_version: int | None = None
     ) -> MutationResult:
         return self.execute(ns, SetMetadata(ref, metadata, if_version))
+
+    def merge_metadata(
+        self, ns: str, ref: str, metadata: dict[str, Any], if_version: int | None = None
+    ) -> MutationResult:
+        return self.execute(ns, MergeMetadata(ref, metadata, if_version))
 
     def move(
         self, ns: str, src: str, dst_path: str, if_version: int | None = None
@@ -382,6 +409,11 @@ class GroupCommands(ABC, Generic[StepResult]):
         self, ref: str, metadata: dict[str, Any], if_version: int | None = None
     ) -> StepResult:
         return self.execute(SetMetadata(ref, metadata, if_version))
+
+    def merge_metadata(
+        self, ref: str, metadata: dict[str, Any], if_version: int | None = None
+    ) -> StepResult:
+        return self.execute(MergeMetadata(ref, metadata, if_version))
 
     def move(self, src: str, dst_path: str, if_version: int | None = None) -> StepResult:
         return self.execute(Move(src, dst_path, if_version))
