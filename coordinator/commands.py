@@ -21,7 +21,7 @@ them; the tree enforces the same limits (in bytes) whoever calls it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import (
     TYPE_CHECKING,
@@ -39,8 +39,10 @@ from annotated_types import Ge, Le, MaxLen, MinLen
 
 from . import paths
 from .content import check_content, metadata_json
+from .errors import AlreadyExists, CoordinatorError, NotFound
 from .events import Deleted as DeletedEvent
 from .events import DomainEvent, MetadataSet, Written
+from .events import Moved as MovedEvent
 
 if TYPE_CHECKING:
     from .results import MutationResult
@@ -92,12 +94,21 @@ class Limits(Protocol):
 @dataclass(frozen=True)
 class Arg:
     """An argument of a server-side function after the node it names: the command's
-    field ``field``, sent as ``sql_type`` under the field's name, after ``check`` (the
+    field ``field`` (None: no field, ``check`` answers from the limits alone), sent as
+    ``sql_type`` under the name ``param`` (default: the field's), after ``check`` (the
     rule that is Python's: it raises the typed error, or answers what is sent)."""
 
-    field: str
+    field: str | None
     sql_type: str
     check: Callable[[Any, Limits], object] | None = None  # None: sent as given
+    param: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The parameter's name in the statement."""
+        name = self.param or self.field
+        assert name is not None
+        return name
 
 
 def content_arg(value: object, limits: Limits) -> str:
@@ -116,6 +127,24 @@ def bool_arg(value: object, _limits: Limits) -> bool:
     return bool(value)
 
 
+def name_arg(value: object, _limits: Limits) -> str:
+    return paths.validate_name(value)
+
+
+def parent_arg(value: object, limits: Limits) -> list[str]:
+    """The names of the directory a full path ends in (the path checked whole)."""
+    return paths.parent_and_name(value, limits.max_depth)[0]
+
+
+def last_name_arg(value: object, limits: Limits) -> str:
+    """The last name of a full path (the path checked whole)."""
+    return paths.parent_and_name(value, limits.max_depth)[1]
+
+
+def max_depth_arg(_value: object, limits: Limits) -> int:
+    return limits.max_depth
+
+
 #: The compare-and-swap argument every node change takes.
 IF_VERSION = Arg("if_version", "bigint")
 
@@ -126,14 +155,25 @@ class ServerFunction:
     ``name(ns, ref, parts, id, *args)`` (the node by path or by id, as
     ``pathkeeper_lock`` takes it), it answers the node's row after the change (the
     ``nodes`` columns and ``path``, plus any column an event field needs), and the
-    change is logged as one ``event``. Each event field is the node's attribute of that
-    name, else the argument's, else the row's column. With ``retry_on_foreign_key``, a
-    foreign key's refusal (a create below committed meanwhile) runs the command again."""
+    change is logged as one ``event``, unless the row's boolean column ``changed`` (if
+    named) says nothing changed. Each event field is the node's attribute of that name,
+    else the argument's, else the row's column (the one ``columns`` names for it, else
+    its own); a field ending in ``id`` is sent as text.
+
+    A refusal: with ``retry_on_foreign_key``, a foreign key's (a create below committed
+    meanwhile) runs the command again; with ``taken``, a constraint's (one committed
+    after the function's own check, so the database's message names no path) is the
+    typed error ``taken`` words from the arguments and the node's path names (None: by
+    id); any other is the function's own."""
 
     name: str
     args: tuple[Arg, ...]
     event: type[DomainEvent]
     retry_on_foreign_key: bool = False
+    changed: str | None = None
+    columns: tuple[tuple[str, str], ...] = ()
+    taken: Callable[[dict[str, Any], list[str] | None],
+                    Mapping[type[CoordinatorError], str]] | None = None
 
 
 class NodeFunctionCommand:
@@ -161,10 +201,6 @@ class Runner(Protocol[R_co]):
 
     def create_file(self, path: str, content: str, metadata: dict[str, Any] | None, /
                     ) -> R_co: ...
-
-    def move(self, ref: str, dst: str, if_version: int | None, /) -> R_co: ...
-
-    def rename(self, ref: str, name: str, if_version: int | None, /) -> R_co: ...
 
     def copy(self, ref: str, to_parent: str, name: str | None, if_version: int | None, /
              ) -> R_co: ...
@@ -252,7 +288,7 @@ class MergeMetadata(NodeFunctionCommand):
 
 
 @dataclass(frozen=True)
-class Move:
+class Move(NodeFunctionCommand):
     """Move (and possibly rename) a node to the full path ``dst``."""
 
     ref: Ref
@@ -263,12 +299,20 @@ class Move:
         "POST", "/move", "move_node",
         doc="Move (and possibly rename) the node to the full path ``dst``.")
 
-    def apply(self, runner: Runner[R]) -> R:
-        return runner.move(self.ref, self.dst, self.if_version)
+    # The function answers where the node was (old_parent_id, old_name, old_path) and
+    # whether it moved (a move to where it is is no change: no event).
+    function: ClassVar[ServerFunction] = ServerFunction(
+        "pathkeeper_move", (
+            Arg("dst", "text[]", parent_arg), Arg("dst", "text", last_name_arg, "name"),
+            IF_VERSION, Arg(None, "integer", max_depth_arg, "max_depth")),
+        MovedEvent, changed="changed", taken=lambda args, _parts: {
+            AlreadyExists: f"{paths.join_path([*args['dst'], args['name']])} already exists",
+            NotFound: "the destination directory was deleted",
+        })
 
 
 @dataclass(frozen=True)
-class Rename:
+class Rename(NodeFunctionCommand):
     """Rename a node in place."""
 
     ref: Ref
@@ -278,8 +322,13 @@ class Rename:
     route: ClassVar[Route] = Route("POST", "/rename", "rename_node",
                                    doc="Rename the node in place.")
 
-    def apply(self, runner: Runner[R]) -> R:
-        return runner.rename(self.ref, self.name, self.if_version)
+    # A rename stays in its directory (old_parent_id is parent_id); a rename to the
+    # name it has is no change: no event.
+    function: ClassVar[ServerFunction] = ServerFunction(
+        "pathkeeper_rename", (Arg("name", "text", name_arg), IF_VERSION), MovedEvent,
+        changed="changed", columns=(("old_parent_id", "parent_id"),),
+        taken=lambda args, parts: {AlreadyExists: "{} already exists".format(
+            args["name"] if parts is None else paths.join_path([*parts[:-1], args["name"]]))})
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from .commands import Limits, NodeFunctionCommand, ServerFunction
 from .content import check_content, metadata_json
 from .db import FOREIGN_KEY_VIOLATION, driver_sql, sqlstate, translate
 from .errors import AlreadyExists, CoordinatorError, NotFound
-from .events import Created, DomainEvent, Moved
+from .events import Created, DomainEvent
 from .node_rows import DbRow, check_walk, node_of, parse_id
 from .results import Node
 from .retries import Retry
@@ -49,132 +49,49 @@ class NodeCall:
         return {"ns": self.ns, "ref": self.ref, "parts": self.parts, "id": self.node_id}
 
 
-# A rename, whole, in the server (migrations/versions/*_0004_rename_function.py).
-RENAME_CALL = (
-    "pathkeeper_rename(:ns, :ref, CAST(:parts AS text[]), CAST(:id AS uuid), :name, "
-    "CAST(:if_version AS bigint))"
-)
-_RENAME_SQL = driver_sql(f"SELECT * FROM {RENAME_CALL}", binary=("parts",))
-
 # The node a mutation names, locked FOR UPDATE, and its path, by the server's rule
 # (migrations/versions/*_0007_delete_function.py).
 LOCK_CALL = "pathkeeper_lock(:ns, :ref, CAST(:parts AS text[]), CAST(:id AS uuid), true)"
 LOCK_SQL = driver_sql(f"SELECT (l.node).*, l.path FROM {LOCK_CALL} AS l", binary=("parts",))
 
-@dataclass(frozen=True)
-class RenameCall(NodeCall):
-    """A rename's arguments as ``pathkeeper_rename`` takes them (checked here first: the
-    name's rules are Python's), and what its answer means; for ``TreeTx.rename`` and for
-    a rename that is a whole transaction (``coordinator.single_statement``)."""
-
-    name: str
-    if_version: int | None
-    sql: ClassVar[str] = _RENAME_SQL
-
-    @classmethod
-    def of(
-        cls, ns: str, ref: object, new_name: object, if_version: int | None
-    ) -> RenameCall:
-        name = paths.validate_name(new_name)
-        return cls(*cls.target(ns, ref), name, if_version)
-
-    @property
-    def params(self) -> dict[str, Any]:
-        return {**self.node_params, "name": self.name, "if_version": self.if_version}
-
-    def refused(self, exc: IntegrityError) -> CoordinatorError:
-        """The typed error for a unique violation of this rename."""
-        if not getattr(getattr(exc.orig, "diag", None), "constraint_name", None):
-            return translate(exc)  # the function's own refusal, which names the path
-        # A sibling of that name committed after the function's own check: the
-        # constraint's message does not say which path (by path, it is known here).
-        name = self.name
-        where = name if self.parts is None else paths.join_path([*self.parts[:-1], name])
-        return translate(exc, {AlreadyExists: f"{where} already exists"})
-
-    def result(self, row: DbRow) -> tuple[Node, Moved | None]:
-        """The renamed node, and its event (None when the name was already that)."""
-        return _moved(node_of(self.ns, row, row.path), row, row.parent_id)
-
-
-def _moved(node: Node, row: DbRow, old_parent_id: object) -> tuple[Node, Moved | None]:
-    """The node a rename or move function answered (``row``: its columns plus
-    ``old_name``, ``old_path`` and ``changed``), and its event (None: nothing changed)."""
-    if not row.changed:
-        return node, None
-    return node, Moved(
-        id=node.id,
-        kind=node.kind,
-        old_parent_id=str(old_parent_id),
-        old_name=row.old_name,
-        old_path=row.old_path,
-        parent_id=str(row.parent_id),
-        name=node.name,
-        path=node.path,
-        version=node.version,
-    )
-
-
-# A move, whole, in the server (migrations/versions/*_0008_move_function.py).
-MOVE_CALL = (
-    "pathkeeper_move(:ns, :ref, CAST(:parts AS text[]), CAST(:id AS uuid), "
-    "CAST(:dst AS text[]), :name, CAST(:if_version AS bigint), CAST(:max_depth AS integer))"
-)
-_MOVE_SQL = driver_sql(f"SELECT * FROM {MOVE_CALL}", binary=("parts", "dst"))
-
-
-@dataclass(frozen=True)
-class MoveCall(NodeCall):
-    """A move's arguments as ``pathkeeper_move`` takes them (the destination path checked
-    here first: its rules are Python's), and what its answer means; for ``TreeTx.move``
-    and for a move that is a whole transaction (``coordinator.single_statement``)."""
-
-    dst: list[str]  # the destination directory's names
-    name: str
-    if_version: int | None
-    max_depth: int
-    sql: ClassVar[str] = _MOVE_SQL
-
-    @classmethod
-    def of(cls, ns: str, ref: object, dst_path: object, if_version: int | None,
-           max_depth: int) -> MoveCall:
-        dst, name = paths.parent_and_name(dst_path, max_depth)
-        return cls(*cls.target(ns, ref), dst, name, if_version, max_depth)
-
-    @property
-    def path(self) -> str:
-        return paths.join_path([*self.dst, self.name])
-
-    @property
-    def params(self) -> dict[str, Any]:
-        return {**self.node_params, "dst": self.dst, "name": self.name,
-                "if_version": self.if_version, "max_depth": self.max_depth}
-
-    def refused(self, exc: IntegrityError) -> CoordinatorError:
-        """The typed error for a constraint's refusal: a name taken after the function's
-        own check, or the destination deleted after its walk."""
-        if not getattr(getattr(exc.orig, "diag", None), "constraint_name", None):
-            return translate(exc)  # the function's own refusal, which names the path
-        return translate(exc, {
-            AlreadyExists: f"{self.path} already exists",
-            NotFound: "the destination directory was deleted",
-        })
-
-    def result(self, row: DbRow) -> tuple[Node, Moved | None]:
-        """The moved node, and its event (None when it was already there)."""
-        return _moved(node_of(self.ns, row, row.path), row, row.old_parent_id)
-
-
 def function_call(fn: ServerFunction) -> str:
-    """The call of ``fn`` with its arguments as parameters named for the command's
-    fields (the node's four first, as every ``pathkeeper_*`` function takes them)."""
-    args = "".join(f", CAST(:{a.field} AS {a.sql_type})" for a in fn.args)
+    """The call of ``fn`` with its arguments as named parameters (the node's four
+    first, as every ``pathkeeper_*`` function takes them)."""
+    args = "".join(f", CAST(:{a.name} AS {a.sql_type})" for a in fn.args)
     return f"{fn.name}(:ns, :ref, CAST(:parts AS text[]), CAST(:id AS uuid){args})"
+
+
+def function_binary(fn: ServerFunction) -> tuple[str, ...]:
+    """The parameters sent in binary: the arrays (see ``db.driver_sql``)."""
+    return ("parts", *(a.name for a in fn.args if a.sql_type.endswith("[]")))
 
 
 @functools.cache
 def _function_sql(fn: ServerFunction) -> str:
-    return driver_sql(f"SELECT * FROM {function_call(fn)}", binary=("parts",))
+    return driver_sql(f"SELECT * FROM {function_call(fn)}", binary=function_binary(fn))
+
+
+#: The names an event field takes from the node a function answered.
+NODE_FIELDS = frozenset(f.name for f in dataclasses.fields(Node))
+
+
+@functools.cache
+def event_sources(fn: ServerFunction) -> tuple[tuple[str, str, str], ...]:
+    """Where each field of ``fn``'s event comes from: (field, "node" | "arg" | "row",
+    the attribute, parameter or column read), as ``ServerFunction`` says."""
+    params = {a.name for a in fn.args}
+    columns = dict(fn.columns)
+    out = []
+    for f in dataclasses.fields(fn.event):
+        if f.name in columns:
+            out.append((f.name, "row", columns[f.name]))
+        elif f.name in NODE_FIELDS:
+            out.append((f.name, "node", f.name))
+        elif f.name in params:
+            out.append((f.name, "arg", f.name))
+        else:
+            out.append((f.name, "row", f.name))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -192,8 +109,8 @@ class FunctionCall(NodeCall):
         fn = command.function
         args = {}
         for arg in fn.args:
-            value = getattr(command, arg.field)
-            args[arg.field] = value if arg.check is None else arg.check(value, limits)
+            value = None if arg.field is None else getattr(command, arg.field)
+            args[arg.name] = value if arg.check is None else arg.check(value, limits)
         return cls(*cls.target(ns, command.ref), fn, args)
 
     @property
@@ -205,29 +122,31 @@ class FunctionCall(NodeCall):
         return {**self.node_params, **self.args}
 
     def refused(self, exc: IntegrityError) -> Exception:
-        """The typed error for a constraint's refusal; ``Retry`` for a foreign key's
-        where the declaration says so."""
-        if self.function.retry_on_foreign_key and sqlstate(exc) == FOREIGN_KEY_VIOLATION:
+        """The typed error for a constraint's refusal, as the declaration says."""
+        fn = self.function
+        if fn.retry_on_foreign_key and sqlstate(exc) == FOREIGN_KEY_VIOLATION:
             return Retry()
-        return translate(exc)
+        if fn.taken is not None and getattr(getattr(exc.orig, "diag", None),
+                                            "constraint_name", None):
+            return translate(exc, fn.taken(self.args, self.parts))
+        return translate(exc)  # the function's own refusal, which names the path
 
-    def result(self, row: DbRow) -> tuple[Node, DomainEvent]:
-        """The node the function answered, and its event: each field the node's
-        attribute of that name, else the argument's, else the row's column."""
+    def result(self, row: DbRow) -> tuple[Node, DomainEvent | None]:
+        """The node the function answered, and its event (None: nothing changed)."""
         node = node_of(self.ns, row, row.path)
+        fn = self.function
+        if fn.changed is not None and not getattr(row, fn.changed):
+            return node, None
         values = {}
-        for f in dataclasses.fields(self.function.event):
-            if f.name in _NODE_FIELDS:
-                values[f.name] = getattr(node, f.name)
-            elif f.name in self.args:
-                values[f.name] = self.args[f.name]
+        for name, source, key in event_sources(fn):
+            if source == "node":
+                values[name] = getattr(node, key)
+            elif source == "arg":
+                values[name] = self.args[key]
             else:
-                values[f.name] = getattr(row, f.name)
-        return node, self.function.event(**values)
-
-
-#: The names an event field takes from the node a function answered.
-_NODE_FIELDS = frozenset(f.name for f in dataclasses.fields(Node))
+                value = getattr(row, key)
+                values[name] = str(value) if isinstance(value, uuid.UUID) else value
+        return node, fn.event(**values)
 
 
 # A copy, whole, in the server (coordinator/sql/fn_copy.sql).

@@ -13,17 +13,20 @@ wake-up's own statement; the wake-up now goes from the ``Notifier``.) What a
 lock and write) runs first, as the materialized ``r``; the claim (transaction id,
 position lock, ``nextval``) is evaluated per row of ``r``, so after it; the event is
 written into that block. The payload is built in SQL from ``events.Moved``
-(``payload_sql`` checks its keys), the same one ``TreeTx.rename`` appends inside a
-group. A lone create (``create_file``, ``mkdir`` without ``parents``) is the same shape
+(``payload_sql`` checks its keys) from the same sources as the event
+``TreeTx.call_function`` appends inside a group (``function_logged_sql``: the command's
+declaration, ``commands.ServerFunction``). A lone create (``create_file``, ``mkdir`` without ``parents``) is the same shape
 around ``pathkeeper_create``, whose insert (and its foreign-key check) ends inside the
 function, so before the claim; a lone move, delete, content write or metadata write,
-around ``pathkeeper_move``, ``pathkeeper_delete``, ``pathkeeper_write`` and
-``pathkeeper_set_metadata``, likewise. A lone stat is ``StatQuery``'s one statement, sent
+around ``pathkeeper_move``, ``pathkeeper_delete``, ``pathkeeper_write``,
+``pathkeeper_set_metadata`` and ``pathkeeper_merge_metadata``, likewise, each derived
+from its command's declaration. A lone stat is ``StatQuery``'s one statement, sent
 the same way (it was BEGIN, the walk, the row and COMMIT: four round trips).
 
 Each command says which statement it is through ``Command.apply`` on a
 ``LoneStatements`` (``lone``), as it says which tree operation it is through the same
-method on a ``TreeTx``: no list of command classes here. ``Lone`` is the statement, its
+method on a ``TreeTx``: no list of command classes here, and no method for a command
+that declares its function (``call_function`` runs any). ``Lone`` is the statement, its
 parameters and what its row or refusal means; ``send`` runs it on a blocking connection,
 ``async_statements.AsyncStatements`` on an asyncio one.
 """
@@ -41,28 +44,18 @@ from sqlalchemy.exc import IntegrityError
 from .commands import Command, NodeFunctionCommand, Runner, ServerFunction
 from .db import Driver, driver_sql
 from .event_appender import POSITION_CLAIM_SQL
-from .events import Created, DomainEvent, Moved, payload_keys, payload_sql
+from .events import Created, DomainEvent, payload_keys, payload_sql
 from .results import Committed, MutationResult, Node
 from .server_calls import (
     CREATE_CALL,
-    MOVE_CALL,
-    RENAME_CALL,
     CreateCall,
     FunctionCall,
-    MoveCall,
-    RenameCall,
     StatQuery,
+    event_sources,
+    function_binary,
     function_call,
 )
 from .settings import Settings
-
-_MOVED_COLUMNS = {
-    "id": "CAST(r.id AS text)", "kind": "r.kind",
-    "old_parent_id": "CAST(r.parent_id AS text)", "old_name": "r.old_name",
-    "old_path": "r.old_path", "parent_id": "CAST(r.parent_id AS text)", "name": "r.name",
-    "path": "r.path", "version": "r.version",
-}
-_MOVED_PAYLOAD = payload_sql(Moved, _MOVED_COLUMNS)
 
 
 def _logged(call: str, event: type[DomainEvent], payload: str, only_if: str, *binary: str) -> str:
@@ -88,18 +81,6 @@ def _logged(call: str, event: type[DomainEvent], payload: str, only_if: str, *bi
     )
 
 
-# A rename to the name it has already is no change: no claim, no event.
-RENAME_LOGGED_SQL = _logged(RENAME_CALL, Moved, _MOVED_PAYLOAD, "r.changed", "parts")
-
-# A move's function also answers the parent the node left (a rename's stays put).
-_MOVED_ELSEWHERE_PAYLOAD = payload_sql(
-    Moved, {**_MOVED_COLUMNS, "old_parent_id": "CAST(r.old_parent_id AS text)"}
-)
-
-# A move to where the node is already is no change either.
-MOVE_LOGGED_SQL = _logged(MOVE_CALL, Moved, _MOVED_ELSEWHERE_PAYLOAD, "r.changed", "parts",
-                          "dst")
-
 _CREATED_PAYLOAD = payload_sql(Created, {
     "id": "CAST(r.id AS text)", "parent_id": "CAST(r.parent_id AS text)", "name": "r.name",
     "kind": "r.kind", "path": "CAST(:path AS text)", "content": "r.content",
@@ -118,19 +99,26 @@ _NODE_PAYLOAD = {
 }
 
 
+def _payload_column(key: str, source: str, name: str, types: dict[str, str]) -> str:
+    if source == "node":
+        return _NODE_PAYLOAD[key]
+    if source == "arg":
+        return f"CAST(:{name} AS {types[name]})"
+    return f"CAST(r.{name} AS text)" if key.endswith("id") else f"r.{name}"
+
+
 @functools.cache
 def function_logged_sql(fn: ServerFunction) -> str:
     """The statement of a declared function's command alone: its event's payload built
-    as ``FunctionCall.result`` builds the event (the node's column, else the argument,
-    else the row's column of each key's name)."""
-    types = {a.field: a.sql_type for a in fn.args}
-    columns = {
-        key: _NODE_PAYLOAD.get(key) or (
-            f"CAST(:{key} AS {types[key]})" if key in types else f"r.{key}")
-        for key in payload_keys(fn.event)
-    }
-    return _logged(function_call(fn), fn.event, payload_sql(fn.event, columns),
-                   "r.id IS NOT NULL", "parts")
+    from the same sources ``FunctionCall.result`` builds the event from
+    (``server_calls.event_sources``), claimed only for a row that changed."""
+    types = {a.name: a.sql_type for a in fn.args}
+    sources = {key: (source, name) for key, source, name in event_sources(fn)}
+    columns = {key: _payload_column(key, *sources[key], types)
+               for key in payload_keys(fn.event)}
+    only_if = "r.id IS NOT NULL" if fn.changed is None else f"r.{fn.changed}"
+    return _logged(function_call(fn), fn.event, payload_sql(fn.event, columns), only_if,
+                   *function_binary(fn))
 
 
 class _Logged(Protocol):
@@ -197,14 +185,6 @@ class LoneStatements:
         if command.startswith("_") or not hasattr(Runner, command):
             raise AttributeError(command)
         return _not_one_statement
-
-    def rename(self, ref: str, name: str, if_version: int | None, /) -> Lone:
-        call = RenameCall.of(self.ns, ref, name, if_version)
-        return Lone(RENAME_LOGGED_SQL, call.params, call)
-
-    def move(self, ref: str, dst: str, if_version: int | None, /) -> Lone:
-        call = MoveCall.of(self.ns, ref, dst, if_version, self.settings.max_depth)
-        return Lone(MOVE_LOGGED_SQL, call.params, call)
 
     def call_function(self, command: NodeFunctionCommand, /) -> Lone:
         call = FunctionCall.of(self.ns, command, self.settings)

@@ -53,9 +53,7 @@ from .server_calls import (
     CopyCall,
     CreateCall,
     FunctionCall,
-    MoveCall,
     NodeCall,
-    RenameCall,
     StatQuery,
     created_event,
 )
@@ -156,7 +154,7 @@ class TreeTx(GroupCommands[MutationResult]):
         except IntegrityError as exc:
             raise call.refused(exc) from exc
         node, event = call.result(row)
-        return MutationResult(node, self.events.append(self.ns, event))
+        return MutationResult(node, None if event is None else self.events.append(self.ns, event))
 
     def _create(self, call: CreateCall) -> MutationResult:
         """A create: the rule runs in the server (``pathkeeper_create``), as for a create
@@ -200,33 +198,6 @@ class TreeTx(GroupCommands[MutationResult]):
         return self._create(CreateCall.file(
             self.ns, path, content, metadata, self.max_depth, self.max_content_bytes
         ))
-
-    def move(
-        self, ref: object, dst_path: object, if_version: int | None = None
-    ) -> MutationResult:
-        """Move (or rename, when the parent stays) the node to the full path ``dst_path``:
-        the rule runs in the server, in one statement (``pathkeeper_move``, see its
-        migration and this module's docstring)."""
-        call = MoveCall.of(self.ns, ref, dst_path, if_version, self.max_depth)
-        try:
-            row = self.db.one(call.sql, call.params)
-        except IntegrityError as exc:
-            raise call.refused(exc) from exc
-        node, event = call.result(row)
-        return MutationResult(node, None if event is None else self.events.append(self.ns, event))
-
-    def rename(
-        self, ref: object, new_name: object, if_version: int | None = None
-    ) -> MutationResult:
-        """Rename the node in its directory: the rule runs in the server, in one statement
-        (``pathkeeper_rename``, see its migration), with ``lock``'s protocol."""
-        call = RenameCall.of(self.ns, ref, new_name, if_version)
-        try:
-            row = self.db.one(call.sql, call.params)
-        except IntegrityError as exc:
-            raise call.refused(exc) from exc
-        node, event = call.result(row)
-        return MutationResult(node, None if event is None else self.events.append(self.ns, event))
 
     def copy(
         self, ref: object, to_parent: object, name: object | None = None,

@@ -9,9 +9,9 @@ from typing import Any, ClassVar, cast
 
 import pytest
 
-from coordinator import Conflict, Coordinator, SetMetadata
+from coordinator import Conflict, Coordinator, Rename, SetMetadata
 from coordinator.commands import Command, NodeFunctionCommand, R, Runner, ServerFunction
-from coordinator.single_statement import RENAME_LOGGED_SQL, function_logged_sql, lone
+from coordinator.single_statement import function_logged_sql, lone
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class Retitle:
     title: str
 
     def apply(self, runner: Runner[R]) -> R:
-        return runner.rename(self.ref, self.title, None)
+        return Rename(self.ref, self.title).apply(runner)
 
 
 def test_a_command_runs_alone_and_in_a_group_by_its_own_apply(coord: Coordinator,
@@ -30,7 +30,7 @@ def test_a_command_runs_alone_and_in_a_group_by_its_own_apply(coord: Coordinator
     coord.mkdir(ns, "/d")
     command = cast(Command, Retitle("/d", "e"))
     statement = lone(ns, command, coord.settings)
-    assert statement is not None and statement.sql == RENAME_LOGGED_SQL  # one statement
+    assert statement is not None and statement.sql == function_logged_sql(Rename.function)
     alone = coord.execute(ns, command)
     assert (alone.node.path, alone.seq is not None) == ("/e", True)
     grouped = coord.apply(ns, [cast(Command, Retitle("/e", "f")),
@@ -79,7 +79,8 @@ def test_no_runner_names_a_declared_command() -> None:
     from coordinator.tree import TreeTx
 
     declared = [c for c in COMMANDS if issubclass(c, NodeFunctionCommand)]
-    assert {c.__name__ for c in declared} >= {"WriteFile", "SetMetadata", "Delete"}
+    assert {c.__name__ for c in declared} >= {
+        "WriteFile", "SetMetadata", "MergeMetadata", "Delete", "Move", "Rename"}
     for cls in declared:
         name = cls.__dataclass_fields__["op"].default
         assert name not in vars(TreeTx) and name not in vars(LoneStatements), name
