@@ -15,13 +15,14 @@ position lock, ``nextval``) is evaluated per row of ``r``, so after it; the even
 written into that block. The payload is built in SQL from ``events.Moved``
 (``payload_sql`` checks its keys) from the same sources as the event
 ``TreeTx.call_function`` appends inside a group (``function_logged_sql``: the command's
-declaration, ``commands.ServerFunction``). A lone create (``create_file``, ``mkdir`` without ``parents``) is the same shape
-around ``pathkeeper_create``, whose insert (and its foreign-key check) ends inside the
-function, so before the claim; a lone move, delete, content write or metadata write,
-around ``pathkeeper_move``, ``pathkeeper_delete``, ``pathkeeper_write``,
-``pathkeeper_set_metadata`` and ``pathkeeper_merge_metadata``, likewise, each derived
-from its command's declaration. A lone stat is ``StatQuery``'s one statement, sent
-the same way (it was BEGIN, the walk, the row and COMMIT: four round trips).
+declaration, ``commands.ServerFunction``). A lone create (``create_file``, ``mkdir``
+without ``parents``) is the same shape around ``pathkeeper_create``, whose insert (and
+its foreign-key check) ends inside the function, so before the claim; a lone move,
+delete, content write or metadata write, around ``pathkeeper_move``,
+``pathkeeper_delete``, ``pathkeeper_write``, ``pathkeeper_set_metadata`` and
+``pathkeeper_merge_metadata``, likewise, each derived from its command's declaration. A
+lone stat is ``StatQuery``'s one statement, sent the same way (it was BEGIN, the walk,
+the row and COMMIT: four round trips).
 
 Each command says which statement it is through ``Command.apply`` on a
 ``LoneStatements`` (``lone``), as it says which tree operation it is through the same
