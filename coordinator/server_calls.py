@@ -2,10 +2,14 @@
 whole): for each, its arguments as the function takes them (checked here first where
 the rule is Python's: names, paths, content), its statement, and what its answer or its
 refusal means. ``TreeTx`` runs them inside a group; ``coordinator.single_statement``
-wraps the same calls in one statement that is a whole transaction."""
+wraps the same calls in one statement that is a whole transaction. A command that
+declares its function (``commands.NodeFunctionCommand``) has no class here:
+``FunctionCall`` reads its declaration."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -13,10 +17,11 @@ from typing import Any, ClassVar
 from sqlalchemy.exc import IntegrityError
 
 from . import paths, sql
+from .commands import Limits, NodeFunctionCommand, ServerFunction
 from .content import check_content, metadata_json
 from .db import FOREIGN_KEY_VIOLATION, driver_sql, sqlstate, translate
 from .errors import AlreadyExists, CoordinatorError, NotFound
-from .events import Created, Deleted, MetadataSet, Moved, Written
+from .events import Created, DomainEvent
 from .node_rows import DbRow, check_walk, node_of, parse_id
 from .results import Node
 from .retries import Retry
@@ -44,235 +49,104 @@ class NodeCall:
         return {"ns": self.ns, "ref": self.ref, "parts": self.parts, "id": self.node_id}
 
 
-# A rename, whole, in the server (migrations/versions/*_0004_rename_function.py).
-RENAME_CALL = (
-    "pathkeeper_rename(:ns, :ref, CAST(:parts AS text[]), CAST(:id AS uuid), :name, "
-    "CAST(:if_version AS bigint))"
-)
-_RENAME_SQL = driver_sql(f"SELECT * FROM {RENAME_CALL}", binary=("parts",))
-
 # The node a mutation names, locked FOR UPDATE, and its path, by the server's rule
 # (migrations/versions/*_0007_delete_function.py).
 LOCK_CALL = "pathkeeper_lock(:ns, :ref, CAST(:parts AS text[]), CAST(:id AS uuid), true)"
 LOCK_SQL = driver_sql(f"SELECT (l.node).*, l.path FROM {LOCK_CALL} AS l", binary=("parts",))
 
-@dataclass(frozen=True)
-class RenameCall(NodeCall):
-    """A rename's arguments as ``pathkeeper_rename`` takes them (checked here first: the
-    name's rules are Python's), and what its answer means; for ``TreeTx.rename`` and for
-    a rename that is a whole transaction (``coordinator.single_statement``)."""
-
-    name: str
-    if_version: int | None
-    sql: ClassVar[str] = _RENAME_SQL
-
-    @classmethod
-    def of(
-        cls, ns: str, ref: object, new_name: object, if_version: int | None
-    ) -> RenameCall:
-        name = paths.validate_name(new_name)
-        return cls(*cls.target(ns, ref), name, if_version)
-
-    @property
-    def params(self) -> dict[str, Any]:
-        return {**self.node_params, "name": self.name, "if_version": self.if_version}
-
-    def refused(self, exc: IntegrityError) -> CoordinatorError:
-        """The typed error for a unique violation of this rename."""
-        if not getattr(getattr(exc.orig, "diag", None), "constraint_name", None):
-            return translate(exc)  # the function's own refusal, which names the path
-        # A sibling of that name committed after the function's own check: the
-        # constraint's message does not say which path (by path, it is known here).
-        name = self.name
-        where = name if self.parts is None else paths.join_path([*self.parts[:-1], name])
-        return translate(exc, {AlreadyExists: f"{where} already exists"})
-
-    def result(self, row: DbRow) -> tuple[Node, Moved | None]:
-        """The renamed node, and its event (None when the name was already that)."""
-        return _moved(node_of(self.ns, row, row.path), row, row.parent_id)
+def function_call(fn: ServerFunction) -> str:
+    """The call of ``fn`` with its arguments as named parameters (the node's four
+    first, as every ``pathkeeper_*`` function takes them)."""
+    args = "".join(f", CAST(:{a.name} AS {a.sql_type})" for a in fn.args)
+    return f"{fn.name}(:ns, :ref, CAST(:parts AS text[]), CAST(:id AS uuid){args})"
 
 
-def _moved(node: Node, row: DbRow, old_parent_id: object) -> tuple[Node, Moved | None]:
-    """The node a rename or move function answered (``row``: its columns plus
-    ``old_name``, ``old_path`` and ``changed``), and its event (None: nothing changed)."""
-    if not row.changed:
-        return node, None
-    return node, Moved(
-        id=node.id,
-        kind=node.kind,
-        old_parent_id=str(old_parent_id),
-        old_name=row.old_name,
-        old_path=row.old_path,
-        parent_id=str(row.parent_id),
-        name=node.name,
-        path=node.path,
-        version=node.version,
-    )
+def function_binary(fn: ServerFunction) -> tuple[str, ...]:
+    """The parameters sent in binary: the arrays (see ``db.driver_sql``)."""
+    return ("parts", *(a.name for a in fn.args if a.sql_type.endswith("[]")))
 
 
-# A move, whole, in the server (migrations/versions/*_0008_move_function.py).
-MOVE_CALL = (
-    "pathkeeper_move(:ns, :ref, CAST(:parts AS text[]), CAST(:id AS uuid), "
-    "CAST(:dst AS text[]), :name, CAST(:if_version AS bigint), CAST(:max_depth AS integer))"
-)
-_MOVE_SQL = driver_sql(f"SELECT * FROM {MOVE_CALL}", binary=("parts", "dst"))
+@functools.cache
+def _function_sql(fn: ServerFunction) -> str:
+    return driver_sql(f"SELECT * FROM {function_call(fn)}", binary=function_binary(fn))
+
+
+#: The names an event field takes from the node a function answered.
+NODE_FIELDS = frozenset(f.name for f in dataclasses.fields(Node))
+
+
+@functools.cache
+def event_sources(fn: ServerFunction) -> tuple[tuple[str, str, str], ...]:
+    """Where each field of ``fn``'s event comes from: (field, "node" | "arg" | "row",
+    the attribute, parameter or column read), as ``ServerFunction`` says."""
+    params = {a.name for a in fn.args}
+    columns = dict(fn.columns)
+    out = []
+    for f in dataclasses.fields(fn.event):
+        if f.name in columns:
+            out.append((f.name, "row", columns[f.name]))
+        elif f.name in NODE_FIELDS:
+            out.append((f.name, "node", f.name))
+        elif f.name in params:
+            out.append((f.name, "arg", f.name))
+        else:
+            out.append((f.name, "row", f.name))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
-class MoveCall(NodeCall):
-    """A move's arguments as ``pathkeeper_move`` takes them (the destination path checked
-    here first: its rules are Python's), and what its answer means; for ``TreeTx.move``
-    and for a move that is a whole transaction (``coordinator.single_statement``)."""
+class FunctionCall(NodeCall):
+    """A ``NodeFunctionCommand``'s call as its declaration (``function``) says: its
+    arguments checked by Python's rules first, its statement, and what its answer (the
+    node's row) or its refusal means; for ``TreeTx.call_function`` and for the command
+    alone (``coordinator.single_statement``)."""
 
-    dst: list[str]  # the destination directory's names
-    name: str
-    if_version: int | None
-    max_depth: int
-    sql: ClassVar[str] = _MOVE_SQL
+    function: ServerFunction
+    args: dict[str, Any]  # each argument as sent, checked
 
     @classmethod
-    def of(cls, ns: str, ref: object, dst_path: object, if_version: int | None,
-           max_depth: int) -> MoveCall:
-        dst, name = paths.parent_and_name(dst_path, max_depth)
-        return cls(*cls.target(ns, ref), dst, name, if_version, max_depth)
-
-    @property
-    def path(self) -> str:
-        return paths.join_path([*self.dst, self.name])
-
-    @property
-    def params(self) -> dict[str, Any]:
-        return {**self.node_params, "dst": self.dst, "name": self.name,
-                "if_version": self.if_version, "max_depth": self.max_depth}
-
-    def refused(self, exc: IntegrityError) -> CoordinatorError:
-        """The typed error for a constraint's refusal: a name taken after the function's
-        own check, or the destination deleted after its walk."""
-        if not getattr(getattr(exc.orig, "diag", None), "constraint_name", None):
-            return translate(exc)  # the function's own refusal, which names the path
-        return translate(exc, {
-            AlreadyExists: f"{self.path} already exists",
-            NotFound: "the destination directory was deleted",
-        })
-
-    def result(self, row: DbRow) -> tuple[Node, Moved | None]:
-        """The moved node, and its event (None when it was already there)."""
-        return _moved(node_of(self.ns, row, row.path), row, row.old_parent_id)
-
-
-# A content write and a metadata write, whole, in the server
-# (migrations/versions/*_0009_write_functions.py).
-WRITE_CALL = (
-    "pathkeeper_write(:ns, :ref, CAST(:parts AS text[]), CAST(:id AS uuid), :content, "
-    "CAST(:md AS jsonb), CAST(:if_version AS bigint))"
-)
-SET_METADATA_CALL = (
-    "pathkeeper_set_metadata(:ns, :ref, CAST(:parts AS text[]), CAST(:id AS uuid), "
-    "CAST(:md AS jsonb), CAST(:if_version AS bigint))"
-)
-_WRITE_SQL = driver_sql(f"SELECT * FROM {WRITE_CALL}", binary=("parts",))
-_SET_METADATA_SQL = driver_sql(f"SELECT * FROM {SET_METADATA_CALL}", binary=("parts",))
-
-
-@dataclass(frozen=True)
-class WriteCall(NodeCall):
-    """A file's content write (``content`` set; ``metadata`` too if given) or a metadata
-    write (``content`` None) as ``pathkeeper_write`` / ``pathkeeper_set_metadata`` take
-    them (the content's and the metadata's rules checked here first: they are Python's),
-    and what the answer means; for ``TreeTx`` and for a write that is a whole transaction
-    (``coordinator.single_statement``)."""
-
-    content: str | None
-    metadata: str | None  # JSON; None: unchanged (a content write only)
-    if_version: int | None
-
-    @classmethod
-    def of_content(cls, ns: str, ref: object, content: object,
-                   metadata: dict[str, Any] | None, if_version: int | None,
-                   max_content_bytes: int = paths.MAX_CONTENT_BYTES) -> WriteCall:
-        body = check_content(content, max_content_bytes)
-        md = metadata_json(metadata) if metadata is not None else None
-        return cls(*cls.target(ns, ref), body, md, if_version)
-
-    @classmethod
-    def of_metadata(cls, ns: str, ref: object, metadata: dict[str, Any],
-                    if_version: int | None) -> WriteCall:
-        return cls(*cls.target(ns, ref), None, metadata_json(metadata), if_version)
+    def of(cls, ns: str, command: NodeFunctionCommand, limits: Limits) -> FunctionCall:
+        fn = command.function
+        args = {}
+        for arg in fn.args:
+            value = None if arg.field is None else getattr(command, arg.field)
+            args[arg.name] = value if arg.check is None else arg.check(value, limits)
+        return cls(*cls.target(ns, command.ref), fn, args)
 
     @property
     def sql(self) -> str:
-        return _SET_METADATA_SQL if self.content is None else _WRITE_SQL
+        return _function_sql(self.function)
 
     @property
     def params(self) -> dict[str, Any]:
-        params = {**self.node_params, "md": self.metadata, "if_version": self.if_version}
-        if self.content is not None:
-            params["content"] = self.content
-        return params
+        return {**self.node_params, **self.args}
 
-    @staticmethod
-    def refused(exc: IntegrityError) -> Exception:
-        return translate(exc)
-
-    def result(self, row: DbRow) -> tuple[Node, Written | MetadataSet]:
-        """The written node, and its event."""
-        node = node_of(self.ns, row, row.path)
-        if self.content is None:
-            return node, MetadataSet(
-                id=node.id, path=node.path, metadata=node.metadata, version=node.version
-            )
-        return node, Written(
-            id=node.id, path=node.path, content=node.content, metadata=node.metadata,
-            version=node.version,
-        )
-
-
-# A delete, whole, in the server (migrations/versions/*_0007_delete_function.py).
-DELETE_CALL = (
-    "pathkeeper_delete(:ns, :ref, CAST(:parts AS text[]), CAST(:id AS uuid), :recursive, "
-    "CAST(:if_version AS bigint))"
-)
-_DELETE_SQL = driver_sql(f"SELECT * FROM {DELETE_CALL}", binary=("parts",))
-
-
-@dataclass(frozen=True)
-class DeleteCall(NodeCall):
-    """A delete's arguments as ``pathkeeper_delete`` takes them, and what its answer
-    means; for ``TreeTx.delete`` and for a delete that is a whole transaction
-    (``coordinator.single_statement``)."""
-
-    recursive: bool
-    if_version: int | None
-    sql: ClassVar[str] = _DELETE_SQL
-
-    @classmethod
-    def of(cls, ns: str, ref: object, recursive: bool, if_version: int | None) -> DeleteCall:
-        return cls(*cls.target(ns, ref), bool(recursive), if_version)
-
-    @property
-    def params(self) -> dict[str, Any]:
-        return {**self.node_params, "recursive": self.recursive,
-                "if_version": self.if_version}
-
-    @staticmethod
-    def refused(exc: IntegrityError) -> Exception:
-        """A create deeper in the subtree committed while the delete ran (the foreign
-        key's violation): run it again. Anything else: the typed error."""
-        if sqlstate(exc) == FOREIGN_KEY_VIOLATION:
+    def refused(self, exc: IntegrityError) -> Exception:
+        """The typed error for a constraint's refusal, as the declaration says."""
+        fn = self.function
+        if fn.retry_on_foreign_key and sqlstate(exc) == FOREIGN_KEY_VIOLATION:
             return Retry()
-        return translate(exc)
+        if fn.taken is not None and getattr(getattr(exc.orig, "diag", None),
+                                            "constraint_name", None):
+            return translate(exc, fn.taken(self.args, self.parts))
+        return translate(exc)  # the function's own refusal, which names the path
 
-    def result(self, row: DbRow) -> tuple[Node, Deleted]:
-        """The deleted node as it was, and its event."""
+    def result(self, row: DbRow) -> tuple[Node, DomainEvent | None]:
+        """The node the function answered, and its event (None: nothing changed)."""
         node = node_of(self.ns, row, row.path)
-        return node, Deleted(
-            id=node.id,
-            kind=node.kind,
-            path=node.path,
-            recursive=self.recursive,
-            count=int(row.count),
-            version=node.version,
-        )
+        fn = self.function
+        if fn.changed is not None and not getattr(row, fn.changed):
+            return node, None
+        values = {}
+        for name, source, key in event_sources(fn):
+            if source == "node":
+                values[name] = getattr(node, key)
+            elif source == "arg":
+                values[name] = self.args[key]
+            else:
+                value = getattr(row, key)
+                values[name] = str(value) if isinstance(value, uuid.UUID) else value
+        return node, fn.event(**values)
 
 
 # A copy, whole, in the server (coordinator/sql/fn_copy.sql).

@@ -13,23 +13,28 @@ wake-up's own statement; the wake-up now goes from the ``Notifier``.) What a
 lock and write) runs first, as the materialized ``r``; the claim (transaction id,
 position lock, ``nextval``) is evaluated per row of ``r``, so after it; the event is
 written into that block. The payload is built in SQL from ``events.Moved``
-(``payload_sql`` checks its keys), the same one ``TreeTx.rename`` appends inside a
-group. A lone create (``create_file``, ``mkdir`` without ``parents``) is the same shape
-around ``pathkeeper_create``, whose insert (and its foreign-key check) ends inside the
-function, so before the claim; a lone move, delete, content write or metadata write,
-around ``pathkeeper_move``, ``pathkeeper_delete``, ``pathkeeper_write`` and
-``pathkeeper_set_metadata``, likewise. A lone stat is ``StatQuery``'s one statement, sent
-the same way (it was BEGIN, the walk, the row and COMMIT: four round trips).
+(``payload_sql`` checks its keys) from the same sources as the event
+``TreeTx.call_function`` appends inside a group (``function_logged_sql``: the command's
+declaration, ``commands.ServerFunction``). A lone create (``create_file``, ``mkdir``
+without ``parents``) is the same shape around ``pathkeeper_create``, whose insert (and
+its foreign-key check) ends inside the function, so before the claim; a lone move,
+delete, content write or metadata write, around ``pathkeeper_move``,
+``pathkeeper_delete``, ``pathkeeper_write``, ``pathkeeper_set_metadata`` and
+``pathkeeper_merge_metadata``, likewise, each derived from its command's declaration. A
+lone stat is ``StatQuery``'s one statement, sent the same way (it was BEGIN, the walk,
+the row and COMMIT: four round trips).
 
 Each command says which statement it is through ``Command.apply`` on a
 ``LoneStatements`` (``lone``), as it says which tree operation it is through the same
-method on a ``TreeTx``: no list of command classes here. ``Lone`` is the statement, its
+method on a ``TreeTx``: no list of command classes here, and no method for a command
+that declares its function (``call_function`` runs any). ``Lone`` is the statement, its
 parameters and what its row or refusal means; ``send`` runs it on a blocking connection,
 ``async_statements.AsyncStatements`` on an asyncio one.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -37,38 +42,24 @@ from typing import Any, Protocol
 from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
-from .commands import Command, Runner
+from .commands import Command, NodeFunctionCommand, Runner, ServerFunction
 from .db import Driver, driver_sql
 from .event_appender import POSITION_CLAIM_SQL
-from .events import Created, Deleted, MetadataSet, Moved, Written, payload_sql
+from .events import Created, DomainEvent, payload_keys, payload_sql
 from .results import Committed, MutationResult, Node
 from .server_calls import (
     CREATE_CALL,
-    DELETE_CALL,
-    MOVE_CALL,
-    RENAME_CALL,
-    SET_METADATA_CALL,
-    WRITE_CALL,
     CreateCall,
-    DeleteCall,
-    MoveCall,
-    RenameCall,
+    FunctionCall,
     StatQuery,
-    WriteCall,
+    event_sources,
+    function_binary,
+    function_call,
 )
 from .settings import Settings
 
-_MOVED_COLUMNS = {
-    "id": "CAST(r.id AS text)", "kind": "r.kind",
-    "old_parent_id": "CAST(r.parent_id AS text)", "old_name": "r.old_name",
-    "old_path": "r.old_path", "parent_id": "CAST(r.parent_id AS text)", "name": "r.name",
-    "path": "r.path", "version": "r.version",
-}
-_MOVED_PAYLOAD = payload_sql(Moved, _MOVED_COLUMNS)
 
-
-def _logged(call: str, event: type[Moved | Created | Deleted | Written | MetadataSet],
-            payload: str, only_if: str, *binary: str) -> str:
+def _logged(call: str, event: type[DomainEvent], payload: str, only_if: str, *binary: str) -> str:
     """The statement around a function ``call`` that returns the node's row: the call
     (materialized ``r``: every lock and write first), then the claim of a block, per row
     of ``r`` for which ``only_if`` holds (so after the call), then ``event`` built by
@@ -91,18 +82,6 @@ def _logged(call: str, event: type[Moved | Created | Deleted | Written | Metadat
     )
 
 
-# A rename to the name it has already is no change: no claim, no event.
-RENAME_LOGGED_SQL = _logged(RENAME_CALL, Moved, _MOVED_PAYLOAD, "r.changed", "parts")
-
-# A move's function also answers the parent the node left (a rename's stays put).
-_MOVED_ELSEWHERE_PAYLOAD = payload_sql(
-    Moved, {**_MOVED_COLUMNS, "old_parent_id": "CAST(r.old_parent_id AS text)"}
-)
-
-# A move to where the node is already is no change either.
-MOVE_LOGGED_SQL = _logged(MOVE_CALL, Moved, _MOVED_ELSEWHERE_PAYLOAD, "r.changed", "parts",
-                          "dst")
-
 _CREATED_PAYLOAD = payload_sql(Created, {
     "id": "CAST(r.id AS text)", "parent_id": "CAST(r.parent_id AS text)", "name": "r.name",
     "kind": "r.kind", "path": "CAST(:path AS text)", "content": "r.content",
@@ -112,27 +91,35 @@ _CREATED_PAYLOAD = payload_sql(Created, {
 CREATE_LOGGED_SQL = _logged(CREATE_CALL, Created, _CREATED_PAYLOAD, "r.id IS NOT NULL",
                             "parent")
 
-_DELETED_PAYLOAD = payload_sql(Deleted, {
-    "id": "CAST(r.id AS text)", "kind": "r.kind", "path": "r.path",
-    "recursive": "CAST(:recursive AS boolean)", "count": "r.count", "version": "r.version",
-})
-
-DELETE_LOGGED_SQL = _logged(DELETE_CALL, Deleted, _DELETED_PAYLOAD, "r.id IS NOT NULL",
-                            "parts")
-
-_WRITTEN_PAYLOAD = payload_sql(Written, {
-    "id": "CAST(r.id AS text)", "path": "r.path", "content": "r.content",
-    "metadata": "r.metadata", "version": "r.version",
-})
-WRITE_LOGGED_SQL = _logged(WRITE_CALL, Written, _WRITTEN_PAYLOAD, "r.id IS NOT NULL",
-                           "parts")
-
-_METADATA_SET_PAYLOAD = payload_sql(MetadataSet, {
-    "id": "CAST(r.id AS text)", "path": "r.path", "metadata": "r.metadata",
+#: The node's columns a declared function answers (``ServerFunction``), as an event's
+#: payload takes them.
+_NODE_PAYLOAD = {
+    "id": "CAST(r.id AS text)", "parent_id": "CAST(r.parent_id AS text)", "name": "r.name",
+    "kind": "r.kind", "path": "r.path", "content": "r.content", "metadata": "r.metadata",
     "version": "r.version",
-})
-SET_METADATA_LOGGED_SQL = _logged(SET_METADATA_CALL, MetadataSet, _METADATA_SET_PAYLOAD,
-                                  "r.id IS NOT NULL", "parts")
+}
+
+
+def _payload_column(key: str, source: str, name: str, types: dict[str, str]) -> str:
+    if source == "node":
+        return _NODE_PAYLOAD[key]
+    if source == "arg":
+        return f"CAST(:{name} AS {types[name]})"
+    return f"CAST(r.{name} AS text)" if key.endswith("id") else f"r.{name}"
+
+
+@functools.cache
+def function_logged_sql(fn: ServerFunction) -> str:
+    """The statement of a declared function's command alone: its event's payload built
+    from the same sources ``FunctionCall.result`` builds the event from
+    (``server_calls.event_sources``), claimed only for a row that changed."""
+    types = {a.name: a.sql_type for a in fn.args}
+    sources = {key: (source, name) for key, source, name in event_sources(fn)}
+    columns = {key: _payload_column(key, *sources[key], types)
+               for key in payload_keys(fn.event)}
+    only_if = "r.id IS NOT NULL" if fn.changed is None else f"r.{fn.changed}"
+    return _logged(function_call(fn), fn.event, payload_sql(fn.event, columns), only_if,
+                   *function_binary(fn))
 
 
 class _Logged(Protocol):
@@ -200,28 +187,9 @@ class LoneStatements:
             raise AttributeError(command)
         return _not_one_statement
 
-    def rename(self, ref: str, name: str, if_version: int | None, /) -> Lone:
-        call = RenameCall.of(self.ns, ref, name, if_version)
-        return Lone(RENAME_LOGGED_SQL, call.params, call)
-
-    def move(self, ref: str, dst: str, if_version: int | None, /) -> Lone:
-        call = MoveCall.of(self.ns, ref, dst, if_version, self.settings.max_depth)
-        return Lone(MOVE_LOGGED_SQL, call.params, call)
-
-    def write_file(self, ref: str, content: str, metadata: dict[str, Any] | None,
-                   if_version: int | None, /) -> Lone:
-        call = WriteCall.of_content(self.ns, ref, content, metadata, if_version,
-                                    self.settings.max_content_bytes)
-        return Lone(WRITE_LOGGED_SQL, call.params, call)
-
-    def set_metadata(self, ref: str, metadata: dict[str, Any], if_version: int | None, /
-                     ) -> Lone:
-        call = WriteCall.of_metadata(self.ns, ref, metadata, if_version)
-        return Lone(SET_METADATA_LOGGED_SQL, call.params, call)
-
-    def delete(self, ref: str, recursive: bool, if_version: int | None, /) -> Lone:
-        call = DeleteCall.of(self.ns, ref, recursive, if_version)
-        return Lone(DELETE_LOGGED_SQL, call.params, call)
+    def call_function(self, command: NodeFunctionCommand, /) -> Lone:
+        call = FunctionCall.of(self.ns, command, self.settings)
+        return Lone(function_logged_sql(command.function), call.params, call)
 
     def create_file(self, path: str, content: str, metadata: dict[str, Any] | None, /
                     ) -> Lone:

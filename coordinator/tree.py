@@ -41,6 +41,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.exc import IntegrityError
 
 from . import paths, sql
+from .commands import Command, GroupCommands, NodeFunctionCommand
 from .db import Driver, driver_sql, streamed
 from .errors import AlreadyExists, NotADirectory, NotFound
 from .event_appender import EventAppender
@@ -51,12 +52,9 @@ from .server_calls import (
     LOCK_SQL,
     CopyCall,
     CreateCall,
-    DeleteCall,
-    MoveCall,
+    FunctionCall,
     NodeCall,
-    RenameCall,
     StatQuery,
-    WriteCall,
     created_event,
 )
 from .subtree import subtree_cte
@@ -78,8 +76,9 @@ SUBTREE_WALK_SQL = (
 _LIST_CHILDREN = text(sql.load("q_list_children"))
 
 
-class TreeTx:
-    """The operations of one transaction on one namespace. Not thread-safe."""
+class TreeTx(GroupCommands[MutationResult]):
+    """The operations of one transaction on one namespace, a ``commands.Runner``; the
+    typed method of every command (``GroupCommands``). Not thread-safe."""
 
     def __init__(
         self,
@@ -143,6 +142,20 @@ class TreeTx:
 
     # ------------------------------------------------------------ mutations
 
+    def execute(self, command: Command) -> MutationResult:
+        return command.apply(self)
+
+    def call_function(self, command: NodeFunctionCommand) -> MutationResult:
+        """A command whose whole rule is one server-side function (its declaration,
+        ``command.function``); its event is appended here."""
+        call = FunctionCall.of(self.ns, command, self)
+        try:
+            row = self.db.one(call.sql, call.params)
+        except IntegrityError as exc:
+            raise call.refused(exc) from exc
+        node, event = call.result(row)
+        return MutationResult(node, None if event is None else self.events.append(self.ns, event))
+
     def _create(self, call: CreateCall) -> MutationResult:
         """A create: the rule runs in the server (``pathkeeper_create``), as for a create
         that is a whole transaction; the event is appended here."""
@@ -185,71 +198,6 @@ class TreeTx:
         return self._create(CreateCall.file(
             self.ns, path, content, metadata, self.max_depth, self.max_content_bytes
         ))
-
-    def write_file(
-        self,
-        ref: object,
-        content: str,
-        metadata: dict[str, Any] | None = None,
-        if_version: int | None = None,
-    ) -> MutationResult:
-        """Replace a file's content (and its metadata, if given): the rule runs in the
-        server (``pathkeeper_write``, see its migration)."""
-        return self._write(WriteCall.of_content(
-            self.ns, ref, content, metadata, if_version, self.max_content_bytes
-        ))
-
-    def set_metadata(
-        self, ref: object, metadata: dict[str, Any], if_version: int | None = None
-    ) -> MutationResult:
-        """Replace the metadata of a file or directory (not the root: it is not indexed
-        and has none): the rule runs in the server (``pathkeeper_set_metadata``)."""
-        return self._write(WriteCall.of_metadata(self.ns, ref, metadata, if_version))
-
-    def _write(self, call: WriteCall) -> MutationResult:
-        node, event = call.result(self.db.one(call.sql, call.params))
-        return MutationResult(node, self.events.append(self.ns, event))
-
-    def move(
-        self, ref: object, dst_path: object, if_version: int | None = None
-    ) -> MutationResult:
-        """Move (or rename, when the parent stays) the node to the full path ``dst_path``:
-        the rule runs in the server, in one statement (``pathkeeper_move``, see its
-        migration and this module's docstring)."""
-        call = MoveCall.of(self.ns, ref, dst_path, if_version, self.max_depth)
-        try:
-            row = self.db.one(call.sql, call.params)
-        except IntegrityError as exc:
-            raise call.refused(exc) from exc
-        node, event = call.result(row)
-        return MutationResult(node, None if event is None else self.events.append(self.ns, event))
-
-    def rename(
-        self, ref: object, new_name: object, if_version: int | None = None
-    ) -> MutationResult:
-        """Rename the node in its directory: the rule runs in the server, in one statement
-        (``pathkeeper_rename``, see its migration), with ``lock``'s protocol."""
-        call = RenameCall.of(self.ns, ref, new_name, if_version)
-        try:
-            row = self.db.one(call.sql, call.params)
-        except IntegrityError as exc:
-            raise call.refused(exc) from exc
-        node, event = call.result(row)
-        return MutationResult(node, None if event is None else self.events.append(self.ns, event))
-
-    def delete(
-        self, ref: object, recursive: bool = False, if_version: int | None = None
-    ) -> MutationResult:
-        """Delete the node (with its subtree if ``recursive``): the rule runs in the
-        server, in one statement (``pathkeeper_delete``, see its migration), with
-        ``lock``'s protocol."""
-        call = DeleteCall.of(self.ns, ref, recursive, if_version)
-        try:
-            row = self.db.one(call.sql, call.params)
-        except IntegrityError as exc:
-            raise call.refused(exc) from exc
-        node, event = call.result(row)
-        return MutationResult(node, self.events.append(self.ns, event))
 
     def copy(
         self, ref: object, to_parent: object, name: object | None = None,

@@ -16,23 +16,76 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from sqlalchemy import Engine
+
+from coordinator import Coordinator
 from coordinator.errors import CursorExpired
 from coordinator.event_reader import Partition, WriterInFlight
 from coordinator.results import Event
 
 from . import checkpoints, metrics
-from .applier import Abandoned, NodeActions, SubtreeWork
+from .applier import Abandoned, Applier, NodeActions, SubtreeWork
 from .bulk import BulkStats
+from .index_health import IndexHealth
 from .logs import log
 from .plan import plan_batch
+from .read_waits import ReadWaits
 from .subtree_lane import NodeLanePriority, SubtreeLane
 
-if TYPE_CHECKING:
-    from .worker import Worker
-
 logger = logging.getLogger("pathkeeper.indexer")
+
+
+class RunnerConfig(Protocol):
+    """What a runner reads of its worker's configuration (``worker.WorkerConfig``)."""
+
+    @property
+    def alias(self) -> str: ...
+    @property
+    def consumer(self) -> str: ...
+    @property
+    def partitions(self) -> int: ...
+    @property
+    def batch_events(self) -> int: ...
+    @property
+    def once(self) -> bool: ...
+    @property
+    def backoff_base(self) -> float: ...
+    @property
+    def backoff_cap(self) -> float: ...
+    @property
+    def read_wait(self) -> float: ...
+    @property
+    def read_report_after(self) -> float: ...
+    @property
+    def node_bulks_in_flight(self) -> int: ...
+
+
+class RunnerHost(Protocol):
+    """What a runner uses of the process that runs it (``worker.Worker``): declared
+    here so the worker imports its runners and nothing here imports the worker."""
+
+    @property
+    def config(self) -> RunnerConfig: ...
+    @property
+    def consumer(self) -> str: ...
+    @property
+    def target(self) -> int | None: ...
+    @property
+    def coord(self) -> Coordinator: ...
+    @property
+    def engine(self) -> Engine: ...
+    @property
+    def applier(self) -> Applier: ...
+    @property
+    def index_health(self) -> IndexHealth: ...
+    @property
+    def read_waits(self) -> ReadWaits: ...
+
+    def wake_main(self) -> None: ...
+
+    def wake_all(self, but: PartitionRunner | None = None) -> None: ...
 
 
 @dataclass
@@ -68,7 +121,7 @@ class PartitionRunner:
     ``acked_cursor``: what they wrote is written again, at the same or higher
     versions (the batches read again may end elsewhere), so never backwards."""
 
-    def __init__(self, worker: Worker, partition: int) -> None:
+    def __init__(self, worker: RunnerHost, partition: int) -> None:
         self.worker = worker
         self.partition = partition
         self.label = str(partition)

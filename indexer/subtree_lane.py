@@ -11,14 +11,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from . import metrics
-from .applier import SubtreeWork
+from .applier import Applier, SubtreeWork
+from .index_health import IndexHealth
 from .logs import log
-
-if TYPE_CHECKING:
-    from .partition_runner import PartitionRunner
 
 logger = logging.getLogger("pathkeeper.indexer")
 
@@ -52,6 +51,41 @@ class NodeLanePriority:
             self._cond.wait_for(lambda: self._busy <= 0, timeout=self.cap)
 
 
+class LaneWorker(Protocol):
+    """What a lane uses of its runner's worker."""
+
+    @property
+    def consumer(self) -> str: ...
+    @property
+    def applier(self) -> Applier: ...
+    @property
+    def index_health(self) -> IndexHealth: ...
+
+
+class LaneRunner(Protocol):
+    """What a lane uses of the partition's runner (``partition_runner.PartitionRunner``):
+    declared here so the runner imports its lane and nothing here imports the runner."""
+
+    crashed: BaseException | None
+
+    @property
+    def worker(self) -> LaneWorker: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def stop(self) -> threading.Event: ...
+    @property
+    def stopping(self) -> bool: ...
+    @property
+    def priority(self) -> NodeLanePriority: ...
+
+    def _retrying(self, fn: Callable[[], Any], default: Any) -> Any: ...
+
+    def publish_checkpoint(self) -> None: ...
+
+    def request_stop(self) -> None: ...
+
+
 class SubtreeLane:
     """The second lane of a partition: subtree rewrites and sweeps, in a thread of
     their own, so a 10,000-document rename never holds back the next file rename.
@@ -76,7 +110,7 @@ class SubtreeLane:
     #: loaded by other sessions) the lane fell to ~900 documents/s under file renames.
     CHUNK_SIZE = 500
 
-    def __init__(self, runner: PartitionRunner) -> None:
+    def __init__(self, runner: LaneRunner) -> None:
         self.runner = runner
         self._cond = threading.Condition()
         self._pending: SubtreeWork | None = None  # handed over, not started

@@ -16,9 +16,10 @@ from tree_checks import (
 )
 
 from coordinator import Coordinator, CoordinatorError
+from coordinator.commands import Delete
 from coordinator.event_reader import read_events
 from coordinator.results import MutationResult
-from coordinator.single_statement import DELETE_LOGGED_SQL
+from coordinator.single_statement import function_logged_sql
 
 
 def _deleted_events(coord: Coordinator, ns: str) -> list[dict[str, object]]:
@@ -137,5 +138,5 @@ def test_lone_delete_claims_its_block_after_the_function(coord: Coordinator) -> 
     params = [("ns", "text", "'t'"), ("ref", "text", "'/f'"), ("parts", "text[]", "'{f}'"),
               ("id", "uuid", "NULL"), ("recursive", "boolean", "false"),
               ("if_version", "bigint", "NULL")]
-    check_claim_after_call(coord, DELETE_LOGGED_SQL, params, "pathkeeper_delete",
+    check_claim_after_call(coord, function_logged_sql(Delete.function), params, "pathkeeper_delete",
                            "(r_1.id IS NOT NULL)")

@@ -14,9 +14,10 @@ from tree_checks import (
 )
 
 from coordinator import Coordinator, CoordinatorError
+from coordinator.commands import Move
 from coordinator.event_reader import read_events
 from coordinator.results import MutationResult
-from coordinator.single_statement import MOVE_LOGGED_SQL
+from coordinator.single_statement import function_logged_sql
 
 
 def _moved_events(coord: Coordinator, ns: str) -> list[dict[str, object]]:
@@ -121,4 +122,5 @@ def test_lone_move_claims_its_block_after_the_function(coord: Coordinator) -> No
     params = [("ns", "text", "'t'"), ("ref", "text", "'/f'"), ("parts", "text[]", "'{f}'"),
               ("id", "uuid", "NULL"), ("dst", "text[]", "'{d}'"), ("name", "text", "'f'"),
               ("if_version", "bigint", "NULL"), ("max_depth", "integer", "100")]
-    check_claim_after_call(coord, MOVE_LOGGED_SQL, params, "pathkeeper_move", "r_1.changed")
+    check_claim_after_call(coord, function_logged_sql(Move.function), params,
+                           "pathkeeper_move", "r_1.changed")

@@ -23,7 +23,7 @@ from coordinator import (
     Rename,
 )
 from coordinator.db import libpq_url
-from coordinator.single_statement import RENAME_LOGGED_SQL
+from coordinator.single_statement import function_logged_sql
 
 
 def test_refusals_are_typed_with_their_messages(coord: Coordinator, ns: str) -> None:
@@ -197,7 +197,7 @@ def test_lone_rename_claims_its_block_after_the_function(coord: Coordinator) -> 
     rename that changed the name."""
     params = [("ns", "text", "'t'"), ("ref", "text", "'/a'"), ("parts", "text[]", "'{a}'"),
               ("id", "uuid", "NULL"), ("name", "text", "'b'"), ("if_version", "bigint", "NULL")]
-    check_claim_after_call(coord, RENAME_LOGGED_SQL, params, "pathkeeper_rename",
+    check_claim_after_call(coord, function_logged_sql(Rename.function), params, "pathkeeper_rename",
                            "r_1.changed")
 
 

@@ -238,13 +238,25 @@ def test_downgrading_0011_brings_back_the_frozen_functions(pg_cluster: LocalPost
                        ("the downgraded database", "the one migrated to 0010")) == []
 
 
+def test_downgrading_0016_drops_the_merge_and_nothing_else(pg_cluster: LocalPostgres,
+                                                         files_url: str) -> None:
+    down = pg_cluster.create_database(f"pk_schema_down_{next(_ids)}")
+    upgrade(down)
+    downgrade(down, "0015_shard_fence")
+    found = [line for line in differences(catalog(down), catalog(files_url),
+                                          ("the downgraded database", "the files"))
+             if line.startswith("functions: ")]
+    assert [(line.split(": ")[1], line.split("('")[1].split("(")[0]) for line in found] == [
+        ("only in the files", "pathkeeper_merge_metadata")], found
+
+
 def test_downgrading_0012_brings_back_the_functions_of_0011(pg_cluster: LocalPostgres,
                                                            files_url: str) -> None:
     """Below 0012 the functions are 0011's: no copy, no depth helpers, and the move with
     its own depth walk (0012 keeps that body frozen, since 0011 installs the files as
     they are now), the lock as it was before 0013 (0013 keeps that body frozen), no
-    shard fence and the create without it (0015 keeps that body frozen); every other
-    function is the head's. (Tables are compared by the 0010 test.)"""
+    shard fence and the create without it (0015 keeps that body frozen), no merge (0016
+    drops it); every other function is the head's. (Tables are compared by the 0010 test.)"""
     down = pg_cluster.create_database(f"pk_schema_down_{next(_ids)}")
     upgrade(down)
     downgrade(down, "0011_functions_from_files")
@@ -262,6 +274,7 @@ def test_downgrading_0012_brings_back_the_functions_of_0011(pg_cluster: LocalPos
                        ("only in the files", "pathkeeper_create"),
                        ("only in the files", "pathkeeper_freeze_namespace"),
                        ("only in the files", "pathkeeper_lock"),
+                       ("only in the files", "pathkeeper_merge_metadata"),
                        ("only in the files", "pathkeeper_move"),
                        ("only in the files", "pathkeeper_subtree_extent"),
                        ("only in the files", "pathkeeper_unfreeze_namespace")], found
@@ -297,6 +310,7 @@ def test_downgrading_0015_takes_the_fence_out(pg_cluster: LocalPostgres,
                        ("only in the files", "pathkeeper_create"),
                        ("only in the files", "pathkeeper_freeze_namespace"),
                        ("only in the files", "pathkeeper_lock"),
+                       ("only in the files", "pathkeeper_merge_metadata"),
                        ("only in the files", "pathkeeper_unfreeze_namespace")], found
     with psycopg.connect(down) as conn:
         for name in ("pathkeeper_lock", "pathkeeper_create"):

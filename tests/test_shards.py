@@ -407,21 +407,10 @@ def test_a_frozen_namespace_is_refused_unless_the_directory_flipped(shards: Shar
     assert _nodes_on(shards.default, "cold") == 1
 
 
-def _has_fence(url: str) -> bool:
-    return _scalar(url, "SELECT to_regproc('pathkeeper_check_placed') IS NOT NULL") is True
-
-
-def test_a_stale_map_meets_the_fence_and_is_refreshed(shards: Shards,
-                                                      request: pytest.FixtureRequest) -> None:
+def test_a_stale_map_meets_the_fence_and_is_refreshed(shards: Shards) -> None:
     """The real fence (``pathkeeper_check_placed``, docs/sharding.md section 1): a map that
     missed the flip writes to the old shard, whose ``gone`` row refuses with PK010; the
-    write lands on the new shard. Without the fence in the schema the write lands on the
-    old shard: that is what the fence is for, so this is an expected failure until then
-    (strict: it must pass once the fence exists)."""
-    if not _has_fence(shards.default):
-        request.applymarker(pytest.mark.xfail(
-            reason="needs pathkeeper_check_placed (the shard fence) in the schema",
-            strict=True))
+    write lands on the new shard. (Without the fence the write landed on the old shard.)"""
     with Coordinator(shard_map=DirectoryMap(shards.directory, listen=False)) as coord:
         coord.create_namespace("trav", shard="default")
         coord.mkdir("trav", "/before")

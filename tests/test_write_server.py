@@ -15,9 +15,10 @@ from tree_checks import (
 )
 
 from coordinator import Coordinator, CoordinatorError
+from coordinator.commands import SetMetadata, WriteFile
 from coordinator.event_reader import read_events
 from coordinator.results import MutationResult
-from coordinator.single_statement import SET_METADATA_LOGGED_SQL, WRITE_LOGGED_SQL
+from coordinator.single_statement import function_logged_sql
 
 
 def _write_events(coord: Coordinator, ns: str) -> list[tuple[str, dict[str, object]]]:
@@ -137,11 +138,11 @@ def test_lone_writes_claim_their_block_after_the_function(coord: Coordinator) ->
     target = [("ns", "text", "'t'"), ("ref", "text", "'/f'"), ("parts", "text[]", "'{f}'"),
               ("id", "uuid", "NULL")]
     check_claim_after_call(
-        coord, WRITE_LOGGED_SQL,
-        [*target, ("content", "text", "'x'"), ("md", "text", "NULL"),
+        coord, function_logged_sql(WriteFile.function),
+        [*target, ("content", "text", "'x'"), ("metadata", "text", "NULL"),
          ("if_version", "bigint", "NULL")],
         "pathkeeper_write", "(r_1.id IS NOT NULL)")
     check_claim_after_call(
-        coord, SET_METADATA_LOGGED_SQL,
-        [*target, ("md", "text", "'{}'"), ("if_version", "bigint", "NULL")],
+        coord, function_logged_sql(SetMetadata.function),
+        [*target, ("metadata", "text", "'{}'"), ("if_version", "bigint", "NULL")],
         "pathkeeper_set_metadata", "(r_1.id IS NOT NULL)")

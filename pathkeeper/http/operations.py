@@ -1,8 +1,9 @@
-"""How each command travels over HTTP: one row per command class.
+"""How each command travels over HTTP: one row per command class, read from the
+class's own ``route`` (``coordinator.commands.Route``).
 
 The server registers its command routes from this table (``routes.nodes``) and the
-client (``pathkeeper.client``) builds its requests from it, so a new command is one
-new row here. A command with a ``ref`` field names its node in the URL, by path
+client (``pathkeeper.client``) builds its requests from it, so a new command needs
+nothing here. A command with a ``ref`` field names its node in the URL, by path
 (``/v1/namespaces/{ns}/node<suffix>?path=/a/b``) or by id
 (``/v1/namespaces/{ns}/nodes/{node_id}<suffix>``); the others are posted to
 ``/v1/namespaces/{ns}<suffix>``. Of the remaining fields, those in ``query`` go in the
@@ -17,17 +18,7 @@ import dataclasses
 import functools
 from dataclasses import dataclass
 
-from coordinator.commands import (
-    Command,
-    Copy,
-    CreateFile,
-    Delete,
-    Mkdir,
-    Move,
-    Rename,
-    SetMetadata,
-    WriteFile,
-)
+from coordinator.commands import COMMANDS, Command
 
 NAMESPACE_URL = "/v1/namespaces/{ns}"
 #: A node named by path (in the ``path`` query parameter) or by id.
@@ -39,19 +30,20 @@ REF = "ref"
 
 @dataclass(frozen=True)
 class CommandRoute:
+    """A command class with its ``route`` (``coordinator.commands.Route``'s fields)."""
+
     command: type[Command]
     method: str
-    #: After the node's URL, or after the namespace's for a command without ``ref``.
     suffix: str
-    #: The route's name (the OpenAPI summary and operation id): a node's route by id
-    #: adds ``_by_id``.
     name: str
-    #: The OpenAPI description.
     doc: str
-    #: Fields sent as query parameters instead of in the body.
     query: tuple[str, ...] = ()
-    #: 201 Created when the change made something (``seq`` not null), else 200.
     creates: bool = False
+
+    @classmethod
+    def of(cls, command: type[Command]) -> CommandRoute:
+        r = command.route
+        return cls(command, r.method, r.suffix, r.name, r.doc, r.query, r.creates)
 
     @functools.cached_property
     def by_node(self) -> bool:
@@ -69,23 +61,7 @@ class CommandRoute:
         return tuple(f for f in self.fields if f != REF and f not in self.query)
 
 
-COMMAND_ROUTES: tuple[CommandRoute, ...] = (
-    CommandRoute(Mkdir, "POST", "/dirs", "mkdir", creates=True, doc=(
-        "Create a directory (``parents``: like mkdir -p; 200 with seq null if it existed).")),
-    CommandRoute(CreateFile, "POST", "/files", "create_file", creates=True,
-                 doc="Create a file with content and metadata."),
-    CommandRoute(WriteFile, "PUT", "/content", "write_content",
-                 doc="Replace a file's content (and metadata, if given)."),
-    CommandRoute(SetMetadata, "PUT", "/metadata", "set_metadata",
-                 doc="Replace the metadata of a file or directory."),
-    CommandRoute(Move, "POST", "/move", "move_node",
-                 doc="Move (and possibly rename) the node to the full path ``dst``."),
-    CommandRoute(Rename, "POST", "/rename", "rename_node", doc="Rename the node in place."),
-    CommandRoute(Delete, "DELETE", "", "delete_node", query=("recursive", "if_version"),
-                 doc="Delete the node (a non-empty directory only with ``recursive``)."),
-    CommandRoute(Copy, "POST", "/copy", "copy_node", creates=True, doc=(
-        "Copy a file, or a directory with its subtree, into ``to_parent`` as ``name`` "
-        "(default: its own name); the copies get new ids.")),
-)
-#: The row of each command class (a test checks that every one in ``COMMANDS`` has one).
+#: In the order of ``commands.COMMANDS`` (the documentation's).
+COMMAND_ROUTES: tuple[CommandRoute, ...] = tuple(CommandRoute.of(c) for c in COMMANDS)
+#: The row of each command class.
 ROUTE_OF: dict[type[Command], CommandRoute] = {r.command: r for r in COMMAND_ROUTES}

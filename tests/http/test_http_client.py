@@ -24,6 +24,7 @@ from coordinator import (
     InvalidName,
     InvalidPath,
     IsADirectory,
+    MergeMetadata,
     Mkdir,
     NotADirectory,
     NotFound,
@@ -71,6 +72,10 @@ def scenario(api: Any, ns: str) -> list[Any]:
     attempt(lambda: api.set_metadata(ns, "/e", {"owner": "o"}))
     attempt(lambda: api.set_metadata(ns, "/e/f", {"k": 2}, if_version=1))  # Conflict
     attempt(lambda: api.set_metadata(ns, "/", {"k": 2}))  # InvalidArgument
+    attempt(lambda: api.merge_metadata(ns, "/e", {"tag": 1, "owner": None}))
+    attempt(lambda: api.stat(ns, "/e"))
+    attempt(lambda: api.merge_metadata(ns, "/e", {"k": 2}, if_version=1))  # Conflict
+    attempt(lambda: api.apply(ns, [MergeMetadata("/e", {"k": 3}), SetMetadata("/e", {})]))
     attempt(lambda: api.copy(ns, "/e", "/", "e2"))
     attempt(lambda: api.stat(ns, "/e2/f"))
     attempt(lambda: api.copy(ns, "/e", "/e/x"))  # InvalidMove
