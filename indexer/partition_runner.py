@@ -30,7 +30,7 @@ from .plan import plan_batch
 from .subtree_lane import NodeLanePriority, SubtreeLane
 
 if TYPE_CHECKING:
-    from .worker import Worker
+    from .shard_work import ShardWork
 
 logger = logging.getLogger("pathkeeper.indexer")
 
@@ -68,10 +68,11 @@ class PartitionRunner:
     ``acked_cursor``: what they wrote is written again, at the same or higher
     versions (the batches read again may end elsewhere), so never backwards."""
 
-    def __init__(self, worker: Worker, partition: int) -> None:
+    def __init__(self, worker: ShardWork, partition: int) -> None:
+        #: The worker's part on this partition's shard (its pool, checkpoints, leases).
         self.worker = worker
         self.partition = partition
-        self.label = str(partition)
+        self.label = worker.label(partition)
         self.wake = threading.Event()
         self.stop = threading.Event()
         self.crashed: BaseException | None = None
@@ -170,6 +171,7 @@ class PartitionRunner:
                 delay *= 0.5 + random.random() / 2
                 metrics.BATCH_RETRIES.labels(w.consumer, self.label).inc()
                 log(logger, logging.WARNING, "batch_failed", partition=self.partition,
+                    shard=w.shard.name,
                     checkpoint=self.checkpoint, attempt=attempt, retry_in=round(delay, 3),
                     error=f"{type(exc).__name__}: {exc}")
                 self.stop.wait(delay)

@@ -23,13 +23,13 @@ logger = logging.getLogger("pathkeeper.indexer")
 VERIFY_SETTLE_SECONDS = 30.0
 
 
-def refresh_lag_metrics(engine: Engine, consumer: str) -> None:
+def refresh_lag_metrics(engine: Engine, consumer: str, label_prefix: str = "") -> None:
     """The lag gauges, from the query of ``pathkeeper indexer status``, and the count
-    of pending dead letters."""
+    of pending dead letters (of one shard: ``label_prefix`` before its partitions)."""
     try:
         with engine.connect() as conn:
             for st in status.partitions(conn, consumer):
-                label = str(st.partition)
+                label = f"{label_prefix}{st.partition}"
                 metrics.LAG_EVENTS.labels(consumer, label).set(st.lag_events)
                 metrics.LAG_SECONDS.labels(consumer, label).set(st.lag_seconds)
         metrics.DEAD_LETTERS_PENDING.labels(consumer).set(
@@ -59,12 +59,14 @@ def add_verify(
 
 
 def add_snapshot(
-    scheduler: Any, engine: Engine, cron: str, compact_retain: timedelta | None
+    scheduler: Any, engine: Engine, cron: str, compact_retain: timedelta | None,
+    shard: str = "",
 ) -> None:
-    """Schedule snapshots of the event log (and compaction, with a retention);
-    with several workers one takes each (``indexer.retention``)."""
+    """Schedule snapshots of the event log of one shard (and compaction, with a
+    retention); with several workers one takes each (``indexer.retention``)."""
     from .retention import add_snapshot_job
 
-    add_snapshot_job(scheduler, engine, cron, compact_retain)
-    log(logger, logging.INFO, "snapshot_scheduled", cron=cron,
+    add_snapshot_job(scheduler, engine, cron, compact_retain,
+                     job_id=f"pathkeeper-snapshot-{shard}" if shard else "pathkeeper-snapshot")
+    log(logger, logging.INFO, "snapshot_scheduled", cron=cron, shard=shard or None,
         compact_retain=None if compact_retain is None else compact_retain.total_seconds())

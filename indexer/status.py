@@ -20,7 +20,7 @@ from coordinator.event_reader import (
 )
 from coordinator.indexing import NamespaceLag, partition_lags
 
-from .leases import MEMBER_BASE, consumer_key
+from .leases import IN_THIS_DATABASE, MEMBER_BASE, consumer_key
 
 
 @dataclass
@@ -45,7 +45,8 @@ def partitions(conn: Connection, consumer: str) -> list[PartitionStatus]:
         for r in conn.execute(
             text(
                 "SELECT objid::bigint AS objid, pid FROM pg_locks WHERE locktype = 'advisory' "
-                "AND classid = :k AND objsubid = 2 AND objid < :m AND granted"
+                "AND classid = :k AND objsubid = 2 AND objid < :m AND granted AND "
+                + IN_THIS_DATABASE
             ),
             {"k": consumer_key(consumer), "m": MEMBER_BASE},
         )
