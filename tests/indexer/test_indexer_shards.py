@@ -15,7 +15,7 @@ from indexer_support import assert_index_matches_shards, random_client, running_
 from sqlalchemy import text
 
 from coordinator import Coordinator
-from coordinator.indexing import consumer_for
+from coordinator.indexing import consumer_for, wait_indexed
 from coordinator.migrate import upgrade
 from coordinator.shard_map import Shard
 from indexer.leases import IN_THIS_DATABASE, MEMBER_BASE, consumer_key
@@ -153,3 +153,36 @@ def test_a_shard_down_stops_only_its_own_indexing_and_catches_up_after(
             assert assert_index_matches_shards([coord, coord_b], es, alias, TIMEOUT) == 8
     finally:
         own.stop()
+
+
+def test_wait_indexed_is_per_shard_and_done_at_once_below_log_from(
+    coord: Coordinator, coord_b: Coordinator, database_url: str, second_url: str,
+    es_url: str, alias: str,
+) -> None:
+    consumer = consumer_for(alias)
+    shards = FixedShards([Shard("a", database_url), Shard("b", second_url)])
+    coord.create_namespace("on-a")
+    coord_b.create_namespace("on-b")
+    with running_worker(database_url, es_url, alias, shard_map=shards, partitions=2):
+        a = coord.create_file("on-a", "/x", "a")
+        b = coord_b.create_file("on-b", "/x", "b")
+        assert a.seq is not None and b.seq is not None
+        assert wait_indexed(coord.engine, a.seq, 30, consumer, namespace="on-a")
+        assert wait_indexed(coord_b.engine, b.seq, 30, consumer, namespace="on-b")
+    # No worker now: a new write on b is not indexed, and a's checkpoints say nothing of it.
+    later = coord_b.create_file("on-b", "/y", "b")
+    assert later.seq is not None
+    assert not wait_indexed(coord_b.engine, later.seq, 0.3, consumer, namespace="on-b")
+    # A namespace moved to b: its positions up to log_from were indexed by its old shard.
+    with coord_b.engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO namespace_placement (namespace, state, log_from) "
+            "VALUES ('moved', 'active', :f)"), {"f": later.seq + 10_000_000})
+    started = time.monotonic()
+    assert wait_indexed(coord_b.engine, later.seq + 5_000_000, 5, consumer, namespace="moved")
+    assert time.monotonic() - started < 1.0
+    # Above it, the rule is b's checkpoints again; and only for that namespace.
+    assert not wait_indexed(coord_b.engine, later.seq + 20_000_000, 0.3, consumer,
+                            namespace="moved")
+    assert not wait_indexed(coord_b.engine, later.seq + 5_000_000, 0.3, consumer,
+                            namespace="on-b")
