@@ -4,6 +4,7 @@ schedule, event log snapshots (and compaction) on a crontab schedule."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -40,21 +41,26 @@ def refresh_lag_metrics(engine: Engine, consumer: str, label_prefix: str = "") -
 
 
 def add_verify(
-    scheduler: Any, coord: Coordinator, es: SearchEngine, alias: str, consumer: str, cron: str
+    scheduler: Any, shards: list[tuple[str, Coordinator]], es: SearchEngine, alias: str,
+    consumer: str, cron: str,
 ) -> None:
-    """Schedule ``verify`` of the worker's alias. A document that differs only
-    because this worker has not applied the latest events yet is rechecked after
-    waiting (bounded) for this consumer to catch up, so it is not counted as drift."""
+    """Schedule ``verify`` of the worker's alias over its shards (name, coordinator). A
+    document that differs only because this worker has not applied the latest events
+    yet is rechecked after waiting (bounded) for this consumer to catch up on that
+    document's shard, so it is not counted as drift."""
     from .verify import add_verify_job, scheduled_verify
+    from .verify_shards import scheduled_verify_shards
 
-    def settle(position: int) -> bool:
-        return wait_indexed(coord.engine, position, VERIFY_SETTLE_SECONDS, consumer)
+    def settle_for(coord: Coordinator) -> Callable[[int], bool]:
+        return lambda position: wait_indexed(coord.engine, position, VERIFY_SETTLE_SECONDS,
+                                             consumer)
 
-    add_verify_job(
-        scheduler,
-        partial(scheduled_verify, coord, es, alias, settle=settle),
-        cron,
-    )
+    if len(shards) == 1:
+        coord = shards[0][1]
+        job = partial(scheduled_verify, coord, es, alias, settle=settle_for(coord))
+    else:
+        job = partial(scheduled_verify_shards, shards, es, alias, settle_for)
+    add_verify_job(scheduler, job, cron)
     log(logger, logging.INFO, "verify_scheduled", cron=cron, alias=alias)
 
 

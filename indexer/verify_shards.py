@@ -6,6 +6,7 @@ run. Each report names its shard."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -13,7 +14,9 @@ from coordinator import Coordinator
 
 from .progress import Progress
 from .search_engine import SearchEngine
-from .verify import LogReport, Settle, VerifyReport, verify_index, verify_log
+from .verify import VERIFY_DRIFT, LogReport, Settle, VerifyReport, verify_index, verify_log
+
+logger = logging.getLogger("pathkeeper.verify")
 
 
 @dataclass
@@ -51,3 +54,30 @@ def verify_shards(
                if check_log and (mine is None or mine) else None)
         out.append(ShardVerify(name, index, log))
     return out
+
+
+def scheduled_verify_shards(
+    shards: Sequence[tuple[str, Coordinator]],
+    es: SearchEngine,
+    alias: str,
+    settle_for: Callable[[Coordinator], Settle | None],
+) -> int:
+    """``scheduled_verify`` over several shards: the drift of all of them as
+    ``pathkeeper_verify_drift`` (-1 if any shard's run failed). Never raises."""
+    try:
+        results = verify_shards(shards, es, alias=alias, settle_for=settle_for,
+                                check_log=False)
+    except Exception:
+        logger.exception("scheduled verify failed")
+        VERIFY_DRIFT.set(-1)
+        return -1
+    drift = sum(len(r.index.drift) for r in results)
+    VERIFY_DRIFT.set(drift)
+    for r in results:
+        if r.index.drift:
+            logger.warning("verify: shard %s: %d drifted documents %s", r.shard,
+                           len(r.index.drift), r.index.by_kind())
+    if not drift:
+        logger.info("verify: no drift in %d documents over %d shards",
+                    sum(r.index.compared for r in results), len(results))
+    return drift

@@ -317,8 +317,8 @@ class Worker:
                 max_instances=1, coalesce=True, id="poll",
             )
             if self.config.verify_cron:
-                add_verify(scheduler, self.coord, self.es, self.config.alias, self.consumer,
-                           self.config.verify_cron)
+                add_verify(scheduler, [(sw.shard.name, sw.coord) for sw in self.shards],
+                           self.es, self.config.alias, self.consumer, self.config.verify_cron)
             if self.config.snapshot_cron:
                 for sw in self.shards:
                     add_snapshot(scheduler, sw.engine, self.config.snapshot_cron,

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 from click.testing import CliRunner
+from prometheus_client import REGISTRY
 from shard_maps import FixedShards
 from sqlalchemy import text
 
@@ -20,6 +21,8 @@ from indexer.replay import rebuild
 from indexer.replay_shards import UntilNeedsShard, rebuild_shards, shard_for_until
 from indexer.search_client import SearchSecurity
 from indexer.search_engine import SearchEngine
+from indexer.verify import scheduled_verify
+from indexer.verify_shards import scheduled_verify_shards
 from indexer.worker import Worker, WorkerConfig
 from pathkeeper.cli.main import main
 from pathkeeper.cli.replay import verify_report
@@ -140,3 +143,22 @@ def test_replay_cli_shard_option_is_checked(database_url: str, es_url: str, alia
     alone = CliRunner().invoke(main, ["replay", "--alias", alias, "--shard", "default"], env=env)
     assert alone.exit_code == 2
     assert alone.output == "error: --shard is for --until (a position of that shard's log)\n"
+
+
+def test_scheduled_verify_over_two_shards_counts_only_drift(
+    coord: Coordinator, coord_b: Coordinator, shards: list[Shard], es: SearchEngine,
+    es_url: str, alias: str,
+) -> None:
+    fill(coord, "na")
+    fill(coord_b, "nb")
+    index_once(shards, es_url, alias)
+    pairs = [("a", coord), ("b", coord_b)]
+    # One shard's view alone takes the other's documents for extras: why the worker's
+    # scheduled job runs over every shard.
+    assert scheduled_verify(coord, es, alias) == len(expected_index(coord_b))
+    assert scheduled_verify_shards(pairs, es, alias, lambda _: None) == 0
+    with coord_b.engine.begin() as conn:
+        conn.execute(text("UPDATE nodes SET content = 'tampered' "
+                          "WHERE namespace = 'nb' AND name = 'f2'"))
+    assert scheduled_verify_shards(pairs, es, alias, lambda _: None) == 1
+    assert REGISTRY.get_sample_value("pathkeeper_verify_drift") == 1
