@@ -204,32 +204,14 @@ class Worker:
         they work or stop: every shard with ``once`` (it must reach each shard's
         target), else at least one (the others are tried again by ``_rebalance``, each
         with its own backoff, so a shard that is down holds up no other)."""
-        several = len(self.shards) > 1
         checked_limit = False
         while not self._stop.is_set():
             for sw in self.shards:
                 if sw.ready or not sw.due():
                     continue
-                try:
-                    if not sw.setup(self._stop, several):
-                        return False
-                except IndexMissing as exc:
-                    metrics.INDEX_MISSING.labels(self.consumer).set(1)
-                    log(logger, logging.ERROR, "index_missing", alias=self.config.alias,
-                        error=str(exc))
-                    raise
-                except (checkpoints.LayoutMismatch, MappingOutdated, ShardNeedsRebuild):
-                    raise
-                except UnsupportedEngine as exc:
-                    log(logger, logging.ERROR, "search_engine_unsupported", error=str(exc))
-                    raise
-                except NotMigrated as exc:
-                    log(logger, logging.ERROR, "schema_not_migrated", error=str(exc))
-                    raise
-                except Exception as exc:
-                    self._setup_failed(sw, exc)
-                    continue
-                if not checked_limit:
+                if self._try_setup(sw) is False:
+                    return False
+                if sw.ready and not checked_limit:
                     checked_limit = True
                     self.index_health.check_request_limit(self.config.max_content_bytes)
             ready = [sw.ready for sw in self.shards]
@@ -238,11 +220,37 @@ class Worker:
             self._stop.wait(max(0.0, min(sw.retry_in() for sw in self.shards if not sw.ready)))
         return False
 
-    def _setup_failed(self, sw: ShardWork, exc: BaseException) -> None:
-        delay = sw.setup_failed(exc)
-        fields: dict[str, Any] = {"shard": sw.shard.name} if len(self.shards) > 1 else {}
-        log(logger, logging.WARNING, "startup_failed", error=f"{type(exc).__name__}: {exc}",
-            retry_in=round(delay, 3), **fields)
+    def _try_setup(self, sw: ShardWork) -> bool | None:
+        """Set up one shard: True when done, False if stopped meanwhile, None after an
+        error (backed off). What no retry can cure is raised with one shard (or with
+        ``once``: it could not finish); with several, only that shard waits for it, said
+        loudly (``shard_cannot_start``), and the others go on."""
+        several = len(self.shards) > 1
+        try:
+            return sw.setup(self._stop, several)
+        except (IndexMissing, checkpoints.LayoutMismatch, MappingOutdated, ShardNeedsRebuild,
+                UnsupportedEngine, NotMigrated) as exc:
+            if isinstance(exc, IndexMissing):
+                metrics.INDEX_MISSING.labels(self.consumer).set(1)
+            if several and not self.config.once:
+                log(logger, logging.ERROR, "shard_cannot_start", shard=sw.shard.name,
+                    error=f"{type(exc).__name__}: {exc}")
+                sw.setup_failed(exc)
+                return None
+            if isinstance(exc, IndexMissing):
+                log(logger, logging.ERROR, "index_missing", alias=self.config.alias,
+                    error=str(exc))
+            elif isinstance(exc, UnsupportedEngine):
+                log(logger, logging.ERROR, "search_engine_unsupported", error=str(exc))
+            elif isinstance(exc, NotMigrated):
+                log(logger, logging.ERROR, "schema_not_migrated", error=str(exc))
+            raise
+        except Exception as exc:
+            delay = sw.setup_failed(exc)
+            fields: dict[str, Any] = {"shard": sw.shard.name} if several else {}
+            log(logger, logging.WARNING, "startup_failed",
+                error=f"{type(exc).__name__}: {exc}", retry_in=round(delay, 3), **fields)
+            return None
 
     def _tick(self) -> None:
         """The polling fallback (APScheduler job): wake everyone, refresh lag metrics."""
@@ -260,20 +268,7 @@ class Worker:
         fair share of its partitions, replace lost leases and crashed runners."""
         for sw in self.shards:
             if not sw.ready:
-                if not sw.due():
-                    continue
-                try:
-                    if not sw.setup(self._stop, len(self.shards) > 1):
-                        continue
-                except (IndexMissing, checkpoints.LayoutMismatch, MappingOutdated,
-                        ShardNeedsRebuild, UnsupportedEngine, NotMigrated) as exc:
-                    # Fatal for that shard alone: the others go on; said loudly, retried.
-                    log(logger, logging.ERROR, "shard_cannot_start", shard=sw.shard.name,
-                        error=f"{type(exc).__name__}: {exc}")
-                    sw.setup_failed(exc)
-                    continue
-                except Exception as exc:
-                    self._setup_failed(sw, exc)
+                if not sw.due() or not self._try_setup(sw):
                     continue
             try:
                 self.crashes += sw.rebalance()

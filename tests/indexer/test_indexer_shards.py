@@ -186,3 +186,22 @@ def test_wait_indexed_is_per_shard_and_done_at_once_below_log_from(
                             namespace="moved")
     assert not wait_indexed(coord_b.engine, later.seq + 5_000_000, 0.3, consumer,
                             namespace="on-b")
+
+
+def test_a_shard_that_cannot_start_holds_up_no_other(
+    coord: Coordinator, database_url: str, pg_cluster: LocalPostgres, es_url: str, alias: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A database never migrated: no retry cures it, but only that shard waits for it.
+    bare = pg_cluster.create_database(f"pk_bare_{os.getpid()}_{time.monotonic_ns()}")
+    shards = FixedShards([Shard("a", database_url), Shard("b", bare)])
+    coord.create_namespace("on-a")
+    with running_worker(database_url, es_url, alias, shard_map=shards, partitions=2,
+                        backoff_base=0.05, backoff_cap=0.5) as worker:
+        r = coord.create_file("on-a", "/x", "a")
+        assert r.seq is not None
+        assert coord.wait_indexed(r.seq, 30, consumer=consumer_for(alias))
+        wait_until("the refusal logged", lambda: any(
+            rec.getMessage() == "shard_cannot_start"
+            and getattr(rec, "fields", {}).get("shard") == "b" for rec in caplog.records))
+        assert [sw.ready for sw in worker.shards] == [True, False]
