@@ -171,7 +171,7 @@ class PartitionRunner:
                 delay *= 0.5 + random.random() / 2
                 metrics.BATCH_RETRIES.labels(w.consumer, self.label).inc()
                 log(logger, logging.WARNING, "batch_failed", partition=self.partition,
-                    shard=w.shard.name,
+                    **w.where,
                     checkpoint=self.checkpoint, attempt=attempt, retry_in=round(delay, 3),
                     error=f"{type(exc).__name__}: {exc}")
                 self.stop.wait(delay)

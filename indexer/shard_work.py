@@ -20,7 +20,7 @@ import math
 import threading
 import time
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from coordinator import Coordinator
 from coordinator.event_reader import notified_partitions, wait_for_bound
@@ -65,6 +65,8 @@ class ShardWork:
         self.index_health = worker.index_health
         #: Metric labels of this shard's partitions: ``"3"`` with one shard, else ``"pg2/3"``.
         self.label_prefix = label_prefix
+        #: Log fields naming the shard: none with one shard (one server's lines as they were).
+        self.where: dict[str, Any] = {"shard": shard.name} if label_prefix else {}
         n = config.partitions
         self.coord = Coordinator.connect(
             shard.url,
@@ -179,7 +181,7 @@ class ShardWork:
         runner = PartitionRunner(self, p)
         self.runners[p] = runner
         runner.start()
-        log(logger, logging.INFO, "partition_acquired", partition=p, shard=self.shard.name,
+        log(logger, logging.INFO, "partition_acquired", partition=p, **self.where,
             consumer=self.consumer)
 
     def stop_all_runners(self) -> None:
@@ -190,7 +192,7 @@ class ShardWork:
         for p in list(self.runners):
             self.leases.release(p)
             log(logger, logging.INFO, "partition_released", partition=p,
-                shard=self.shard.name)
+                **self.where)
         self.runners.clear()
 
     def rebalance(self) -> int:
@@ -200,14 +202,14 @@ class ShardWork:
         crashes = 0
         if not self.leases.alive():
             if self.runners:
-                log(logger, logging.WARNING, "leases_lost", shard=self.shard.name)
+                log(logger, logging.WARNING, "leases_lost", **self.where)
                 self.stop_all_runners()
             try:
                 self.leases.close()
                 self.leases.join()
             except Exception as exc:
                 log(logger, logging.WARNING, "lease_connection_failed",
-                    shard=self.shard.name, error=str(exc))
+                    **self.where, error=str(exc))
                 return 0
         for p, r in list(self.runners.items()):
             if not r.alive:
@@ -216,7 +218,7 @@ class ShardWork:
                 if r.crashed is not None:
                     crashes += 1
                 log(logger, logging.INFO, "partition_released", partition=p,
-                    shard=self.shard.name)
+                    **self.where)
         if self.config.once:
             if not self._once_acquired:
                 self._once_acquired = True
@@ -225,7 +227,7 @@ class ShardWork:
                         self._start_runner(p)
                     else:
                         log(logger, logging.WARNING, "partition_busy_skipped", partition=p,
-                            shard=self.shard.name)
+                            **self.where)
             return crashes
         share = math.ceil(n / self.leases.members())
         active = sorted(p for p, r in self.runners.items() if not r.stopping)

@@ -247,10 +247,15 @@ class Worker:
             raise
         except Exception as exc:
             delay = sw.setup_failed(exc)
-            fields: dict[str, Any] = {"shard": sw.shard.name} if several else {}
             log(logger, logging.WARNING, "startup_failed",
-                error=f"{type(exc).__name__}: {exc}", retry_in=round(delay, 3), **fields)
+                error=f"{type(exc).__name__}: {exc}", retry_in=round(delay, 3), **sw.where)
             return None
+
+    def _shards_field(self) -> dict[str, Any]:
+        """The ``shards`` log field (those set up): none with one shard."""
+        if len(self.shards) == 1:
+            return {}
+        return {"shards": ",".join(sw.shard.name for sw in self.shards if sw.ready)}
 
     def _tick(self) -> None:
         """The polling fallback (APScheduler job): wake everyone, refresh lag metrics."""
@@ -276,8 +281,8 @@ class Worker:
                 # The lease connection broke between alive() and the next lease query
                 # (server restart, pg_terminate_backend): the next round sees it closed
                 # and rejoins, instead of the whole worker stopping.
-                log(logger, logging.WARNING, "lease_connection_failed", shard=sw.shard.name,
-                    error=str(exc))
+                log(logger, logging.WARNING, "lease_connection_failed", error=str(exc),
+                    **sw.where)
         metrics.PARTITIONS_HELD.labels(self.consumer).set(
             sum(len(sw.runners) for sw in self.shards))
 
@@ -306,7 +311,7 @@ class Worker:
             log(logger, logging.INFO, "worker_started", consumer=self.consumer,
                 alias=self.config.alias, partitions=self.config.partitions,
                 slot=self.shards[0].leases.slot, once=self.config.once, target=self.target,
-                shards=[sw.shard.name for sw in self.shards if sw.ready])
+                **self._shards_field())
             scheduler.add_job(
                 self._tick, "interval", seconds=self.config.poll_interval,
                 max_instances=1, coalesce=True, id="poll",

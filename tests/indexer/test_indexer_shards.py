@@ -112,7 +112,7 @@ def test_two_workers_two_shards_kill_9_moves_leases_and_loses_nothing(
         one.ensure_dead()
         two.ensure_dead()
     started = [line for line in two.log_lines() if line.get("event") == "worker_started"]
-    assert started and started[0]["shards"] == ["a", "b"]
+    assert started and started[0]["shards"] == "a,b"
 
 
 def test_a_shard_down_stops_only_its_own_indexing_and_catches_up_after(
