@@ -18,6 +18,12 @@ the ``Coordinator`` uses. A command that is not one statement (``mkdir`` with
 Connections are in autocommit with the coordinator's session limits; the pool opens
 them as they are needed, up to ``Settings.pool_size``, and a request waits at most
 ``Settings.pool_timeout`` for one (then ``psycopg_pool.PoolTimeout``).
+
+With several database servers (a ``ShardMap`` with a directory) there is one pool per
+server, and each statement goes to its namespace's, as the ``Coordinator`` routes its
+calls (the same map, and the same rule when a server refuses the namespace:
+``shard_map.rerouted``). A namespace the map has not cached yet is read from the
+directory on the loop's thread: once per namespace and process, and after a move.
 """
 
 from __future__ import annotations
@@ -42,10 +48,12 @@ from .db import (
     session_args,
     wrapped,
 )
+from .errors import NamespaceFrozen, NamespaceMoved
 from .results import MutationResult, Node
 from .retries import Disconnected, Retry, backoff_seconds, check_retry
 from .server_calls import StatQuery
 from .settings import Settings
+from .shard_map import Shard, ShardMap, SingleShard, rerouted
 from .single_statement import Lone, lone
 
 T = TypeVar("T")
@@ -53,29 +61,70 @@ Connection = psycopg.AsyncConnection[Any]
 
 
 class AsyncStatements:
-    """Lone commands and stats on an asyncio pool; ``open`` it in the loop that uses
-    it, ``close`` it there. ``wake`` is called with the namespace after a commit that
-    wrote an event (the ``Coordinator``'s ``wake_indexer``)."""
+    """Lone commands and stats on an asyncio pool per database server; ``open`` it in
+    the loop that uses it, ``close`` it there. ``wake`` is called with the namespace
+    after a commit that wrote an event (the ``Coordinator``'s ``wake_indexer``). The
+    servers: ``database_url``'s, or those of ``shard_map`` (not closed here)."""
 
-    def __init__(self, database_url: str, settings: Settings, *,
-                 wake: Callable[[str], None], statement_timeout: float | None = None) -> None:
+    def __init__(self, database_url: str | None, settings: Settings, *,
+                 wake: Callable[[str], None], statement_timeout: float | None = None,
+                 shard_map: ShardMap | None = None) -> None:
         self.settings = settings
         self.wake = wake
-        url = parse_database_url(database_url).render_as_string(hide_password=False)
-        self.pool = AsyncConnectionPool(
-            libpq_url(url),
-            kwargs={**session_args(settings, statement_timeout), "autocommit": True},
-            min_size=1, max_size=settings.pool_size, timeout=settings.pool_timeout,
-            open=False, name="pathkeeper-statements",
-        )
+        if shard_map is None:
+            if database_url is None:
+                raise ValueError("AsyncStatements needs a database URL or a shard map")
+            shard_map = SingleShard(database_url)
+        self.shard_map = shard_map
+        self._session = {**session_args(settings, statement_timeout), "autocommit": True}
+        self._pools: dict[str, AsyncConnectionPool[Connection]] = {}
+        self._opened = False
+
+    @property
+    def pool(self) -> AsyncConnectionPool[Connection]:
+        """The pool of the one server (``database_url``'s)."""
+        (only,) = self._pools.values()
+        return only
 
     async def open(self) -> None:
-        """Start the pool; connections are opened in the background (a database down at
-        start is a request's ``PoolTimeout``, not a failed start)."""
-        await self.pool.open(wait=False)
+        """Start a pool per server; connections are opened in the background (a database
+        down at start is a request's ``PoolTimeout``, not a failed start)."""
+        self._opened = True
+        for shard in self.shard_map.shards():
+            await self._pool(shard)
 
     async def close(self) -> None:
-        await self.pool.close()
+        pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            await pool.close()
+
+    async def _pool(self, shard: Shard) -> AsyncConnectionPool[Connection]:
+        """The pool of ``shard``, started on first use (a shard added since ``open``)."""
+        pool = self._pools.get(shard.name)
+        if pool is None:
+            url = parse_database_url(shard.database_url()).render_as_string(
+                hide_password=False)
+            pool = AsyncConnectionPool(
+                libpq_url(url), kwargs=self._session,
+                min_size=1, max_size=self.settings.pool_size,
+                timeout=self.settings.pool_timeout, open=False,
+                name=f"pathkeeper-statements-{shard.name}",
+            )
+            self._pools[shard.name] = pool
+            if self._opened:
+                await pool.open(wait=False)
+        return pool
+
+    async def _routed(self, ns: str,
+                      body: Callable[[AsyncConnectionPool[Connection]], Awaitable[T]]) -> T:
+        """``body`` on the pool of ``ns``'s server, and once more on the server the map
+        names after a re-read if that one refused the namespace (``rerouted``)."""
+        tried = self.shard_map.shard_of(ns)
+        try:
+            return await body(await self._pool(tried))
+        except (NamespaceMoved, NamespaceFrozen) as refusal:
+            again = rerouted(self.shard_map, ns, tried, refusal)
+        return await body(await self._pool(again))
 
     def statement(self, ns: str, command: Command) -> Lone | None:
         """``command`` as the one statement ``execute`` sends; None for a command that is
@@ -85,6 +134,11 @@ class AsyncStatements:
     async def execute(self, statement: Lone) -> MutationResult:
         """``statement`` as a transaction of its own, retried on transient races until
         sent; not re-run once sent, since it commits as it ends."""
+        return await self._routed(
+            statement.ns, lambda pool: self._execute_on(pool, statement))
+
+    async def _execute_on(self, pool: AsyncConnectionPool[Connection],
+                          statement: Lone) -> MutationResult:
 
         async def once(conn: Connection) -> MutationResult:
             try:
@@ -97,7 +151,7 @@ class AsyncStatements:
                 raise
             return statement.outcome(row)
 
-        result = await self._retried(once, reads=False)
+        result = await self._retried(pool, once, reads=False)
         if result.event is not None:
             self.wake(statement.ns)
         return result
@@ -110,16 +164,18 @@ class AsyncStatements:
         async def once(conn: Connection) -> Node:
             return call.result(await _fetch_one(conn, call.sql, call.params))
 
-        return await self._retried(once, reads=True)
+        return await self._routed(
+            call.ns, lambda pool: self._retried(pool, once, reads=True))
 
-    async def _retried(self, once: Callable[[Connection], Awaitable[T]], *, reads: bool) -> T:
+    async def _retried(self, pool: AsyncConnectionPool[Connection],
+                       once: Callable[[Connection], Awaitable[T]], *, reads: bool) -> T:
         """``once`` on a pooled connection, run again as ``retries`` says. A connection
         the server has closed is replaced before anything is sent on it; a read (``reads``)
         also runs again when its connection dies under it."""
         attempt = 0
         while True:
             try:
-                async with self.pool.connection() as conn:
+                async with pool.connection() as conn:
                     if closed_by_server(conn.pgconn.socket):  # e.g. the server restarted
                         await conn.close()  # the pool drops it
                         raise Retry()

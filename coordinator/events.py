@@ -57,6 +57,16 @@ UNVERSIONED: Final = 1
 NODE_ID_COLUMN: Final = {"wire": "node_id"}
 
 
+class _OneNode:
+    """An event about one node of a tree: its ``id`` is also its ``node_id``."""
+
+    id: str
+
+    @property
+    def node_id(self) -> str:
+        return self.id
+
+
 @dataclass(frozen=True, kw_only=True)
 class NamespaceCreated:
     """A new namespace: a tree holding only its root."""
@@ -88,7 +98,7 @@ class NamespaceDropped:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Created:
+class Created(_OneNode):
     """A new node: a directory (``content`` None) or a file."""
 
     TYPE: ClassVar[str] = "created"
@@ -103,13 +113,9 @@ class Created:
     metadata: dict[str, Any]
     version: int
 
-    @property
-    def node_id(self) -> str:
-        return self.id
-
 
 @dataclass(frozen=True, kw_only=True)
-class Written:
+class Written(_OneNode):
     """A file's content (and metadata) replaced."""
 
     TYPE: ClassVar[str] = "written"
@@ -123,13 +129,9 @@ class Written:
     metadata: dict[str, Any] | None = None
     version: int
 
-    @property
-    def node_id(self) -> str:
-        return self.id
-
 
 @dataclass(frozen=True, kw_only=True)
-class MetadataSet:
+class MetadataSet(_OneNode):
     """A node's metadata replaced (a file or a directory; content and place unchanged)."""
 
     TYPE: ClassVar[str] = "metadata_set"
@@ -140,13 +142,9 @@ class MetadataSet:
     metadata: dict[str, Any]
     version: int
 
-    @property
-    def node_id(self) -> str:
-        return self.id
-
 
 @dataclass(frozen=True, kw_only=True)
-class Moved:
+class Moved(_OneNode):
     """A node renamed or moved to another directory (its subtree goes with it)."""
 
     TYPE: ClassVar[str] = "moved"
@@ -162,13 +160,9 @@ class Moved:
     path: str
     version: int
 
-    @property
-    def node_id(self) -> str:
-        return self.id
-
 
 @dataclass(frozen=True, kw_only=True)
-class Deleted:
+class Deleted(_OneNode):
     """A node deleted with its whole subtree."""
 
     TYPE: ClassVar[str] = "deleted"
@@ -181,10 +175,6 @@ class Deleted:
     #: Nodes deleted, this one included.
     count: int
     version: int
-
-    @property
-    def node_id(self) -> str:
-        return self.id
 
 
 NamespaceEvent: TypeAlias = NamespaceCreated | NamespaceDropped

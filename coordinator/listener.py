@@ -20,15 +20,16 @@ log = logging.getLogger("pathkeeper.listener")
 
 
 class NotifyHub:
-    """Wakes waiters when any transaction appends events."""
+    """Wakes waiters when any transaction appends events, on any of the database
+    servers given (each has its own log and its own notifications): a listener
+    thread per server."""
 
-    def __init__(self, database_url: str) -> None:
-        self._url = libpq_url(database_url)
+    def __init__(self, *database_urls: str) -> None:
+        self._urls = [libpq_url(url) for url in database_urls]
         self._cond = threading.Condition()
         self._generation = 0
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._conn: psycopg.Connection[object] | None = None
+        self._threads: list[threading.Thread] = []
 
     @property
     def generation(self) -> int:
@@ -36,13 +37,16 @@ class NotifyHub:
             return self._generation
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="pathkeeper-feed", daemon=True)
-        self._thread.start()
+        for url in self._urls:
+            thread = threading.Thread(target=self._run, args=(url,), name="pathkeeper-feed",
+                                      daemon=True)
+            thread.start()
+            self._threads.append(thread)
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        for thread in self._threads:
+            thread.join(timeout=5)
 
     def wait(self, seen: int, timeout: float) -> None:
         """Return when the generation differs from ``seen`` or after ``timeout``."""
@@ -54,11 +58,11 @@ class NotifyHub:
             self._generation += 1
             self._cond.notify_all()
 
-    def _run(self) -> None:
+    def _run(self, url: str) -> None:
         delay = 0.1
         while not self._stop.is_set():
             try:
-                with psycopg.connect(self._url, autocommit=True, connect_timeout=5) as conn:
+                with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
                     conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
                     delay = 0.1
                     self._bump()  # we may have missed some while (re)connecting

@@ -18,18 +18,26 @@ from .errors import InvalidConfiguration, NotMigrated
 _HERE = Path(__file__).resolve().parent
 
 
-def migrations_dir() -> Path:
+#: The shards' migrations, and the directory database's (docs/sharding.md, section 1):
+#: two histories, each with its own version table.
+SHARD = "migrations"
+DIRECTORY = "migrations_directory"
+#: The directory's version table (migrations_directory/env.py).
+DIRECTORY_VERSION_TABLE = "directory_version"
+
+
+def migrations_dir(folder: str = SHARD) -> Path:
     """Where the migrations are: inside the package in an installed wheel
     (``coordinator/migrations``, see pyproject.toml), at the top of a checkout otherwise."""
-    shipped = _HERE / "migrations"
-    return shipped if (shipped / "env.py").is_file() else _HERE.parent / "migrations"
+    shipped = _HERE / folder
+    return shipped if (shipped / "env.py").is_file() else _HERE.parent / folder
 
 
-def alembic_config(database_url: str) -> Config:
+def alembic_config(database_url: str, folder: str = SHARD) -> Config:
     # Built in code, not read from alembic.ini: a wheel has no alembic.ini, and the
     # environment (migrations/env.py) configures no logging from it.
     cfg = Config()
-    cfg.set_main_option("script_location", str(migrations_dir()))
+    cfg.set_main_option("script_location", str(migrations_dir(folder)))
     cfg.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
     return cfg
 
@@ -37,6 +45,12 @@ def alembic_config(database_url: str) -> Config:
 def upgrade(database_url: str, revision: str = "head") -> None:
     parse_database_url(database_url)
     command.upgrade(alembic_config(database_url), revision)
+
+
+def upgrade_directory(directory_url: str, revision: str = "head") -> None:
+    """Migrate the directory database (its own history, ``migrations_directory/``)."""
+    parse_database_url(directory_url)
+    command.upgrade(alembic_config(directory_url, DIRECTORY), revision)
 
 
 def downgrade(database_url: str, revision: str) -> None:
@@ -54,8 +68,8 @@ class Revision:
     current: bool = False
 
 
-def _script() -> ScriptDirectory:
-    return ScriptDirectory.from_config(alembic_config("postgresql://"))
+def _script(folder: str = SHARD) -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config("postgresql://", folder))
 
 
 def history(current: str | None = None) -> list[Revision]:
@@ -74,21 +88,22 @@ def _one(down: str | Sequence[str] | None) -> str | None:
     return down
 
 
-def current_revision(engine: Engine) -> str | None:
-    """The revision a database is at; None when it was never migrated."""
+def current_revision(engine: Engine, table: str = "alembic_version") -> str | None:
+    """The revision a database is at (``table``: its version table, a directory's is
+    ``DIRECTORY_VERSION_TABLE``); None when it was never migrated."""
     try:
         with engine.connect() as conn:
-            exists = conn.execute(text("SELECT to_regclass('alembic_version')")).scalar()
+            exists = conn.execute(text("SELECT to_regclass(:t)"), {"t": table}).scalar()
             if exists is None:
                 return None
-            version = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+            version = conn.execute(text(f"SELECT version_num FROM {table}")).scalar()
     except DBAPIError as exc:
         raise translate(exc) from exc
     return str(version) if version is not None else None
 
 
-def head_revision() -> str:
-    head = _script().get_current_head()
+def head_revision(folder: str = SHARD) -> str:
+    head = _script(folder).get_current_head()
     assert head is not None
     return head
 

@@ -234,6 +234,8 @@ class LogSnapshot(Base):
     nodes: Mapped[int] = mapped_column(BigInteger)
     #: Inconsistencies the fold met (``indexer.setfold``); a snapshot keeps what it folded.
     anomalies: Mapped[int] = mapped_column(Integer, server_default="0")
+    #: None: every namespace; a name: that namespace alone (written by a move).
+    namespace: Mapped[str | None] = mapped_column(String(128))
 
     __table_args__ = (Index("ix_log_snapshots_position", "position"),)
 
@@ -278,4 +280,22 @@ class LogHorizon(Base):
     snapshot_id: Mapped[int] = mapped_column(BigInteger)
     compacted_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now()
+    )
+
+
+class NamespacePlacement(Base):
+    """Whether this server owns a namespace now (docs/sharding.md); no row: active."""
+
+    __tablename__ = "namespace_placement"
+
+    namespace: Mapped[str] = mapped_column(String(128), primary_key=True)
+    state: Mapped[str] = mapped_column(String(8))
+    log_from: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    frozen_at: Mapped[int | None] = mapped_column(BigInteger)
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )
+
+    __table_args__ = (
+        CheckConstraint("state IN ('incoming', 'active', 'frozen', 'gone')", name="state"),
     )

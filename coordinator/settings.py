@@ -12,6 +12,9 @@ from . import paths
 #: string up to six times longer), and its metadata.
 MAX_IMPORT_LINE_BYTES = 64 * 1024 * 1024
 
+#: The placement rule that puts a new namespace on the server with the fewest nodes.
+LEAST_LOADED = "least_loaded"
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -43,3 +46,7 @@ class Settings:
     #: a generic plan made while ``nodes`` had no statistics, as after an import into a
     #: new database, read 1,000 nodes in 0.57 s instead of 0.03 s.
     custom_plans: bool = False
+    #: With several database servers (a directory, docs/sharding.md): where a namespace
+    #: created without a shard goes: ``least_loaded`` (the server taking new namespaces
+    #: with the fewest nodes) or a server's name (``PATHKEEPER_PLACEMENT``).
+    placement: str = LEAST_LOADED

@@ -10,14 +10,25 @@ configuration); several servers are named by a directory database (``DirectoryMa
 
 from __future__ import annotations
 
+import os
+import threading
 from dataclasses import dataclass
 from typing import Protocol
 
-from .errors import InvalidArgument
+from sqlalchemy import Engine, text
+
+from .db import connect_engine, translated
+from .errors import InvalidArgument, InvalidConfiguration, NamespaceFrozen, NamespaceMoved
+from .settings import Settings
 
 #: The name of the one shard of a deployment without a directory, and of the first
 #: server of a directory made from it (``pathkeeper shard init``).
 DEFAULT_SHARD = "default"
+
+
+#: A shard's URL written ``env:NAME`` is read from the variable NAME when it is used, so
+#: the directory need not hold a password.
+URL_FROM_ENV = "env:"
 
 
 @dataclass(frozen=True)
@@ -26,6 +37,17 @@ class Shard:
 
     name: str
     url: str
+
+    def database_url(self) -> str:
+        """``url``, or the value of the variable an ``env:NAME`` url names."""
+        if not self.url.startswith(URL_FROM_ENV):
+            return self.url
+        var = self.url.removeprefix(URL_FROM_ENV)
+        value = os.environ.get(var)
+        if not value:
+            raise InvalidConfiguration(
+                f"shard {self.name}'s URL is read from ${var}, which is not set")
+        return value
 
 
 class ShardMap(Protocol):
@@ -50,18 +72,75 @@ class ShardMap(Protocol):
         namespace being created; ``AlreadyExists`` if it is placed already."""
         ...
 
+    def forget(self, namespace: str) -> None:
+        """Remove the placement of a namespace that was dropped from its shard."""
+        ...
+
+    def namespaces(self) -> list[str]:
+        """Every namespace placed, by name."""
+        ...
+
+    def engine(self, shard: Shard) -> Engine:
+        """The pooled engine of ``shard`` (one per shard, made on first use)."""
+        ...
+
+    def keys_engine(self) -> Engine:
+        """The database that holds the HTTP API's keys: the directory's, or the one
+        server's (a key may name namespaces of several shards)."""
+        ...
+
     def close(self) -> None:
         ...
 
 
-class SingleShard:
-    """Every namespace on one server: the map of a deployment with no directory."""
+def rerouted(shard_map: ShardMap, namespace: str, tried: Shard,
+             refusal: NamespaceMoved | NamespaceFrozen) -> Shard:
+    """The shard to run a call once more on, after ``tried`` refused it with
+    ``refusal``; or ``refusal`` raised. The one rule for every caller (``Coordinator``,
+    ``AsyncStatements``): the map is read again; if it names another shard, the move
+    has flipped (its epoch changed) and the call runs there, once; if it names the same
+    one, the namespace is frozen there (a move in flight) or the move stopped halfway,
+    and the caller gets the refusal (HTTP 503 with Retry-After)."""
+    shard_map.refresh(namespace)
+    shard = shard_map.shard_of(namespace)
+    if shard == tried:
+        raise refusal
+    return shard
 
-    def __init__(self, url: str, name: str = DEFAULT_SHARD) -> None:
+
+class SingleShard:
+    """Every namespace on one server: the map of a deployment with no directory. Its
+    engine is ``engine`` if given (the caller's, closed with the map), else made on first
+    use with ``settings``' pool and session limits."""
+
+    def __init__(self, url: str, name: str = DEFAULT_SHARD, *, engine: Engine | None = None,
+                 settings: Settings | None = None,
+                 statement_timeout: float | None = None) -> None:
         self.shard = Shard(name, url)
+        self._engine = engine
+        self._settings = settings or Settings()
+        self._statement_timeout = statement_timeout
+        self._lock = threading.Lock()
 
     def shards(self) -> list[Shard]:
         return [self.shard]
+
+    def engine(self, shard: Shard) -> Engine:
+        with self._lock:
+            if self._engine is None:
+                self._engine = connect_engine(self.shard.database_url(), self._settings,
+                                              self._statement_timeout)
+            return self._engine
+
+    def keys_engine(self) -> Engine:
+        return self.engine(self.shard)
+
+    def namespaces(self) -> list[str]:
+        with translated(), self.engine(self.shard).connect() as conn:
+            return list(conn.execute(text("SELECT name FROM namespaces ORDER BY name")).scalars())
+
+    def forget(self, namespace: str) -> None:
+        """The server's own row was the placement."""
 
     def shard_of(self, namespace: str) -> Shard:
         return self.shard
@@ -76,4 +155,6 @@ class SingleShard:
         return self.shard
 
     def close(self) -> None:
-        """Nothing is held."""
+        with self._lock:
+            if self._engine is not None:
+                self._engine.dispose()

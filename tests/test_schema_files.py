@@ -40,19 +40,19 @@ _QUERIES = {
                                  AND NOT a.attisdropped
         LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
         WHERE {ours} AND c.relkind IN ('r', 'p', 'v', 'm')
-          AND c.relname <> 'alembic_version'
+          AND c.relname NOT IN ('alembic_version', 'directory_version')
     """,
     "constraints": """
         SELECT n.nspname || '.' || c.conrelid::regclass::text, c.conname,
                pg_get_constraintdef(c.oid)
         FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace
         WHERE {ours} AND c.conrelid <> 0
-          AND c.conrelid::regclass::text <> 'alembic_version'
+          AND c.conrelid::regclass::text NOT IN ('alembic_version', 'directory_version')
     """,
     "indexes": """
         SELECT n.nspname || '.' || i.tablename, i.indexname, i.indexdef
         FROM pg_indexes i JOIN pg_namespace n ON n.nspname = i.schemaname
-        WHERE {ours} AND i.tablename <> 'alembic_version'
+        WHERE {ours} AND i.tablename NOT IN ('alembic_version', 'directory_version')
     """,
     "sequences": """
         SELECT n.nspname || '.' || s.sequencename, s.data_type::text, s.start_value,

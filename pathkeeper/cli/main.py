@@ -28,13 +28,16 @@ from pathkeeper.cli.options import (
     ES_URL_ENV,
     LOG_FORMAT_ENV,
     check_duration,
+    connect_coordinator,
     database_url_option,
     max_content_bytes_option,
+    servers_options,
     show_envvars,
 )
 from pathkeeper.cli.replay import reindex, replay, verify
 from pathkeeper.cli.retention import compact, snapshot
 from pathkeeper.cli.serve import keys, serve
+from pathkeeper.cli.shards import shard
 
 
 @click.group(cls=OperatorErrors, context_settings={"help_option_names": ["-h", "--help"],
@@ -141,7 +144,7 @@ def demo(
 
 
 @main.command("import")
-@database_url_option
+@servers_options
 @max_content_bytes_option
 @click.option("--progress/--no-progress", default=None,
               help="A progress bar (default: when stderr is a terminal).")
@@ -149,7 +152,8 @@ def demo(
               type=click.IntRange(1), help="The longest line read (longer: refused).")
 @click.argument("namespace")
 @click.argument("file", type=click.File("rb"))
-def import_(namespace: str, file: BinaryIO, database_url: str, max_content_bytes: int,
+def import_(namespace: str, file: BinaryIO, database_url: str | None,
+            directory_url: str | None, max_content_bytes: int,
             progress: bool | None, max_line_bytes: int) -> None:
     """Import the nodes of FILE (JSON Lines, '-' for stdin) into NAMESPACE, all or nothing.
 
@@ -157,13 +161,13 @@ def import_(namespace: str, file: BinaryIO, database_url: str, max_content_bytes
     "metadata": {...}}, in any order; missing parent directories are created. Any bad
     line and nothing is written: every problem (syntax, a path twice, a file under a
     file, a path that exists) is listed at once, one a line with its line number."""
-    from coordinator.api import Coordinator
     from pathkeeper.cli.import_progress import progress_bar
 
 
     show = sys.stderr.isatty() if progress is None else progress
     try:
-        with (Coordinator.connect(database_url, max_import_line_bytes=max_line_bytes,
+        with (connect_coordinator(database_url, directory_url,
+                                  max_import_line_bytes=max_line_bytes,
                                   max_content_bytes=max_content_bytes) as coord,
               progress_bar(file, show) as on_progress):
             result = coord.import_nodes(namespace, file, progress=on_progress)
@@ -192,7 +196,7 @@ def refused_import_lines(exc: CoordinatorError) -> list[str]:
     return out
 
 
-for command in (ns, tree, serve, keys, indexer, search_node, replay, reindex, verify, snapshot,
-                compact):
+for command in (ns, tree, serve, keys, shard, indexer, search_node, replay, reindex, verify,
+                snapshot, compact):
     main.add_command(command)
 show_envvars(main)

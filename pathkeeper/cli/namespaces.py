@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from pathkeeper.cli.options import database_url_option
+from pathkeeper.cli.options import connect_coordinator, servers_options
 
 
 @click.group("ns")
@@ -16,39 +16,39 @@ def ns() -> None:
 
 
 @ns.command("create")
-@database_url_option
+@servers_options
+@click.option("--shard", default=None, metavar="NAME",
+              help="With a directory: the server to create it on (default: the placement "
+                   "rule, PATHKEEPER_PLACEMENT).")
 @click.argument("name")
-def ns_create(database_url: str, name: str) -> None:
+def ns_create(database_url: str | None, directory_url: str | None, shard: str | None,
+              name: str) -> None:
     """Create the namespace NAME (an empty tree)."""
-    from coordinator.api import Coordinator
-
-    with Coordinator.connect(database_url) as coord:
-        result = coord.create_namespace(name)
+    with connect_coordinator(database_url, directory_url) as coord:
+        result = coord.create_namespace(name, shard)
     click.echo(f"created namespace {name} (event {result.seq})")
 
 
 @ns.command("list")
-@database_url_option
-def ns_list(database_url: str) -> None:
+@servers_options
+def ns_list(database_url: str | None, directory_url: str | None) -> None:
     """List the namespaces, one a line."""
-    from coordinator.api import Coordinator
-
-    with Coordinator.connect(database_url) as coord:
+    with connect_coordinator(database_url, directory_url) as coord:
         for name in coord.namespaces():
             click.echo(name)
 
 
 @ns.command("drop")
-@database_url_option
+@servers_options
 @click.option("--force", is_flag=True, help="Drop it with everything in it.")
 @click.argument("name")
-def ns_drop(database_url: str, name: str, force: bool) -> None:
+def ns_drop(database_url: str | None, directory_url: str | None, name: str,
+            force: bool) -> None:
     """Drop the namespace NAME: refused while it holds anything, unless --force."""
-    from coordinator.api import Coordinator
     from coordinator.errors import DirectoryNotEmpty
     from pathkeeper.cli.errors import EXIT_CANNOT_RUN
 
-    with Coordinator.connect(database_url) as coord:
+    with connect_coordinator(database_url, directory_url) as coord:
         try:
             result = coord.drop_namespace(name, force=force)
         except DirectoryNotEmpty:
@@ -59,15 +59,14 @@ def ns_drop(database_url: str, name: str, force: bool) -> None:
 
 
 @click.command("tree")
-@database_url_option
+@servers_options
 @click.argument("namespace")
 @click.argument("path", default="/")
-def tree(database_url: str, namespace: str, path: str) -> None:
+def tree(database_url: str | None, directory_url: str | None, namespace: str,
+         path: str) -> None:
     """Print the tree of NAMESPACE under PATH (default /), one path a line in path order,
     directories with a trailing '/', from one consistent snapshot."""
-    from coordinator.api import Coordinator
-
-    with Coordinator.connect(database_url) as coord:
+    with connect_coordinator(database_url, directory_url) as coord:
         for node in coord.walk(namespace, path):
             click.echo(node.path.rstrip("/") + "/" if node.is_dir else node.path)
 

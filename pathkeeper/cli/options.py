@@ -22,12 +22,15 @@ from coordinator.paths import MAX_CONTENT_BYTES
 from indexer.contract import DEFAULT_ALIAS
 
 if TYPE_CHECKING:
+    from coordinator.api import Coordinator
     from indexer.contract import IndexShape
 
 if TYPE_CHECKING:
     from indexer.search_client import SearchSecurity
 
 DATABASE_URL_ENV = "PATHKEEPER_DATABASE_URL"
+DIRECTORY_URL_ENV = "PATHKEEPER_DIRECTORY_URL"
+PLACEMENT_ENV = "PATHKEEPER_PLACEMENT"
 ES_URL_ENV = "PATHKEEPER_ES_URL"
 MAX_CONTENT_BYTES_ENV = "PATHKEEPER_MAX_CONTENT_BYTES"
 LOG_FORMAT_ENV = "PATHKEEPER_LOG_FORMAT"
@@ -50,6 +53,44 @@ database_url_option = click.option(
     required=True,
     help="libpq or SQLAlchemy URL of the PostgreSQL database.",
 )
+#: The commands that work on namespaces: on one server (``--database-url``) or on the
+#: servers a directory names (``--directory-url``, docs/sharding.md), which wins.
+_SERVERS_OPTIONS = (
+    click.option("--database-url", envvar=DATABASE_URL_ENV, default=None,
+                 help="libpq or SQLAlchemy URL of the PostgreSQL database (one server)."),
+    click.option("--directory-url", envvar=DIRECTORY_URL_ENV, default=None,
+                 help="URL of the directory database of several servers (it names them "
+                      "and where each namespace is); instead of --database-url."),
+)
+
+
+def servers_options(command: _F) -> _F:
+    """``--database-url`` and ``--directory-url``; see ``connect_coordinator``."""
+    for option in reversed(_SERVERS_OPTIONS):
+        command = option(command)
+    return command
+
+
+def connect_coordinator(database_url: str | None, directory_url: str | None,
+                        **settings: Any) -> Coordinator:
+    """The ``Coordinator`` of ``servers_options``: on the directory's servers if one is
+    given (the placement rule from ``PATHKEEPER_PLACEMENT``), else on the one server."""
+    import os
+
+    from coordinator.api import Coordinator
+
+    if directory_url:
+        placement = os.environ.get(PLACEMENT_ENV)
+        if placement:
+            settings = {"placement": placement, **settings}
+        return Coordinator.connect(directory_url=directory_url, **settings)
+    if not database_url:
+        raise click.UsageError(
+            f"give --database-url (or {DATABASE_URL_ENV}), or --directory-url "
+            f"(or {DIRECTORY_URL_ENV})")
+    return Coordinator.connect(database_url, **settings)
+
+
 es_url_option = click.option(
     "--es-url",
     envvar=ES_URL_ENV,

@@ -14,9 +14,10 @@ from coordinator.settings import MAX_IMPORT_LINE_BYTES
 from indexer.contract import DEFAULT_ALIAS
 from pathkeeper.cli.options import (
     DATABASE_URL_ENV,
-    database_url_option,
+    connect_coordinator,
     max_content_bytes_option,
     search_options,
+    servers_options,
 )
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ def is_loopback(host: str) -> bool:
 
 
 @click.command()
-@database_url_option
+@servers_options
 @search_options(url_required=False)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535))
@@ -72,7 +73,8 @@ def is_loopback(host: str) -> bool:
                    "(the kernel spreads connections over them): HTTP throughput grows with "
                    "cores. Each has its own pool and its own in-flight caps.")
 def serve(
-    database_url: str, es_url: str | None, search_security: SearchSecurity,
+    database_url: str | None, directory_url: str | None, es_url: str | None,
+    search_security: SearchSecurity,
     host: str, port: int, no_auth: bool,
     index_alias: str, max_inflight: int, max_inflight_per_key: int, max_long_polls: int,
     max_long_polls_per_key: int, statement_timeout: float, body_timeout: float,
@@ -87,14 +89,21 @@ def serve(
     from pathkeeper.http.app import create_app
     from pathkeeper.http.settings import SETTINGS_ENV, ServiceSettings, settings_to_json
 
-    _require_schema(database_url)
+    if directory_url:
+        _require_directory(directory_url)
+    elif database_url:
+        _require_schema(database_url)
+    else:
+        raise click.UsageError("give --database-url (or PATHKEEPER_DATABASE_URL), or "
+                               "--directory-url (or PATHKEEPER_DIRECTORY_URL)")
     configure(getattr(logging, log_level.upper()))
     if no_auth and not is_loopback(host):
         raise click.UsageError(
             f"--no-auth is refused when serving on {host}: bind to 127.0.0.1 or use API keys"
         )
     settings = ServiceSettings(
-        database_url=database_url, es_url=es_url, search_security=search_security,
+        database_url=database_url, directory_url=directory_url or None, es_url=es_url,
+        search_security=search_security,
         index_alias=index_alias, auth=not no_auth,
         max_inflight=max_inflight, max_inflight_per_key=max_inflight_per_key,
         max_long_polls=max_long_polls, max_long_polls_per_key=max_long_polls_per_key,
@@ -146,25 +155,36 @@ def _require_schema(database_url: str) -> None:
         engine.dispose()
 
 
+def _require_directory(directory_url: str) -> None:
+    """``_require_schema`` for each server a directory names."""
+    from coordinator.shard_directory import DirectoryMap
+
+    with DirectoryMap(directory_url, listen=False) as directory:
+        urls = [shard.database_url() for shard in directory.shards()]
+    for url in urls:
+        _require_schema(url)
+
+
 @click.group()
 def keys() -> None:
     """API keys for the HTTP API."""
 
 
 @keys.command("create")
-@database_url_option
+@servers_options
 @click.option("--namespace", "namespaces", multiple=True, required=True,
               help="A namespace the key may use (repeat; '*' for all).")
 @click.option("--scope", type=click.Choice(["read", "write", "admin"]), required=True)
 @click.option("--label", default="", help="A note to recognise the key by.")
-def keys_create(database_url: str, namespaces: tuple[str, ...], scope: str, label: str) -> None:
-    """Create a key and print its secret (shown once; only a hash is stored)."""
-    from coordinator.api import Coordinator
+def keys_create(database_url: str | None, directory_url: str | None,
+                namespaces: tuple[str, ...], scope: str, label: str) -> None:
+    """Create a key and print its secret (shown once; only a hash is stored). With a
+    directory, keys live there (a key may name namespaces of several servers)."""
     from coordinator.api_keys import ALL, create_key
 
-    with Coordinator.connect(database_url) as coord:
+    with connect_coordinator(database_url, directory_url) as coord:
         try:
-            key_id, secret = create_key(coord.engine, list(namespaces), scope, label)
+            key_id, secret = create_key(coord.keys_engine, list(namespaces), scope, label)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from exc
         unknown = sorted(set(namespaces) - {ALL, *coord.namespaces()})
@@ -177,29 +197,27 @@ def keys_create(database_url: str, namespaces: tuple[str, ...], scope: str, labe
 
 
 @keys.command("revoke")
-@database_url_option
+@servers_options
 @click.argument("key_id")
-def keys_revoke(database_url: str, key_id: str) -> None:
+def keys_revoke(database_url: str | None, directory_url: str | None, key_id: str) -> None:
     """Revoke a key by id (takes effect within the server's auth cache time)."""
-    from coordinator.api import Coordinator
     from coordinator.api_keys import revoke_key
 
-    with Coordinator.connect(database_url) as coord:
-        if not revoke_key(coord.engine, key_id):
+    with connect_coordinator(database_url, directory_url) as coord:
+        if not revoke_key(coord.keys_engine, key_id):
             click.echo(f"no active key {key_id}", err=True)
             sys.exit(1)
     click.echo(f"revoked {key_id}")
 
 
 @keys.command("list")
-@database_url_option
-def keys_list(database_url: str) -> None:
+@servers_options
+def keys_list(database_url: str | None, directory_url: str | None) -> None:
     """List keys (never their secrets), under a header line."""
-    from coordinator.api import Coordinator
     from coordinator.api_keys import list_keys
 
-    with Coordinator.connect(database_url) as coord:
-        listed = list_keys(coord.engine)
+    with connect_coordinator(database_url, directory_url) as coord:
+        listed = list_keys(coord.keys_engine)
     rows = [("id", "scope", "namespaces", "state", "label")] + [
         (k.id, k.scope, ",".join(k.namespaces),
          f"revoked {k.revoked_at:%Y-%m-%d %H:%M}" if k.revoked_at else "active", k.label)

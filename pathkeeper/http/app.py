@@ -61,7 +61,8 @@ def create_app(
     app.state.owns_coordinator = coordinator is None
     app.state.coordinator = coord
     app.state.settings = settings
-    app.state.authenticator = Authenticator(coord.engine, settings.auth_cache_seconds)
+    # With a directory the keys live there (a key may name namespaces of several servers).
+    app.state.authenticator = Authenticator(coord.keys_engine, settings.auth_cache_seconds)
     app.state.metrics = ServiceMetrics()
     # Added first, so it runs inside the limits (a command is admitted like any request)
     # and in front of FastAPI's routing, whose table it reads (``fast_path``).
@@ -72,7 +73,7 @@ def create_app(
     app.add_middleware(RequestMetrics, metrics=app.state.metrics)
     # The fast path's statements on the event loop: opened by the lifespan, in its loop.
     app.state.statements = None
-    app.state.hub = NotifyHub(settings.database_url)
+    app.state.hub = NotifyHub(*(shard.database_url() for shard in coord.shard_map.shards()))
     app.state.searcher = _searcher(settings)
     if not settings.auth:
         log.warning(
@@ -89,7 +90,7 @@ def create_app(
 
 
 def _connect(settings: ServiceSettings) -> Coordinator:
-    return Coordinator.connect(settings.database_url,
+    return Coordinator.connect(settings.database_url, directory_url=settings.directory_url,
                                statement_timeout=settings.statement_timeout_seconds,
                                **asdict(settings.coordinator))
 
@@ -114,8 +115,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     use_executor(settings.max_inflight + settings.max_long_polls + 8)
     coord: Coordinator = state.coordinator
     statements = AsyncStatements(
-        settings.database_url, coord.settings, wake=coord.wake_indexer,
-        statement_timeout=settings.statement_timeout_seconds,
+        None, coord.settings, wake=coord.wake_indexer,
+        statement_timeout=settings.statement_timeout_seconds, shard_map=coord.shard_map,
     )
     await statements.open()
     state.statements = statements
@@ -140,12 +141,14 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 def _purge_loop(coord: Coordinator, settings: ServiceSettings, stop: threading.Event) -> None:
-    """Delete expired idempotency rows every ``idempotency_purge_seconds``."""
+    """Delete expired idempotency rows every ``idempotency_purge_seconds``, on every
+    server (each keeps its namespaces' keys)."""
     while not stop.wait(settings.idempotency_purge_seconds):
-        try:
-            purge(coord.engine)
-        except SQLAlchemyError as exc:
-            log.warning("idempotency purge failed: %s", exc)
+        for shard, engine in coord.shard_engines():
+            try:
+                purge(engine)
+            except SQLAlchemyError as exc:
+                log.warning("idempotency purge failed on shard %s: %s", shard.name, exc)
 
 
 def app_from_environment() -> FastAPI:

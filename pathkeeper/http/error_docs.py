@@ -38,7 +38,8 @@ ERRORS: dict[int, tuple[str, str, str]] = {
     429: ("Too many requests in flight (in all or for this key): retry after Retry-After",
           "overloaded", "too many requests in flight; retry later"),
     503: ("PostgreSQL or the search server does not answer, a statement timed out, or the "
-          "namespace is being moved to another database server: retry after Retry-After", "unavailable", "the database is unavailable; retry later"),
+          "namespace is being moved to another database server: retry after Retry-After",
+          "unavailable", "the database is unavailable; retry later"),
 }
 #: The change feed's own meaning of 409.
 CURSOR_AHEAD = ("The cursor is past the end of this log", "cursor_ahead",

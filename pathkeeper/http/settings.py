@@ -22,7 +22,8 @@ from indexer.search_client import SearchSecurity
 
 @dataclass(frozen=True)
 class ServiceSettings:
-    database_url: str
+    #: The one database server's URL; with a directory (``directory_url``), unused.
+    database_url: str | None
     #: Elasticsearch URL; without it the search endpoint answers 503.
     es_url: str | None = None
     #: How to reach a secured search server (credentials, CA).
@@ -69,6 +70,10 @@ class ServiceSettings:
     max_feed_wait_seconds: float = 30.0
     max_index_wait_seconds: float = 10.0
     retry_after_seconds: int = 1
+    #: The directory database of a deployment with several database servers
+    #: (docs/sharding.md; ``PATHKEEPER_DIRECTORY_URL``): it names the servers, the
+    #: server of each namespace, and holds the API keys.
+    directory_url: str | None = None
     #: The indexer's checkpoint consumer (for /readyz lag and ``min_seq``); default:
     #: the one writing to ``index_alias``.
     indexer_consumer: str | None = None

@@ -8,8 +8,9 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import SQLAlchemyError
 
+from coordinator.api import Coordinator
 from coordinator.errors import CoordinatorError
-from coordinator.indexing import probe_lag
+from coordinator.indexing import Lag, probe_lag
 from pathkeeper.http.deps import ConsumerDep, CoordDep, SearcherDep, SettingsDep, public
 from pathkeeper.http.errors import DATABASE_DOWN, SEARCH_DOWN, outage_message
 from pathkeeper.http.schemas import HealthOut, ReadyOut
@@ -37,7 +38,7 @@ def readyz(coord: CoordDep, settings: SettingsDep, searcher: SearcherDep,
     index is there; reports the indexer's lag (does not fail on it)."""
     retry = {"Retry-After": str(settings.retry_after_seconds)}
     try:
-        lag = probe_lag(coord.engine, consumer)
+        lag = _worst_lag(coord, consumer)
     except (SQLAlchemyError, CoordinatorError) as exc:
         log.warning("readiness: database check failed: %s", exc)
         out = ReadyOut(status="unavailable", postgres=False,
@@ -56,3 +57,16 @@ def readyz(coord: CoordDep, settings: SettingsDep, searcher: SearcherDep,
                    indexer_lag_events=None if lag is None else lag.events,
                    indexer_lag_seconds=None if lag is None else lag.seconds)
     return JSONResponse(out.model_dump(mode="json"), 200)
+
+
+def _worst_lag(coord: Coordinator, consumer: str) -> Lag | None:
+    """The lag of the shard furthest behind (every shard must answer: a namespace on one
+    that does not cannot be served); None if the indexer never ran on any. Positions of
+    different shards are never compared: ``checkpoint`` only says whether one has begun."""
+    lags = [lag for _, engine in coord.shard_engines()
+            if (lag := probe_lag(engine, consumer)) is not None]
+    if not lags:
+        return None
+    return Lag(checkpoint=max(lag.checkpoint for lag in lags),
+               events=max(lag.events for lag in lags),
+               seconds=max(lag.seconds for lag in lags))
