@@ -68,8 +68,9 @@ class ShardWork:
         #: Log fields naming the shard: none with one shard (one server's lines as they were).
         self.where: dict[str, Any] = {"shard": shard.name} if label_prefix else {}
         n = config.partitions
+        url = shard.database_url()  # an ``env:NAME`` URL is read here, once
         self.coord = Coordinator.connect(
-            shard.url,
+            url,
             notify=False,
             # A batch holds its snapshot transaction while Elasticsearch works.
             idle_in_transaction_timeout=MAX_BATCH_AGE + 60,
@@ -84,8 +85,8 @@ class ShardWork:
             partial(deadletters.reject, self.engine, self.consumer),
             chunk_size=config.chunk_size,
         )
-        self.leases = Leases(shard.url, self.consumer)
-        self.listener = Listener(shard.url, self.wake_for)
+        self.leases = Leases(url, self.consumer)
+        self.listener = Listener(url, self.wake_for)
         self.read_waits = ReadWaits(self.consumer, label_prefix)
         self.runners: dict[int, PartitionRunner] = {}
         #: ``--once``: the position of this shard's log to catch up with.

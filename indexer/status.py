@@ -84,7 +84,7 @@ def shard_status(shard: Shard, consumer: str) -> ShardStatus:
 
     from .deadletters import count_pending
 
-    with Coordinator.connect(shard.url) as coord:
+    with Coordinator.connect(shard.database_url()) as coord:
         with coord.engine.connect() as conn:
             parts = partitions(conn, consumer)
             has_events = bool(conn.execute(

@@ -312,7 +312,8 @@ def verify_report(
 
     drift = False
     with ExitStack() as stack:
-        coords = [(s.name, stack.enter_context(Coordinator.connect(s.url))) for s in shards]
+        coords = [(s.name, stack.enter_context(Coordinator.connect(s.database_url())))
+                  for s in shards]
         stack.enter_context(progress)
         if not several:
             _require_namespaces(coords[0][1], namespaces)

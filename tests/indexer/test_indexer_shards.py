@@ -181,6 +181,8 @@ def test_wait_indexed_is_per_shard_and_done_at_once_below_log_from(
     started = time.monotonic()
     assert wait_indexed(coord_b.engine, later.seq + 5_000_000, 5, consumer, namespace="moved")
     assert time.monotonic() - started < 1.0
+    # The same through the coordinator, which routes by the namespace.
+    assert coord_b.wait_indexed(later.seq + 5_000_000, 0.3, consumer, namespace="moved")
     # Above it, the rule is b's checkpoints again; and only for that namespace.
     assert not wait_indexed(coord_b.engine, later.seq + 20_000_000, 0.3, consumer,
                             namespace="moved")

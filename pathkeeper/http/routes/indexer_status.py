@@ -17,7 +17,6 @@ from sqlalchemy import Engine
 
 from coordinator import Coordinator
 from coordinator.api_keys import ALL
-from coordinator.shard_map import DEFAULT_SHARD
 from indexer import deadletters, status
 from pathkeeper.http.deps import AnyReader, ConsumerDep, CoordDep
 from pathkeeper.http.threads import blocking
@@ -80,7 +79,7 @@ class IndexerStatusOut(BaseModel):
 
 def service_shards(coord: Coordinator) -> list[tuple[str, Engine]]:
     """The shards the service's coordinator reads, by name, with an engine on each."""
-    return [(DEFAULT_SHARD, coord.engine)]
+    return [(shard.name, engine) for shard, engine in coord.shard_engines()]
 
 
 @router.get("/v1/indexer/status", response_model=IndexerStatusOut, name="indexer_status")
