@@ -17,8 +17,9 @@ import click
 from coordinator.indexing import consumer_for
 from pathkeeper.cli.options import (
     consumer_option,
-    database_url_option,
     search_options,
+    servers_options,
+    servers_shards,
     worker_alias_option,
 )
 
@@ -48,7 +49,7 @@ def no_worker_warning(name: str, parts: list[Any], log_has_events: bool) -> str 
 
 
 @click.command("status")
-@database_url_option
+@servers_options
 @worker_alias_option
 @consumer_option
 @search_options(url_required=False)
@@ -57,16 +58,14 @@ def no_worker_warning(name: str, parts: list[Any], log_has_events: bool) -> str 
                    "lag_seconds, holder_pid, namespaces), lag_events, lag_seconds, "
                    "dead_letters_pending, held_back_by, alias, warnings, and shards "
                    "(the same per shard).")
-def status_cmd(database_url: str, alias: str, consumer: str, es_url: str | None,
-               search_security: SearchSecurity, as_json: bool) -> None:
+def status_cmd(database_url: str | None, directory_url: str | None, alias: str, consumer: str,
+               es_url: str | None, search_security: SearchSecurity, as_json: bool) -> None:
     """Per partition and namespace: lag (events, seconds), checkpoint, holder; dead letters;
     with --es-url, whether the index behind the alias is there. Exit 1 with a warning when
     events wait in a partition no worker holds (or the consumer never ran), 3 when the
     index is lost."""
-    from coordinator.shard_map import SingleShard
-
-    code = report(SingleShard(database_url).shards(), alias, consumer_for(alias, consumer),
-                  es_url, search_security, as_json)
+    code = report(servers_shards(database_url, directory_url), alias,
+                  consumer_for(alias, consumer), es_url, search_security, as_json)
     if code:
         sys.exit(code)
 

@@ -17,6 +17,8 @@ from pathkeeper.cli.options import (
     index_shape,
     index_shape_options,
     search_options,
+    servers_options,
+    servers_shards,
 )
 
 if TYPE_CHECKING:
@@ -262,7 +264,7 @@ def reindex(
 
 
 @click.command("verify")
-@database_url_option
+@servers_options
 @search_options(url_required=True)
 @alias_option
 @namespace_option()
@@ -273,16 +275,15 @@ def reindex(
               help="Seconds to wait for the live worker before calling a difference drift.")
 @quiet_option
 def verify(
-    database_url: str, es_url: str, search_security: SearchSecurity,
-    alias: str, namespaces: tuple[str, ...], repair: bool,
+    database_url: str | None, directory_url: str | None, es_url: str,
+    search_security: SearchSecurity, alias: str, namespaces: tuple[str, ...], repair: bool,
     check_log: bool, settle_timeout: float, quiet: bool,
 ) -> None:
     """Compare PostgreSQL with the index (and the log with nodes); exit 1 on drift."""
-    from coordinator.shard_map import SingleShard
-
     progress = _setup(quiet)
-    _run(lambda: verify_report(SingleShard(database_url).shards(), es_url, search_security,
-                               alias, namespaces, repair, check_log, settle_timeout, progress))
+    _run(lambda: verify_report(servers_shards(database_url, directory_url), es_url,
+                               search_security, alias, namespaces, repair, check_log,
+                               settle_timeout, progress))
 
 
 def verify_report(

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -14,6 +17,7 @@ from sqlalchemy import text
 
 from coordinator import Coordinator
 from coordinator.indexing import consumer_for
+from coordinator.shard_admin import add_shard, init_directory
 from coordinator.shard_map import Shard
 from indexer import checkpoints, elasticsearch_index
 from indexer.progress import Progress
@@ -162,3 +166,36 @@ def test_scheduled_verify_over_two_shards_counts_only_drift(
                           "WHERE namespace = 'nb' AND name = 'f2'"))
     assert scheduled_verify_shards(pairs, es, alias, lambda _: None) == 1
     assert REGISTRY.get_sample_value("pathkeeper_verify_drift") == 1
+
+
+def test_status_and_verify_commands_over_a_directory(
+    pg_cluster: LocalPostgres, es_url: str, alias: str,
+) -> None:
+    n = time.monotonic_ns()
+    default = pg_cluster.create_database(f"pk_dir_a_{n}", template="pk_template")
+    b = pg_cluster.create_database(f"pk_dir_b_{n}", template="pk_template")
+    directory = pg_cluster.create_database(f"pk_dir_{n}")
+    init_directory(directory, default)
+    add_shard(directory, "b", b)
+    with Coordinator.connect(directory_url=directory, lock_timeout=5.0) as coord:
+        coord.create_namespace("na", shard="default")
+        coord.create_namespace("nb", shard="b")
+        for ns in ("na", "nb"):
+            coord.create_file(ns, "/f", ns)
+    env = {"PATHKEEPER_DIRECTORY_URL": directory, "PATHKEEPER_ES_URL": es_url}
+    # The worker command over the directory's servers, as a process of its own.
+    ran = subprocess.run(
+        [sys.executable, "-m", "pathkeeper", "indexer", "run", "--once", "--alias", alias,
+         "--partitions", "2"], env={**os.environ, **env}, capture_output=True, text=True,
+        timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    status = CliRunner().invoke(main, ["indexer", "status", "--alias", alias, "--json"],
+                                env=env)
+    assert status.exit_code == 0, status.output
+    doc = json.loads(status.output)
+    assert [s["name"] for s in doc["shards"]] == ["b", "default"]
+    assert doc["lag_events"] == 0 and doc["warnings"] == []
+    checked = CliRunner().invoke(main, ["verify", "--alias", alias, "-q"], env=env)
+    assert checked.exit_code == 0, checked.output
+    assert "shard b:\n" in checked.output and "shard default:\n" in checked.output
+    assert checked.output.count("documents compared, 0 drifted") == 2
