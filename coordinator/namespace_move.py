@@ -115,7 +115,13 @@ class NamespaceMover:
         use: a step of the freeze should not pay for connecting."""
         conn = self._conns.get(key)
         if conn is None or conn.closed or conn.broken:
-            conn = self._conns[key] = self._connect(conninfo)
+            try:
+                conn = self._conns[key] = self._connect(conninfo)
+            except psycopg.OperationalError as exc:
+                what = f"shard {key[6:]}" if key else "the directory"
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else "no answer"
+                raise MoveFailed(f"cannot reach {what} ({first}); the move stays where it "
+                                 "stopped: --resume or --abort once it is back") from None
         return conn
 
     def close(self) -> None:

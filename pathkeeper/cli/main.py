@@ -35,6 +35,7 @@ from pathkeeper.cli.options import (
 from pathkeeper.cli.replay import reindex, replay, verify
 from pathkeeper.cli.retention import compact, snapshot
 from pathkeeper.cli.serve import keys, serve
+from pathkeeper.cli.shard_move import shard
 
 
 @click.group(cls=OperatorErrors, context_settings={"help_option_names": ["-h", "--help"],
@@ -193,6 +194,6 @@ def refused_import_lines(exc: CoordinatorError) -> list[str]:
 
 
 for command in (ns, tree, serve, keys, indexer, search_node, replay, reindex, verify, snapshot,
-                compact):
+                compact, shard):
     main.add_command(command)
 show_envvars(main)
