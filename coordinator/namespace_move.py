@@ -21,6 +21,7 @@ import psycopg
 from psycopg.rows import TupleRow
 
 from . import move_replication as repl
+from . import move_snapshot
 from .db import libpq_url
 from .errors import CoordinatorError, InvalidArgument
 from .indexing import DEFAULT_CONSUMER
@@ -362,6 +363,8 @@ class NamespaceMover:
                         f"the source's indexer ({self.consumer}) did not catch up with "
                         f"namespace {move.namespace} in {self.sync_timeout:.0f} s: --resume "
                         "to wait on, or --abort")
+            # The namespace's snapshot for the flip, drafted now: the freeze finishes it.
+            move_snapshot.write_draft(target, move.namespace)
 
     # -- steps 3-5: frozen, draining, sequence ---------------------------------------------
 
@@ -486,17 +489,7 @@ class NamespaceMover:
                     b"VALUES (%s, 'active', %s) ON CONFLICT (namespace) DO UPDATE SET "
                     b"state = 'active', log_from = EXCLUDED.log_from, frozen_at = NULL, "
                     b"updated_at = now()", (ns, flip))
-                nodes = _one(target, "SELECT count(*) FROM nodes WHERE namespace = %s", (ns,))
-                assert nodes is not None
-                snapshot = _one(
-                    target, "INSERT INTO log_snapshots (position, namespaces, nodes, namespace) "
-                            "VALUES (%s, 1, %s, %s) RETURNING id", (flip, nodes[0], ns))
-                assert snapshot is not None
-                target.execute(
-                    b"INSERT INTO log_snapshot_nodes (snapshot_id, namespace, id, parent_id, "
-                    b"name, kind, content, metadata, version) SELECT %s, namespace, id, "
-                    b"parent_id, name, kind, content, metadata, version FROM nodes "
-                    b"WHERE namespace = %s", (snapshot[0], ns))
+                move_snapshot.finish(target, ns, flip)
         # (b) the directory routes to the target: one transaction with the step.
         with self._directory() as d, d.transaction():
             placed = _one(d, "SELECT shard FROM placements WHERE namespace = %s FOR UPDATE",

@@ -3,12 +3,14 @@ section 3, ``coordinator.namespace_move``), between two real clusters with write
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 import pytest
 
-from coordinator.commands import CreateFile, WriteFile
+from coordinator.commands import CreateFile, Delete, Rename, WriteFile
+from coordinator.errors import NamespaceMoved
 from coordinator.indexing import consumer_for
 from coordinator.namespace_move import (
     ABORTABLE_STEPS,
@@ -224,15 +226,24 @@ def test_abort_with_the_source_down_then_again_when_it_is_back(shards: TwoShards
     assert shards.directory("SELECT * FROM moves") == []
 
 
-def test_freeze_measured_at_10000_nodes(shards: TwoShards, es_url: str, alias: str) -> None:
-    """The freeze (steps 3-6) of a namespace of 10,000 nodes, with the source's indexer
+@pytest.mark.parametrize("nodes", [
+    10_000,
+    pytest.param(100_000, marks=pytest.mark.skipif(
+        not os.environ.get("PATHKEEPER_MOVE_LARGE"),
+        reason="a measurement of minutes: set PATHKEEPER_MOVE_LARGE=1")),
+])
+def test_freeze_measured(shards: TwoShards, es_url: str, alias: str, nodes: int) -> None:
+    """The freeze (steps 3-6) of a namespace of ``nodes`` nodes, with the source's indexer
     running (step 4 waits for it) and writers on it and another namespace."""
     ns, other = unique_ns(), unique_ns("o")
     shards.create(ns)
     shards.create(other)
-    bulk_subtree(shards.coord("a"), ns, "/", "bulk", 100, 99)
+    for part in range(nodes // 10_000 // 5 or 1):
+        # At most 65,536 events a transaction: ~50,000 nodes a bulk.
+        width = 100 if nodes < 50_000 else 500
+        bulk_subtree(shards.coord("a"), ns, "/", f"bulk{part}", width, 99)
     assert shards.query("a", "SELECT count(*) FROM nodes WHERE namespace = %s",
-                        (ns,))[0][0] >= 10000
+                        (ns,))[0][0] >= nodes
     worker = Worker(WorkerConfig(database_url=shards.source_url, es_url=es_url, alias=alias,
                                  partitions=2, poll_interval=0.2))
     thread = threading.Thread(target=worker.run, daemon=True)
@@ -257,4 +268,60 @@ def test_freeze_measured_at_10000_nodes(shards: TwoShards, es_url: str, alias: s
           + ", ".join(f"{k} {v:.3f}" for k, v in result.step_seconds.items()))
     assert shards.placed(ns) == "b"
     assert shards.query("b", "SELECT count(*) FROM nodes WHERE namespace = %s",
-                        (ns,))[0][0] >= 10000
+                        (ns,))[0][0] >= nodes
+
+
+def test_the_source_killed_during_the_drain_then_resume(shards: TwoShards) -> None:
+    ns = unique_ns()
+    shards.create(ns)
+    shards.coord("a").execute(ns, CreateFile("/x", "before"))
+    before = rows(shards, "a", ns)
+    mover = NamespaceMover(shards.directory_url)
+    with pytest.raises(MoveStopped):
+        mover.start(ns, "b", stop_after="frozen")
+    shards.source.pg_ctl_stop("immediate")
+    try:
+        with pytest.raises(MoveFailed, match="cannot reach shard a"):
+            mover.resume(ns)
+        # Resume re-runs the recorded step (the freeze: kept, L_s read back), which needs
+        # the source: the move stays where it was.
+        assert shards.directory("SELECT step FROM moves") == [("frozen",)]
+        # Meanwhile the target does not take the namespace's writes.
+        with pytest.raises(NamespaceMoved):
+            shards.coord("b").execute(ns, CreateFile("/y", "y"))
+    finally:
+        shards.source.pg_ctl_start()
+    mover.resume(ns)
+    assert shards.placed(ns) == "b"
+    assert rows(shards, "b", ns) == before
+    assert replication_left(shards) == {"subscriptions": [], "slots": [], "publications": []}
+
+
+SNAPSHOT_OF_NS = ("SELECT id::text, parent_id::text, name, kind, content, metadata::text, version "
+                  "FROM log_snapshot_nodes WHERE namespace = %s ORDER BY id")
+
+
+def test_the_flip_snapshot_is_the_rows_at_the_flip(shards: TwoShards) -> None:
+    """The snapshot is drafted before the freeze and finished inside it: rows changed,
+    added and deleted after the draft are as they were at the flip."""
+    ns = unique_ns()
+    shards.create(ns)
+    coord = shards.coord("a")
+    bulk_subtree(coord, ns, "/", "bulk", 5, 20)
+    mover = NamespaceMover(shards.directory_url)
+    with pytest.raises(MoveStopped):
+        mover.start(ns, "b", stop_after="syncing")
+    drafted = shards.query("b", SNAPSHOT_OF_NS, (ns,))
+    assert len(drafted) == len(rows(shards, "a", ns)["nodes"])
+    coord.execute(ns, CreateFile("/new", "added after the draft"))
+    coord.execute(ns, WriteFile("/bulk/d0/f0", "changed after the draft"))
+    coord.execute(ns, Delete("/bulk/d1/f1"))
+    coord.execute(ns, Rename("/bulk/d2", "renamed"))
+    mover.resume(ns)
+    snapshot = shards.query("b", SNAPSHOT_OF_NS, (ns,))
+    assert snapshot != drafted
+    assert snapshot == shards.query("b", TABLES_OF_NS["nodes"], (ns,))
+    assert shards.query("b", "SELECT position, nodes FROM log_snapshots WHERE namespace = %s",
+                        (ns,)) == [(shards.query("b", "SELECT log_from FROM namespace_placement "
+                                                      "WHERE namespace = %s", (ns,))[0][0],
+                                    len(snapshot))]
