@@ -60,6 +60,7 @@ def finish(conn: Conn, namespace: str, position: int) -> None:
         _insert_rows(conn, int(row[0]), namespace, only_missing=False)
     else:
         snapshot_id = int(row[0])
+        # Every column: comparing (id, version) alone measured no faster.
         cols = _COLUMNS.split(", ")
         # The draft's rows are minutes old and unanalyzed: the planner would guess them
         # few and compare them in a nested loop (15 s for 10,000 nodes); as hash
