@@ -32,6 +32,10 @@ from .results import POSITION_BLOCK, block_end
 STEPS = ("planned", "copying", "syncing", "frozen", "draining", "sequence", "flip", "cleanup")
 #: The steps ``abort`` can undo (``flip`` too until its first part has run).
 ABORTABLE_STEPS = STEPS[: STEPS.index("flip")]
+#: The class of the advisory lock a mover holds on the directory, per namespace, for as
+#: long as it runs a move (its session's: a killed mover's goes with its connection), so
+#: two movers never run steps of one move at once.
+MOVER_LOCK_CLASS = 0x504B4D56  # "PKMV"
 #: The channel the flip notifies (the directory's cache listens on it); the payload is
 #: the namespace.
 PLACEMENTS_CHANNEL = "pathkeeper_placements"
@@ -119,17 +123,29 @@ class NamespaceMover:
             try:
                 conn = self._conns[key] = self._connect(conninfo)
             except psycopg.OperationalError as exc:
-                what = f"shard {key[6:]}" if key else "the directory"
+                what = f"shard {key[6:]}" if key.startswith("shard:") else "the directory"
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else "no answer"
                 raise MoveFailed(f"cannot reach {what} ({first}); the move stays where it "
                                  "stopped: --resume or --abort once it is back") from None
         return conn
 
-    def close(self) -> None:
-        """Close the connections kept by the last call."""
-        for conn in self._conns.values():
-            conn.close()
-        self._conns.clear()
+    def close(self, keep_lock: bool = False) -> None:
+        """Close the connections kept by the last call (with ``keep_lock``, not the one
+        holding the mover's lock: a move stopped by the test hook stays claimed)."""
+        for key, conn in list(self._conns.items()):
+            if not (keep_lock and key == "lock"):
+                conn.close()
+                del self._conns[key]
+
+    def _claim(self, namespace: str) -> None:
+        """Take the mover's lock of ``namespace`` (``MOVER_LOCK_CLASS``), or refuse."""
+        row = _one(self._kept("lock", self.directory_url),
+                   "SELECT pg_try_advisory_lock(%s, "
+                   "CAST(hashtext(%s)::bigint & 2147483647 AS integer))",
+                   (MOVER_LOCK_CLASS, namespace))
+        if not (row and row[0]):
+            raise MoveRefused(f"another mover is running the move of namespace {namespace}: "
+                              "wait for it to end, or stop it first")
 
     @contextmanager
     def _directory(self) -> Iterator[Conn]:
@@ -178,10 +194,15 @@ class NamespaceMover:
     def start(self, namespace: str, target: str, stop_after: str | None = None) -> MoveResult:
         """Move ``namespace`` to the shard named ``target``: check, record, run every step."""
         self._check_stop(stop_after)
+        stopped = False
         try:
+            self._claim(namespace)
             return self._start(namespace, target, stop_after)
+        except MoveStopped:
+            stopped = True
+            raise
         finally:
-            self.close()
+            self.close(keep_lock=stopped)
 
     def _start(self, namespace: str, target: str, stop_after: str | None) -> MoveResult:
         with self._directory() as d:
@@ -213,10 +234,15 @@ class NamespaceMover:
     def resume(self, namespace: str, stop_after: str | None = None) -> MoveResult:
         """Run a recorded move on from its recorded step (which runs again)."""
         self._check_stop(stop_after)
+        stopped = False
         try:
+            self._claim(namespace)
             return self._run(self._load(namespace), stop_after)
+        except MoveStopped:
+            stopped = True
+            raise
         finally:
-            self.close()
+            self.close(keep_lock=stopped)
 
     def abort(self, namespace: str) -> None:
         """Undo a move stopped before the flip: the target keeps nothing of the
@@ -225,6 +251,7 @@ class NamespaceMover:
         ``MoveFailed`` says to abort again once the source is back (its slot, its
         publication and the freeze are undone then)."""
         try:
+            self._claim(namespace)
             self._abort(namespace)
         finally:
             self.close()

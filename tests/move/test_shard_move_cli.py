@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from coordinator.commands import WriteFile
-from coordinator.namespace_move import STEPS
+from coordinator.namespace_move import STEPS, MoveRefused, NamespaceMover
 from pathkeeper.cli.main import main
 from pathkeeper.cli.shard_move import DIRECTORY_URL_ENV, STOP_AFTER_ENV
 from tests.move.conftest import TwoShards, Writer, unique_ns
@@ -41,15 +41,20 @@ def test_a_mover_killed_after_each_step_is_finished_by_resume(
     writer = Writer(shards, ns, "w")
     writer.start()
     mover = _cli(shards, ns, "b", stop_after=step)
-    assert mover.stdout is not None
-    seen = []
-    for line in mover.stdout:
-        seen.append(line)
-        if "waiting to be killed" in line:
-            break
-    assert any(f"{step}: done in" in line for line in seen), (seen, mover.stderr)
-    os.kill(mover.pid, signal.SIGKILL)
-    mover.communicate(timeout=30)
+    try:
+        assert mover.stdout is not None
+        seen = []
+        for line in mover.stdout:
+            seen.append(line)
+            if "waiting to be killed" in line:
+                break
+        assert any(f"{step}: done in" in line for line in seen), seen
+        # While it runs (here: waits), no second mover runs the move.
+        with pytest.raises(MoveRefused, match="another mover"):
+            NamespaceMover(shards.directory_url).resume(ns)
+    finally:
+        os.kill(mover.pid, signal.SIGKILL)
+        mover.communicate(timeout=30)
     assert mover.returncode == -signal.SIGKILL
     recorded = shards.directory("SELECT step FROM moves WHERE namespace = %s", (ns,))
     assert recorded == [("cleanup" if step == "flip" else step,)]
