@@ -23,32 +23,73 @@ _COLUMNS = "parent_id, name, kind, content, metadata, version"
 DRAFT_POSITION = 0
 
 
-def _insert_rows(conn: Conn, snapshot_id: int, namespace: str, only_missing: bool) -> None:
+def _insert_rows(conn: Conn, snapshot_id: int, namespace: str, only_missing: bool) -> int:
     missing = (" AND NOT EXISTS (SELECT 1 FROM log_snapshot_nodes s WHERE s.snapshot_id = %s "
                "AND s.namespace = n.namespace AND s.id = n.id)") if only_missing else ""
-    conn.execute(
+    return conn.execute(
         (f"INSERT INTO log_snapshot_nodes (snapshot_id, namespace, id, {_COLUMNS}) "
          f"SELECT %s, n.namespace, n.id, {', '.join('n.' + c for c in _COLUMNS.split(', '))} "
          f"FROM nodes n WHERE n.namespace = %s{missing}").encode(),
-        (snapshot_id, namespace, snapshot_id) if only_missing else (snapshot_id, namespace))
+        (snapshot_id, namespace, snapshot_id) if only_missing else (snapshot_id, namespace)
+    ).rowcount
 
 
-def write_draft(conn: Conn, namespace: str) -> None:
-    """Replace the namespace's draft by one of its rows as they are now."""
+def write_draft(conn: Conn, namespace: str) -> int:
+    """Replace the namespace's draft by one of its rows as they are now. Returns the
+    oldest transaction (``xid8``) that was running when it began: a row written by a
+    transaction not older than that may be missing from the draft or differ; any other
+    row is in it as it is."""
     with conn.transaction():
+        began = conn.execute(
+            b"SELECT CAST(CAST(pg_snapshot_xmin(pg_current_snapshot()) AS text) AS bigint)"
+        ).fetchone()
+        assert began is not None
         conn.execute(b"DELETE FROM log_snapshots WHERE namespace = %s AND position = %s",
                      (namespace, DRAFT_POSITION))
         row = conn.execute(
             b"INSERT INTO log_snapshots (position, namespaces, nodes, namespace) "
-            b"VALUES (%s, 1, (SELECT count(*) FROM nodes WHERE namespace = %s), %s) "
-            b"RETURNING id", (DRAFT_POSITION, namespace, namespace)).fetchone()
+            b"VALUES (%s, 1, 0, %s) RETURNING id", (DRAFT_POSITION, namespace)).fetchone()
         assert row is not None
-        _insert_rows(conn, int(row[0]), namespace, only_missing=False)
+        # ``nodes``: the draft's own row count (``_finish_from`` counts from it).
+        drafted = _insert_rows(conn, int(row[0]), namespace, only_missing=False)
+        conn.execute(b"UPDATE log_snapshots SET nodes = %s WHERE id = %s", (drafted, row[0]))
+    return int(began[0])
 
 
-def finish(conn: Conn, namespace: str, position: int) -> None:
+def _finish_from(conn: Conn, snapshot_id: int, namespace: str, began: int) -> None:
+    """Bring the draft up to date by the rows written since it began (``write_draft``'s
+    answer): replace those; then, if the counts say some of the draft's nodes are gone,
+    drop them. Work proportional to the writes since the draft, not to the namespace."""
+    # Written by a transaction not older than ``began`` (age() is wraparound-safe; +1:
+    # age counts from this transaction's id, which may be one past the current one).
+    since = ("age(n.xmin) <= CAST(CAST(pg_current_xact_id() AS text) AS bigint) - %s + 1")
+    deleted = conn.execute(
+        (f"DELETE FROM log_snapshot_nodes s USING nodes n WHERE s.snapshot_id = %s "
+         f"AND s.namespace = %s AND n.namespace = s.namespace AND n.id = s.id "
+         f"AND {since}").encode(), (snapshot_id, namespace, began)).rowcount
+    added = conn.execute(
+        (f"INSERT INTO log_snapshot_nodes (snapshot_id, namespace, id, {_COLUMNS}) "
+         f"SELECT %s, n.namespace, n.id, {', '.join('n.' + c for c in _COLUMNS.split(', '))} "
+         f"FROM nodes n WHERE n.namespace = %s AND {since}").encode(),
+        (snapshot_id, namespace, began)).rowcount
+    counts = conn.execute(
+        b"SELECT nodes, (SELECT count(*) FROM nodes WHERE namespace = %s) "
+        b"FROM log_snapshots WHERE id = %s", (namespace, snapshot_id)).fetchone()
+    assert counts is not None
+    # Every node now has its row in the draft, as it is; more rows than nodes: some of
+    # the draft's nodes were deleted since.
+    if int(counts[0]) - deleted + added != int(counts[1]):
+        conn.execute(b"SET LOCAL enable_nestloop = off")
+        conn.execute(
+            b"DELETE FROM log_snapshot_nodes s WHERE s.snapshot_id = %s AND s.namespace = %s "
+            b"AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.namespace = s.namespace "
+            b"AND n.id = s.id)", (snapshot_id, namespace))
+
+
+def finish(conn: Conn, namespace: str, position: int, began: int | None = None) -> None:
     """The namespace's snapshot at ``position`` (its rows final), from its draft if there
-    is one. Runs inside the caller's transaction."""
+    is one: by the rows written since the draft began when ``began`` is known (the same
+    mover wrote it), else by comparing every row. Runs inside the caller's transaction."""
     row = conn.execute(
         b"SELECT id FROM log_snapshots WHERE namespace = %s AND position = %s "
         b"ORDER BY id DESC LIMIT 1", (namespace, DRAFT_POSITION)).fetchone()
@@ -58,6 +99,8 @@ def finish(conn: Conn, namespace: str, position: int) -> None:
             b"VALUES (%s, 1, 0, %s) RETURNING id", (DRAFT_POSITION, namespace)).fetchone()
         assert row is not None
         _insert_rows(conn, int(row[0]), namespace, only_missing=False)
+    elif began is not None:
+        _finish_from(conn, int(row[0]), namespace, began)
     else:
         snapshot_id = int(row[0])
         # Every column: comparing (id, version) alone measured no faster.

@@ -107,6 +107,9 @@ class NamespaceMover:
         self.connect_timeout = connect_timeout
         self._urls: dict[str, str] = {}
         self._conns: dict[str, Conn] = {}
+        #: Per namespace, when this mover's draft of its flip snapshot began
+        #: (``move_snapshot.write_draft``); a resumed move without it compares every row.
+        self._drafted: dict[str, int] = {}
 
     # -- connections ---------------------------------------------------------------
 
@@ -391,7 +394,7 @@ class NamespaceMover:
                         f"namespace {move.namespace} in {self.sync_timeout:.0f} s: --resume "
                         "to wait on, or --abort")
             # The namespace's snapshot for the flip, drafted now: the freeze finishes it.
-            move_snapshot.write_draft(target, move.namespace)
+            self._drafted[move.namespace] = move_snapshot.write_draft(target, move.namespace)
 
     # -- steps 3-5: frozen, draining, sequence ---------------------------------------------
 
@@ -516,7 +519,7 @@ class NamespaceMover:
                     b"VALUES (%s, 'active', %s) ON CONFLICT (namespace) DO UPDATE SET "
                     b"state = 'active', log_from = EXCLUDED.log_from, frozen_at = NULL, "
                     b"updated_at = now()", (ns, flip))
-                move_snapshot.finish(target, ns, flip)
+                move_snapshot.finish(target, ns, flip, self._drafted.get(ns))
         # (b) the directory routes to the target: one transaction with the step.
         with self._directory() as d, d.transaction():
             placed = _one(d, "SELECT shard FROM placements WHERE namespace = %s FOR UPDATE",
