@@ -56,22 +56,26 @@ def write_draft(conn: Conn, namespace: str) -> int:
     return int(began[0])
 
 
-def _finish_from(conn: Conn, snapshot_id: int, namespace: str, began: int) -> None:
+def _finish_from(conn: Conn, snapshot_id: int, namespace: str, began: int) -> int:
     """Bring the draft up to date by the rows written since it began (``write_draft``'s
     answer): replace those; then, if the counts say some of the draft's nodes are gone,
-    drop them. Work proportional to the writes since the draft, not to the namespace."""
+    drop them. Two reads of the namespace's rows (the changed ones, the count), whatever
+    its size; the rest is proportional to the writes since the draft. Returns the count."""
     # Written by a transaction not older than ``began`` (age() is wraparound-safe; +1:
     # age counts from this transaction's id, which may be one past the current one).
-    since = ("age(n.xmin) <= CAST(CAST(pg_current_xact_id() AS text) AS bigint) - %s + 1")
+    conn.execute(
+        (f"CREATE TEMP TABLE pk_move_changed ON COMMIT DROP AS SELECT n.namespace, n.id, "
+         f"{', '.join('n.' + c for c in _COLUMNS.split(', '))} FROM nodes n "
+         f"WHERE n.namespace = %s AND age(n.xmin) <= "
+         f"CAST(CAST(pg_current_xact_id() AS text) AS bigint) - %s + 1").encode(),
+        (namespace, began))
     deleted = conn.execute(
-        (f"DELETE FROM log_snapshot_nodes s USING nodes n WHERE s.snapshot_id = %s "
-         f"AND s.namespace = %s AND n.namespace = s.namespace AND n.id = s.id "
-         f"AND {since}").encode(), (snapshot_id, namespace, began)).rowcount
+        b"DELETE FROM log_snapshot_nodes s USING pk_move_changed c WHERE s.snapshot_id = %s "
+        b"AND s.namespace = c.namespace AND s.id = c.id", (snapshot_id,)).rowcount
     added = conn.execute(
         (f"INSERT INTO log_snapshot_nodes (snapshot_id, namespace, id, {_COLUMNS}) "
-         f"SELECT %s, n.namespace, n.id, {', '.join('n.' + c for c in _COLUMNS.split(', '))} "
-         f"FROM nodes n WHERE n.namespace = %s AND {since}").encode(),
-        (snapshot_id, namespace, began)).rowcount
+         f"SELECT %s, namespace, id, {_COLUMNS} FROM pk_move_changed").encode(),
+        (snapshot_id,)).rowcount
     counts = conn.execute(
         b"SELECT nodes, (SELECT count(*) FROM nodes WHERE namespace = %s) "
         b"FROM log_snapshots WHERE id = %s", (namespace, snapshot_id)).fetchone()
@@ -84,6 +88,7 @@ def _finish_from(conn: Conn, snapshot_id: int, namespace: str, began: int) -> No
             b"DELETE FROM log_snapshot_nodes s WHERE s.snapshot_id = %s AND s.namespace = %s "
             b"AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.namespace = s.namespace "
             b"AND n.id = s.id)", (snapshot_id, namespace))
+    return int(counts[1])
 
 
 def finish(conn: Conn, namespace: str, position: int, began: int | None = None) -> None:
@@ -100,7 +105,10 @@ def finish(conn: Conn, namespace: str, position: int, began: int | None = None) 
         assert row is not None
         _insert_rows(conn, int(row[0]), namespace, only_missing=False)
     elif began is not None:
-        _finish_from(conn, int(row[0]), namespace, began)
+        count = _finish_from(conn, int(row[0]), namespace, began)
+        conn.execute(b"UPDATE log_snapshots SET position = %s, taken_at = now(), nodes = %s "
+                     b"WHERE id = %s", (position, count, int(row[0])))
+        return
     else:
         snapshot_id = int(row[0])
         # Every column: comparing (id, version) alone measured no faster.
