@@ -6,10 +6,10 @@ freeze pays only for what changed:
   rows as they are, at position 0. The namespace is ``incoming`` on the shard, so no
   reader of the log or of snapshots looks at it, and position 0 is never the newest
   snapshot of anything;
-* ``finish`` (at the flip, the rows final): brings the draft to the rows' final state
-  (drops the rows that differ from ``nodes`` or are gone, adds the ones missing) and sets
-  its position. A draft that is gone (a compaction on the shard removed it) is written
-  whole instead.
+* ``finish`` (at the flip, the rows final): brings the draft to the rows' final state and
+  sets its position: by the rows written since the draft began when the same mover wrote
+  it (``_finish_from``), else by comparing every row. A draft that is gone (a compaction
+  on the shard removed it) is written whole instead.
 
 Measured figures: docs/sharding.md section 3, "As built".
 """
