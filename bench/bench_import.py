@@ -1,6 +1,7 @@
 """Import benchmark: ``Coordinator.import_nodes`` nodes/s beside a raw COPY of the same rows.
 
     python bench/bench_import.py [--nodes 200000] [--rounds 3]
+    python bench/bench_import.py --stream 10000000     # one big import, memory measured
 
 Starts its own PostgreSQL (see bench/README.md). The input is a JSON Lines file of
 ``--nodes`` lines (directories of 99 files each, shuffled: any order is allowed). Each
@@ -21,6 +22,11 @@ round, in alternating order:
 
 Reports the three rates and the per-round ratios of the import to each ceiling (same
 run, seconds apart).
+
+``--stream N`` instead runs one import of N lines generated lazily (never held in memory,
+never written to a file), and reports its time per phase and memory: this process's peak
+RSS (``getrusage``), and, sampled every second, this process's RSS and the private memory
+(``RssAnon``) of the database's backends, to show that memory stays flat as lines stream in.
 """
 
 from __future__ import annotations
@@ -29,11 +35,13 @@ import argparse
 import json
 import os
 import random
+import resource
 import sys
 import tempfile
+import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import psycopg
@@ -41,6 +49,7 @@ from common import load_average, median, migrated_cluster, now_utc, table
 
 from coordinator import Coordinator
 from coordinator.db import libpq_url
+from coordinator.importer import ImportProgress
 
 FILES_PER_DIR = 99
 VARIANTS = ["import", "raw", "floor"]
@@ -248,15 +257,114 @@ def run_import(coord: Coordinator, path: Path, rnd: int) -> tuple[float, int]:
     return time.perf_counter() - t, result.created
 
 
+def stream_lines(nodes: int) -> Iterator[bytes]:
+    """``nodes`` JSON lines in ``make_input``'s shape (top directories, directories of 99
+    files), generated one at a time, parents first: nothing of the input is kept."""
+    made = 0
+    d = 0
+    while True:
+        top = f"/top{d % 50}"
+        folder = f"{top}/dir{d}"
+        batch = ([f'{{"path": "{top}", "kind": "dir"}}\n'] if d < 50 else [])
+        batch.append(f'{{"path": "{folder}", "kind": "dir"}}\n')
+        for line in batch:
+            if made == nodes:
+                return
+            yield line.encode()
+            made += 1
+        for f in range(FILES_PER_DIR):
+            if made == nodes:
+                return
+            yield (f'{{"path": "{folder}/file{f}.txt", "kind": "file", '
+                   f'"content": "content of file {f} in {d}"}}\n').encode()
+            made += 1
+        d += 1
+
+
+def kib_of(pid: int | str, field: str) -> int:
+    """A ``/proc/<pid>/status`` field in KiB (0 when the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def run_stream(url: str, nodes: int) -> None:
+    """One import of ``nodes`` lazily generated lines; time per phase, memory sampled."""
+    samples: list[tuple[float, str, int, int, int]] = []  # t, phase, lines, self, backends
+    current = [ImportProgress("read", 0, 0)]  # the last progress the import reported
+    done = threading.Event()
+
+    def sampler() -> None:
+        with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+            while not done.wait(1.0):
+                pids = [r[0] for r in conn.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND pid <> pg_backend_pid()").fetchall()]
+                samples.append((time.perf_counter(), current[0].phase, current[0].lines,
+                                kib_of("self", "VmRSS"),
+                                max((kib_of(pid, "RssAnon") for pid in pids), default=0)))
+                if len(samples) % 30 == 0:  # a line every ~30 s, to follow a long run
+                    _, phase, lines, mine, backend = samples[-1]
+                    print(f"  {phase}: {lines:,} lines, RSS {mine / 1024:.0f} MB, backend "
+                          f"{backend / 1024:.0f} MB, load {load_average()}", flush=True)
+
+    phases: list[tuple[str, float]] = []
+
+    def progress(p: ImportProgress) -> None:
+        if p.phase != current[0].phase:
+            phases.append((p.phase, time.perf_counter()))
+        current[0] = p
+
+    with Coordinator.connect(url) as coord:
+        coord.create_namespace("stream")
+        watcher = threading.Thread(target=sampler, daemon=True)
+        watcher.start()
+        t = time.perf_counter()
+        phases.append(("read", t))
+        result = coord.import_nodes("stream", stream_lines(nodes), progress=progress)
+        took = time.perf_counter() - t
+        done.set()
+        watcher.join()
+    assert result.created == nodes, result.created
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    print(f"imported {nodes:,} lines in {took:.1f} s = {nodes / took:,.0f} rows/s; "
+          f"peak RSS of this process {peak / 1024:.0f} MB; load {load_average()}")
+    ends = [at for _, at in phases[1:]] + [t + took]
+    print(table(["phase", "seconds"],
+                [[name, f"{end - at:.1f}"] for (name, at), end in zip(phases, ends,
+                                                                       strict=True)]))
+    print("\nmemory while reading (every tenth of the samples; MB):")
+    reading = [s for s in samples if s[1] == "read"]
+    step = max(1, len(reading) // 10)
+    print(table(["lines read", "this process RSS", "largest backend RssAnon"],
+                [[f"{s[2]:,}", f"{s[3] / 1024:.0f}", f"{s[4] / 1024:.0f}"]
+                 for s in reading[::step]]))
+    if samples:
+        print(f"whole import: this process RSS max {max(s[3] for s in samples) / 1024:.0f} MB,"
+              f" backends' RssAnon max {max(s[4] for s in samples) / 1024:.0f} MB")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     ap.add_argument("--nodes", type=int, default=200_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--breakdown", action="store_true",
                     help="also: what each part of nodes' schema costs the schema floor")
+    ap.add_argument("--stream", type=int, metavar="N",
+                    help="instead: one import of N lazily generated lines, memory measured")
     args = ap.parse_args(argv)
     print(f"bench_import {now_utc()}, {os.cpu_count()} CPUs, load {load_average()}, "
           f"python {sys.version.split()[0]}", flush=True)
+    if args.stream:
+        with migrated_cluster() as (_pg, url):
+            run_stream(url, args.stream)
+        print(f"done {now_utc()}, load {load_average()}")
+        return 0
     with tempfile.TemporaryDirectory(prefix="pathkeeper-import-") as tmp, \
             migrated_cluster() as (_pg, url):
         path = Path(tmp) / "tree.jsonl"
