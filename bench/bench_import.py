@@ -248,13 +248,27 @@ def breakdown(url: str, rows: list[tuple[object, ...]], events: list[tuple[objec
                     f"{median(batched_times):.2f}"]]))
 
 
-def run_import(coord: Coordinator, path: Path, rnd: int) -> tuple[float, int]:
+def run_import(coord: Coordinator, path: Path, rnd: int,
+               phases: dict[str, float] | None = None) -> tuple[float, int]:
+    """Import the file into a fresh namespace: (seconds, nodes created); ``phases``
+    receives the seconds of each phase the import reports (read, resolve, insert, events)."""
     ns = f"imp{rnd}"
     coord.create_namespace(ns)
-    t = time.perf_counter()
+    marks: list[tuple[str, float]] = [("read", time.perf_counter())]
+
+    def progress(p: ImportProgress) -> None:
+        if p.phase != marks[-1][0]:
+            marks.append((p.phase, time.perf_counter()))
+
+    t = marks[0][1]
     with path.open("rb") as f:
-        result = coord.import_nodes(ns, f)
-    return time.perf_counter() - t, result.created
+        result = coord.import_nodes(ns, f, progress=progress)
+    took = time.perf_counter() - t
+    if phases is not None:
+        ends = [at for _, at in marks[1:]] + [t + took]
+        for (name, at), end in zip(marks, ends, strict=True):
+            phases[name] = phases.get(name, 0.0) + end - at
+    return took, result.created
 
 
 def stream_lines(nodes: int) -> Iterator[bytes]:
@@ -384,9 +398,10 @@ def main(argv: list[str] | None = None) -> int:
                 load = load_average()
                 order = VARIANTS[rnd % 3:] + VARIANTS[:rnd % 3]
                 took: dict[str, float] = {}
+                phases: dict[str, float] = {}
                 for what in order:
                     if what == "import":
-                        took[what], created = run_import(coord, path, rnd)
+                        took[what], created = run_import(coord, path, rnd, phases)
                         assert created == args.nodes, created
                     elif what == "raw":
                         took[what] = run_raw_copy(url, rows, rnd)
@@ -402,6 +417,9 @@ def main(argv: list[str] | None = None) -> int:
                       f"{floor_nodes_part:.2f} s); import / raw "
                       f"{ratios['raw'][-1]:.2f}, import / floor {ratios['floor'][-1]:.2f}; "
                       f"load {load} -> {load_average()}", flush=True)
+                print("    import by phase: " + ", ".join(
+                    f"{name} {secs:.2f} s" for name, secs in phases.items() if secs >= 0.005),
+                    flush=True)
         print()
         print(table(
             ["what", "median rows/s", "min", "max"],
