@@ -242,10 +242,12 @@ def assert_index_matches_shards(
 
 
 def random_client(
-    coord: Coordinator, namespaces: list[str], stop: threading.Event, seed: int
+    coord: Coordinator, namespaces: list[str], stop: threading.Event, seed: int,
+    succeeded: Callable[[], None] = lambda: None,
 ) -> int:
     """One client doing random creates, renames, moves, writes and deletes until ``stop``.
-    Returns how many calls succeeded. Expected refusals (races) are ignored."""
+    Returns how many calls succeeded (and calls ``succeeded`` after each). Expected
+    refusals (races) are ignored."""
     rng = random.Random(seed)
     done = 0
     while not stop.is_set():
@@ -273,29 +275,44 @@ def random_client(
             elif nodes:
                 coord.delete(ns, rng.choice(nodes).path, recursive=True)
             done += 1
+            succeeded()
         except CoordinatorError:
             pass
     return done
 
 
 def run_clients(
-    coord: Coordinator, namespaces: list[str], clients: int, seconds: float
+    coord: Coordinator, namespaces: list[str], clients: int, seconds: float,
+    at_least: int = 0, longest: float = 120.0,
 ) -> int:
-    """Run ``clients`` concurrent random clients for ``seconds``; re-raise their errors."""
+    """Run ``clients`` concurrent random clients for ``seconds``, and on until ``at_least``
+    calls succeeded (at most ``longest`` seconds in all); re-raise their errors. The
+    workload is a size, not a duration: on a loaded machine the same seconds hold fewer
+    calls, so a test that needs a workload of some size asks for it with ``at_least``."""
     stop = threading.Event()
     results: list[int] = []
     errors: list[BaseException] = []
+    lock = threading.Lock()
+    succeeded = [0]
+
+    def count() -> None:
+        with lock:
+            succeeded[0] += 1
 
     def body(seed: int) -> None:
         try:
-            results.append(random_client(coord, namespaces, stop, seed))
+            results.append(random_client(coord, namespaces, stop, seed, count))
         except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=body, args=(i,)) for i in range(clients)]
+    started = time.monotonic()
     for t in threads:
         t.start()
-    time.sleep(seconds)  # the workload's duration, not a synchronisation
+    time.sleep(seconds)  # the workload's least duration, not a synchronisation
+    while (succeeded[0] < at_least and time.monotonic() - started < longest
+           and not errors and any(t.is_alive() for t in threads)):
+        time.sleep(0.05)
     stop.set()
     for t in threads:
         t.join(60)
