@@ -22,6 +22,7 @@ import argparse
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import TypeVar
 
 from common import load_average, median, migrated_cluster, now_utc, table
@@ -29,6 +30,7 @@ from sqlalchemy import text
 
 import coordinator.event_appender as appender
 from coordinator import Coordinator
+from coordinator.db import driver_sql
 from coordinator.migrate import downgrade, upgrade
 
 FILES_PER_CLIENT = 20
@@ -101,13 +103,13 @@ def run_unfenced_claim(fn: Callable[[], T]) -> T:
     plain = text(fenced.text.replace(
         appender.position_claim_sql("CAST(:nss AS text[])"), appender.position_claim_sql()))
     appender.TAKE_BLOCK_SQL = plain
-    appender._TAKE_BLOCK = appender.driver_sql(
+    appender._TAKE_BLOCK = driver_sql(
         plain, binary=("nss", "nodes", "types", "payloads"))
     try:
         return fn()
     finally:
         appender.TAKE_BLOCK_SQL = fenced
-        appender._TAKE_BLOCK = appender.driver_sql(
+        appender._TAKE_BLOCK = driver_sql(
             fenced, binary=("nss", "nodes", "types", "payloads"))
 
 
@@ -142,7 +144,7 @@ def main() -> None:
                             got[True] = rate(fenced, work, args.clients, args.seconds)
                         else:
                             got[False] = run_unfenced_claim(
-                                lambda w=work: rate(unfenced, w, args.clients, args.seconds))
+                                partial(rate, unfenced, work, args.clients, args.seconds))
                     with_fence.append(got[True])
                     without.append(got[False])
                     ratios.append(got[True] / got[False])
