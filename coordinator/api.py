@@ -538,11 +538,12 @@ class Coordinator(NamespaceCommands):
     ) -> bool:
         """True once the indexer ``consumer`` has applied every event up to position
         ``seq`` (e.g. a ``MutationResult.seq``) to Elasticsearch; False on timeout.
-        ``seq`` is a position of the log of ``namespace``'s server (needed with several).
-        See ``coordinator.indexing``."""
+        ``seq`` is a position of the log of ``namespace``'s server (needed with several);
+        one up to the namespace's ``log_from`` there (written before it was moved there)
+        is done at once. See ``coordinator.indexing``."""
         engine = self._log_engine([namespace] if namespace is not None else (), None)
         try:
-            return wait_indexed(engine, seq, timeout, consumer)
+            return wait_indexed(engine, seq, timeout, consumer, namespace=namespace)
         except DBAPIError as exc:
             raise translate(exc) from exc
 

@@ -48,12 +48,29 @@ def indexed_through(conn: Connection, consumer: str = DEFAULT_CONSUMER) -> int |
     return int(low) if count else None
 
 
+def indexed_elsewhere(conn: Connection, namespace: str) -> int:
+    """The position through which ``namespace``'s log was written, and indexed, on the
+    shard it was moved from (``namespace_placement.log_from``; 0: it was never moved
+    here). Its positions up to there are not this shard's to index (docs/sharding.md,
+    section 3)."""
+    log_from = conn.execute(
+        text("SELECT log_from FROM namespace_placement WHERE namespace = :ns"),
+        {"ns": namespace},
+    ).scalar_one_or_none()
+    return int(log_from) if log_from is not None else 0
+
+
 def wait_indexed(
-    engine: Engine, seq: int, timeout: float = 10.0, consumer: str = DEFAULT_CONSUMER
+    engine: Engine, seq: int, timeout: float = 10.0, consumer: str = DEFAULT_CONSUMER,
+    namespace: str | None = None,
 ) -> bool:
     """True once every event at position ``<= seq`` is applied to the index by
     ``consumer`` (every partition's checkpoint ``>= seq``); False after ``timeout``
-    seconds."""
+    seconds. ``engine`` is one shard's: its checkpoints, and ``seq`` a position of its log.
+
+    ``namespace``: the namespace ``seq`` was written in, on ``engine``'s shard. A ``seq``
+    up to its ``log_from`` (written before the namespace was moved here) was indexed by
+    the shard it was moved from before the move finished, so it is done at once."""
     deadline = time.monotonic() + timeout
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         # LISTEN before the first check, so a checkpoint written in between still wakes us.
@@ -61,6 +78,8 @@ def wait_indexed(
         try:
             driver = conn.connection.driver_connection
             while True:
+                if namespace is not None and seq <= indexed_elsewhere(conn, namespace):
+                    return True
                 done = indexed_through(conn, consumer)
                 if done is not None and done >= seq:
                     return True

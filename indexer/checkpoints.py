@@ -13,7 +13,7 @@ from sqlalchemy import Connection, Engine, text
 from coordinator.indexing import INDEXED_CHANNEL
 
 from .errors import IndexerError
-from .leases import consumer_key
+from .leases import IN_THIS_DATABASE, consumer_key
 
 
 class LayoutMismatch(IndexerError):
@@ -46,7 +46,7 @@ def ensure_layout(engine: Engine, consumer: str, partitions: int) -> None:
                 text(
                     "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
                     "AND classid = :k AND objsubid = 2 AND objid < 1000000 "
-                    "AND granted AND pid <> pg_backend_pid()"
+                    "AND granted AND pid <> pg_backend_pid() AND " + IN_THIS_DATABASE
                 ),
                 {"k": key},
             ).scalar_one()

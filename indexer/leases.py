@@ -18,6 +18,9 @@ from coordinator.db import libpq_url
 
 #: Member slots use lock ids from here on; partitions use 0 .. MEMBER_BASE-1.
 MEMBER_BASE = 1_000_000
+#: ``pg_locks`` lists every database of the server, and advisory locks are per database:
+#: two shards may be two databases of one server, each with its own leases.
+IN_THIS_DATABASE = "database = (SELECT oid FROM pg_database WHERE datname = current_database())"
 _MAX_MEMBERS = 4096
 
 
@@ -69,7 +72,7 @@ class Leases:
         """How many workers of this consumer are alive (at least 1: us)."""
         row = self._connection().execute(
             "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s "
-            "AND objsubid = 2 AND objid >= %s AND objid < %s AND granted",
+            "AND objsubid = 2 AND objid >= %s AND objid < %s AND granted AND " + IN_THIS_DATABASE,
             (self.key, MEMBER_BASE, MEMBER_BASE + _MAX_MEMBERS),
         ).fetchone()
         return max(1, int(row[0])) if row else 1  # type: ignore[call-overload]

@@ -63,8 +63,8 @@ class RunnerConfig(Protocol):
 
 
 class RunnerHost(Protocol):
-    """What a runner uses of the process that runs it (``worker.Worker``): declared
-    here so the worker imports its runners and nothing here imports the worker."""
+    """What a runner uses of the worker's part on its shard (``shard_work.ShardWork``):
+    declared here so that part imports its runners and nothing here imports it."""
 
     @property
     def config(self) -> RunnerConfig: ...
@@ -82,6 +82,8 @@ class RunnerHost(Protocol):
     def index_health(self) -> IndexHealth: ...
     @property
     def read_waits(self) -> ReadWaits: ...
+
+    def label(self, partition: int) -> str: ...
 
     def wake_main(self) -> None: ...
 
@@ -122,9 +124,10 @@ class PartitionRunner:
     versions (the batches read again may end elsewhere), so never backwards."""
 
     def __init__(self, worker: RunnerHost, partition: int) -> None:
+        #: The worker's part on this partition's shard (its pool, checkpoints, leases).
         self.worker = worker
         self.partition = partition
-        self.label = str(partition)
+        self.label = worker.label(partition)
         self.wake = threading.Event()
         self.stop = threading.Event()
         self.crashed: BaseException | None = None
@@ -223,6 +226,7 @@ class PartitionRunner:
                 delay *= 0.5 + random.random() / 2
                 metrics.BATCH_RETRIES.labels(w.consumer, self.label).inc()
                 log(logger, logging.WARNING, "batch_failed", partition=self.partition,
+                    **w.where,
                     checkpoint=self.checkpoint, attempt=attempt, retry_in=round(delay, 3),
                     error=f"{type(exc).__name__}: {exc}")
                 self.stop.wait(delay)

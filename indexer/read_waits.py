@@ -20,8 +20,10 @@ class ReadWaits:
     """What holds back each partition's reader, for one consumer (all partitions'
     runners report here, from their own threads)."""
 
-    def __init__(self, consumer: str) -> None:
+    def __init__(self, consumer: str, label_prefix: str = "") -> None:
         self.consumer = consumer
+        #: Before the partition number in metric labels (the shard's, with several).
+        self.label_prefix = label_prefix
         self._held_lock = threading.Lock()
         self._held: dict[int, list[WriterInFlight]] = {}
         self._held_logged: dict[int, tuple[frozenset[str], float]] = {}
@@ -32,7 +34,7 @@ class ReadWaits:
     ) -> None:
         """A partition's reader has been held back ``waited`` seconds by ``writers``:
         export them, and log them when they change (else at most every 30 s)."""
-        metrics.READ_WAITING.labels(self.consumer, str(partition)).set(waited)
+        metrics.READ_WAITING.labels(self.consumer, f"{self.label_prefix}{partition}").set(waited)
         names = frozenset(str(w.pid) if w.pid is not None else f"prepared:{w.gid}"
                           for w in writers)
         with self._held_lock:
@@ -49,7 +51,7 @@ class ReadWaits:
                  "rollback or idle_in_transaction_session_timeout")
 
     def report_resumed(self, partition: int, waited: float) -> None:
-        metrics.READ_WAITING.labels(self.consumer, str(partition)).set(0)
+        metrics.READ_WAITING.labels(self.consumer, f"{self.label_prefix}{partition}").set(0)
         with self._held_lock:
             self._held.pop(partition, None)
             self._held_logged.pop(partition, None)

@@ -489,7 +489,8 @@ def schedule_gap(cron: str, lookahead: int = 16) -> timedelta:
 
 
 def add_snapshot_job(
-    scheduler: Any, engine: Engine, cron: str, retain: timedelta | None = None
+    scheduler: Any, engine: Engine, cron: str, retain: timedelta | None = None,
+    job_id: str = "pathkeeper-snapshot",
 ) -> Any:
     """Add ``scheduled_snapshot`` to an APScheduler scheduler on a crontab expression
     (``verify.cron_trigger``'s forms)."""
@@ -497,6 +498,6 @@ def add_snapshot_job(
 
     return scheduler.add_job(
         partial(scheduled_snapshot, engine, retain, min_gap=schedule_gap(cron)),
-        cron_trigger(cron), id="pathkeeper-snapshot",
+        cron_trigger(cron), id=job_id,
         max_instances=1, coalesce=True, replace_existing=True,
     )

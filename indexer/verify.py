@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -169,6 +169,8 @@ def _scan(
     namespaces: Sequence[str] | None,
     report: VerifyReport,
     progress: Progress,
+    elsewhere: Collection[str] = (),
+    strays: bool = True,
 ) -> list[Drift]:
     candidates: list[Drift] = []
     with coord.engine.connect() as conn, conn.begin():
@@ -176,8 +178,9 @@ def _scan(
         # Idle between fetches while Elasticsearch pages: not a hung client.
         conn.execute(text("SET LOCAL idle_in_transaction_session_timeout = 0"))
         existing = owned_namespaces(conn)
-        # Namespaces being moved in or moved away: neither compared nor extra here.
-        elsewhere = placed_elsewhere(conn)
+        # Not compared here and not extra: namespaces of other shards (``elsewhere``, the
+        # caller's) and those being moved in or moved away on this one.
+        skipped = [*elsewhere, *placed_elsewhere(conn)]
         wanted = existing if namespaces is None else [n for n in namespaces if n in existing]
         report.namespaces = len(wanted)
         progress.phase("compare", unit="documents")
@@ -188,11 +191,11 @@ def _scan(
                 if d is not None:
                     candidates.append(d)
         # Documents of namespaces PostgreSQL does not have (dropped, or never there).
-        gone = [n for n in (namespaces or []) if n not in existing and n not in elsewhere]
-        streams = [stream_index_docs(es, alias, n) for n in gone]
-        if namespaces is None:
-            streams.append(stream_index_docs(es, alias,
-                                             exclude_namespaces=existing + elsewhere))
+        gone = [n for n in (namespaces or []) if n not in existing and n not in skipped]
+        streams = [stream_index_docs(es, alias, n) for n in gone] if strays else []
+        if namespaces is None and strays:
+            streams.append(stream_index_docs(
+                es, alias, exclude_namespaces=[*existing, *skipped]))
         for stream in streams:
             for doc in stream:
                 report.compared += 1
@@ -295,15 +298,22 @@ def verify_index(
     settle: Settle | None = None,
     rounds: int = 3,
     progress: Progress | None = None,
+    elsewhere: Collection[str] = (),
+    strays: bool = True,
 ) -> VerifyReport:
     """Find (and with ``repair_drift``, fix) documents that differ between PostgreSQL
     and the index behind ``alias``. See the module docstring for how lag is told
-    apart from drift."""
+    apart from drift.
+
+    Over several shards, ``coord`` is one shard's and this compares its namespaces:
+    ``elsewhere`` names the other shards' (their documents are not extra here), and
+    ``strays=False`` leaves documents of namespaces no shard has to another shard's
+    run (``indexer.verify_shards``), so they are reported once."""
     progress = progress or Progress(enabled=False)
     started = time.monotonic()
     report = VerifyReport(alias)
     es.refresh(alias)
-    candidates = _scan(coord, es, alias, namespaces, report, progress)
+    candidates = _scan(coord, es, alias, namespaces, report, progress, elsewhere, strays)
     report.candidates = len(candidates)
     for _ in range(rounds if candidates else 0):
         settled = settle is not None and settle(current_bound(coord.engine))

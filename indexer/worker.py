@@ -47,7 +47,6 @@ signals and the main loop; what it reports lives beside it (``indexer.read_waits
 from __future__ import annotations
 
 import logging
-import math
 import signal
 import sys
 import threading
@@ -55,31 +54,27 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from functools import partial
 from types import FrameType
 from typing import Any
 
 import psycopg
+from sqlalchemy import Engine
 
 from coordinator import Coordinator, paths
 from coordinator.errors import NotMigrated
-from coordinator.event_reader import notified_partitions, wait_for_bound
 from coordinator.indexing import consumer_for
-from coordinator.migrate import require_current
+from coordinator.shard_map import ShardMap, SingleShard
 
-from . import checkpoints, deadletters, metrics
-from .applier import Applier
-from .bootstrap import bootstrap
-from .contract import DEFAULT_ALIAS, DEFAULT_SHAPE, MAX_BATCH_AGE, IndexShape
-from .elasticsearch_index import IndexMissing, MappingOutdated, check_mapping, ensure_alias
+from . import checkpoints, metrics
+from .contract import DEFAULT_ALIAS, IndexShape
+from .elasticsearch_index import IndexMissing, MappingOutdated
 from .index_health import IndexHealth
-from .leases import Leases
 from .logs import log
 from .partition_runner import PartitionRunner
-from .read_waits import ReadWaits
 from .scheduled_jobs import add_snapshot, add_verify, refresh_lag_metrics
 from .search_client import open_search
 from .search_engine import UnsupportedEngine
+from .shard_work import ShardNeedsRebuild, ShardWork
 from .wakeup import Listener
 
 logger = logging.getLogger("pathkeeper.indexer")
@@ -136,45 +131,53 @@ class WorkerConfig:
 
 class Worker:
     """One indexer process. ``run()`` blocks until ``stop()`` (or SIGTERM), or, with
-    ``once``, until every partition it could lease has caught up."""
+    ``once``, until every partition it could lease has caught up.
 
-    def __init__(self, config: WorkerConfig) -> None:
+    ``shard_map``: the PostgreSQL servers whose logs it indexes (default: the one server
+    ``config.database_url``). Each shard is run as one server was (``ShardWork``); all
+    write into the one index."""
+
+    def __init__(self, config: WorkerConfig, shard_map: ShardMap | None = None) -> None:
         self.config = config
         self.consumer = config.consumer_name
         n = config.partitions
-        self.coord = Coordinator.connect(
-            config.database_url,
-            notify=False,
-            # A batch holds its snapshot transaction while Elasticsearch works.
-            idle_in_transaction_timeout=MAX_BATCH_AGE + 60,
-            # Its reads take arrays of ids right after bursts of writes (an import),
-            # before autovacuum has analyzed them: see Settings.custom_plans.
-            custom_plans=True,
-            pool_size=n + 2, max_overflow=n + 4,
-        )
-        self.engine = self.coord.engine
+        self.shard_map: ShardMap = shard_map or SingleShard(config.database_url)
+        shards = self.shard_map.shards()
         self.es = open_search(
             config.es_url, request_timeout=config.es_request_timeout, max_retries=0,
-            retry_on_timeout=False, connections_per_node=max(10, 2 * n),
+            retry_on_timeout=False, connections_per_node=max(10, 2 * n * len(shards)),
             **config.es_options,
         )
-        self.applier = Applier(
-            self.engine, self.es, config.alias,
-            partial(deadletters.reject, self.engine, self.consumer),
-            chunk_size=config.chunk_size,
-        )
-        self.leases = Leases(config.database_url, self.consumer)
-        self.runners: dict[int, PartitionRunner] = {}
-        self.target: int | None = None
+        self.index_health = IndexHealth(self.es, config.alias, self.consumer)
+        several = len(shards) > 1
+        self.shards = [ShardWork(self, s, f"{s.name}/" if several else "") for s in shards]
         self._stop = threading.Event()
         self._main_wake = threading.Event()
-        self._once_acquired = False
         self.crashes = 0
         self._last_lag = 0.0
-        self.listener = Listener(config.database_url, self.wake_for)
         self.ready = threading.Event()
-        self.index_health = IndexHealth(self.es, config.alias, self.consumer)
-        self.read_waits = ReadWaits(self.consumer)
+
+    # The first shard's parts: with one server (no shard map), the worker's own.
+
+    @property
+    def coord(self) -> Coordinator:
+        return self.shards[0].coord
+
+    @property
+    def engine(self) -> Engine:
+        return self.shards[0].engine
+
+    @property
+    def listener(self) -> Listener:
+        return self.shards[0].listener
+
+    @property
+    def runners(self) -> dict[int, PartitionRunner]:
+        return self.shards[0].runners
+
+    @property
+    def target(self) -> int | None:
+        return self.shards[0].target
 
     # ------------------------------------------------------------ controls
 
@@ -186,23 +189,9 @@ class Worker:
     def wake_main(self) -> None:
         self._main_wake.set()
 
-    def wake_all(self, but: PartitionRunner | None = None) -> None:
-        for r in list(self.runners.values()):
-            if r is not but:
-                r.wake.set()
-
-    def wake_for(self, payload: str | None) -> None:
-        """A ``pathkeeper_events`` notification: wake only the runners of the partitions
-        it names (``coordinator.event_reader.notified_partitions``); everyone if it names
-        none (an older writer, a hand-made NOTIFY, the listener reconnecting)."""
-        wanted = notified_partitions(payload, self.config.partitions)
-        if wanted is None:
-            self.wake_all()
-            return
-        for p in wanted:
-            runner = self.runners.get(p)
-            if runner is not None:
-                runner.wake.set()
+    def wake_all(self) -> None:
+        for sw in self.shards:
+            sw.wake_all()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         log(logger, logging.INFO, "shutdown_requested", signal=signal.Signals(signum).name)
@@ -210,50 +199,63 @@ class Worker:
 
     # ------------------------------------------------------------ helpers
 
-    def _indexed_before(self) -> bool:
-        with self.engine.connect() as conn:
-            return any(p > 0 for p in checkpoints.load_all(conn, self.consumer).values())
-
     def _setup(self) -> bool:
-        """Index, checkpoint layout and membership, retried until they work or stop."""
-        delay = self.config.backoff_base
+        """The index and each shard's checkpoint layout and membership, retried until
+        they work or stop: every shard with ``once`` (it must reach each shard's
+        target), else at least one (the others are tried again by ``_rebalance``, each
+        with its own backoff, so a shard that is down holds up no other)."""
+        checked_limit = False
         while not self._stop.is_set():
-            try:
-                # Waiting for a database that is up but never migrated would wait forever.
-                require_current(self.engine)
-                # A new consumer on a compacted log: its index from nodes, first.
-                bootstrap(self.coord, self.es, self.config.alias, self.consumer,
-                          self.config.partitions, self._stop, self.config.index_shape)
-                if self._stop.is_set():
+            for sw in self.shards:
+                if sw.ready or not sw.due():
+                    continue
+                if self._try_setup(sw) is False:
                     return False
-                index = ensure_alias(self.es, self.config.alias, indexed=self._indexed_before(),
-                                     shape=self.config.index_shape or DEFAULT_SHAPE)
-                check_mapping(self.es, index, self.config.alias)
-                self.index_health.check_request_limit(self.config.max_content_bytes)
-                checkpoints.ensure_layout(self.engine, self.consumer, self.config.partitions)
-                if self.config.once:
-                    self.target = wait_for_bound(self.engine, wait=60.0)
-                self.leases.join()
+                if sw.ready and not checked_limit:
+                    checked_limit = True
+                    self.index_health.check_request_limit(self.config.max_content_bytes)
+            ready = [sw.ready for sw in self.shards]
+            if all(ready) or (any(ready) and not self.config.once):
                 return True
-            except IndexMissing as exc:
+            self._stop.wait(max(0.0, min(sw.retry_in() for sw in self.shards if not sw.ready)))
+        return False
+
+    def _try_setup(self, sw: ShardWork) -> bool | None:
+        """Set up one shard: True when done, False if stopped meanwhile, None after an
+        error (backed off). What no retry can cure is raised with one shard (or with
+        ``once``: it could not finish); with several, only that shard waits for it, said
+        loudly (``shard_cannot_start``), and the others go on."""
+        several = len(self.shards) > 1
+        try:
+            return sw.setup(self._stop, several)
+        except (IndexMissing, checkpoints.LayoutMismatch, MappingOutdated, ShardNeedsRebuild,
+                UnsupportedEngine, NotMigrated) as exc:
+            if isinstance(exc, IndexMissing):
                 metrics.INDEX_MISSING.labels(self.consumer).set(1)
+            if several and not self.config.once:
+                log(logger, logging.ERROR, "shard_cannot_start", shard=sw.shard.name,
+                    error=f"{type(exc).__name__}: {exc}")
+                sw.setup_failed(exc)
+                return None
+            if isinstance(exc, IndexMissing):
                 log(logger, logging.ERROR, "index_missing", alias=self.config.alias,
                     error=str(exc))
-                raise
-            except (checkpoints.LayoutMismatch, MappingOutdated):
-                raise
-            except UnsupportedEngine as exc:
+            elif isinstance(exc, UnsupportedEngine):
                 log(logger, logging.ERROR, "search_engine_unsupported", error=str(exc))
-                raise
-            except NotMigrated as exc:
+            elif isinstance(exc, NotMigrated):
                 log(logger, logging.ERROR, "schema_not_migrated", error=str(exc))
-                raise
-            except Exception as exc:
-                log(logger, logging.WARNING, "startup_failed", error=f"{type(exc).__name__}: {exc}",
-                    retry_in=round(delay, 3))
-                self._stop.wait(delay)
-                delay = min(delay * 2, self.config.backoff_cap)
-        return False
+            raise
+        except Exception as exc:
+            delay = sw.setup_failed(exc)
+            log(logger, logging.WARNING, "startup_failed",
+                error=f"{type(exc).__name__}: {exc}", retry_in=round(delay, 3), **sw.where)
+            return None
+
+    def _shards_field(self) -> dict[str, Any]:
+        """The ``shards`` log field (those set up): none with one shard."""
+        if len(self.shards) == 1:
+            return {}
+        return {"shards": ",".join(sw.shard.name for sw in self.shards if sw.ready)}
 
     def _tick(self) -> None:
         """The polling fallback (APScheduler job): wake everyone, refresh lag metrics."""
@@ -262,69 +264,27 @@ class Worker:
         if self.config.metrics_port is None or time.monotonic() - self._last_lag < 5.0:
             return
         self._last_lag = time.monotonic()
-        refresh_lag_metrics(self.engine, self.consumer)
-
-    def _start_runner(self, p: int) -> None:
-        runner = PartitionRunner(self, p)
-        self.runners[p] = runner
-        runner.start()
-        log(logger, logging.INFO, "partition_acquired", partition=p, consumer=self.consumer)
-
-    def _stop_all_runners(self) -> None:
-        for r in self.runners.values():
-            r.request_stop()
-        for r in self.runners.values():
-            r.join()
-        for p in list(self.runners):
-            self.leases.release(p)
-            log(logger, logging.INFO, "partition_released", partition=p)
-        self.runners.clear()
+        for sw in self.shards:
+            if sw.ready:
+                refresh_lag_metrics(sw.engine, self.consumer, sw.label_prefix)
 
     def _rebalance(self) -> None:
-        """Keep our fair share of partitions; replace lost leases and crashed runners."""
-        n = self.config.partitions
-        if not self.leases.alive():
-            if self.runners:
-                log(logger, logging.WARNING, "leases_lost")
-                self._stop_all_runners()
+        """Each shard: set it up if it is not yet (when its backoff allows), keep our
+        fair share of its partitions, replace lost leases and crashed runners."""
+        for sw in self.shards:
+            if not sw.ready:
+                if not sw.due() or not self._try_setup(sw):
+                    continue
             try:
-                self.leases.close()
-                self.leases.join()
-            except Exception as exc:
-                log(logger, logging.WARNING, "lease_connection_failed", error=str(exc))
-                return
-        for p, r in list(self.runners.items()):
-            if not r.alive:
-                del self.runners[p]
-                self.leases.release(p)
-                if r.crashed is not None:
-                    self.crashes += 1
-                log(logger, logging.INFO, "partition_released", partition=p)
-        if self.config.once:
-            if not self._once_acquired:
-                self._once_acquired = True
-                for p in range(n):
-                    if self.leases.try_acquire(p):
-                        self._start_runner(p)
-                    else:
-                        log(logger, logging.WARNING, "partition_busy_skipped", partition=p)
-            return
-        share = math.ceil(n / self.leases.members())
-        active = sorted(p for p, r in self.runners.items() if not r.stopping)
-        for p in active[share:]:
-            self.runners[p].request_stop()  # released once its batch is done
-        active = active[:share]
-        slot = self.leases.slot or 0
-        for k in range(n):
-            if len(active) >= share:
-                break
-            p = (slot * share + k) % n
-            if p in self.runners:
-                continue
-            if self.leases.try_acquire(p):
-                self._start_runner(p)
-                active.append(p)
-        metrics.PARTITIONS_HELD.labels(self.consumer).set(len(self.runners))
+                self.crashes += sw.rebalance()
+            except psycopg.Error as exc:
+                # The lease connection broke between alive() and the next lease query
+                # (server restart, pg_terminate_backend): the next round sees it closed
+                # and rejoins, instead of the whole worker stopping.
+                log(logger, logging.WARNING, "lease_connection_failed", error=str(exc),
+                    **sw.where)
+        metrics.PARTITIONS_HELD.labels(self.consumer).set(
+            sum(len(sw.runners) for sw in self.shards))
 
     # ------------------------------------------------------------ main loop
 
@@ -350,29 +310,24 @@ class Worker:
                 return 0
             log(logger, logging.INFO, "worker_started", consumer=self.consumer,
                 alias=self.config.alias, partitions=self.config.partitions,
-                slot=self.leases.slot, once=self.config.once, target=self.target)
-            self.listener.start()
+                slot=self.shards[0].leases.slot, once=self.config.once, target=self.target,
+                **self._shards_field())
             scheduler.add_job(
                 self._tick, "interval", seconds=self.config.poll_interval,
                 max_instances=1, coalesce=True, id="poll",
             )
             if self.config.verify_cron:
-                add_verify(scheduler, self.coord, self.es, self.config.alias, self.consumer,
-                           self.config.verify_cron)
+                add_verify(scheduler, [(sw.shard.name, sw.coord) for sw in self.shards],
+                           self.es, self.config.alias, self.consumer, self.config.verify_cron)
             if self.config.snapshot_cron:
-                add_snapshot(scheduler, self.engine, self.config.snapshot_cron,
-                             self.config.compact_retain)
+                for sw in self.shards:
+                    add_snapshot(scheduler, sw.engine, self.config.snapshot_cron,
+                                 self.config.compact_retain, sw.shard.name)
             scheduler.start()
             while not self._stop.is_set():
-                try:
-                    self._rebalance()
-                except psycopg.Error as exc:
-                    # The lease connection broke between alive() and the next lease query
-                    # (server restart, pg_terminate_backend): the next round sees it closed
-                    # and rejoins, instead of the whole worker stopping.
-                    log(logger, logging.WARNING, "lease_connection_failed", error=str(exc))
+                self._rebalance()
                 self.ready.set()
-                if self.config.once and not self.runners:
+                if self.config.once and not any(sw.runners for sw in self.shards):
                     break
                 self._main_wake.wait(self.config.poll_interval)
                 self._main_wake.clear()
@@ -381,11 +336,9 @@ class Worker:
         finally:
             if scheduler.running:
                 scheduler.shutdown(wait=False)
-            self._stop_all_runners()
-            self.listener.stop()
-            self.leases.close()
+            for sw in self.shards:
+                sw.close()
             self.es.close()
-            self.coord.close()
             if stop_metrics is not None:
                 stop_metrics()
             log(logger, logging.INFO, "worker_stopped", consumer=self.consumer)

@@ -4,11 +4,21 @@ one line) when events wait in a partition no worker holds."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
+import pytest
+from shard_maps import FixedShards
+
 from coordinator import Coordinator
+from coordinator.indexing import consumer_for
+from coordinator.shard_map import Shard
+from indexer.search_client import SearchSecurity
 from indexer.worker import Worker, WorkerConfig
+from pathkeeper.cli.indexer_status import report
+from pathkeeper.local.ports import free_port
+from pathkeeper.local.postgres import LocalPostgres
 
 EXIT_WARNING = 1
 
@@ -66,3 +76,40 @@ def test_events_waiting_with_no_worker_is_a_warning_exit(
     waiting = [p for p in doc["partitions"] if p["lag_events"]]
     assert waiting and all(p["holder_pid"] is None for p in waiting)
     assert waiting[0]["namespaces"][0]["namespace"] == ns
+
+
+def test_status_per_shard_names_the_shard_behind_and_the_shard_down(
+    database_url: str, pg_cluster: LocalPostgres, es_url: str, alias: str, coord: Coordinator,
+    ns: str, capsys: pytest.CaptureFixture[str],
+) -> None:
+    second = pg_cluster.create_database(f"pk_status_b_{os.getpid()}", template="pk_template")
+    shards = [Shard("a", database_url), Shard("b", second)]
+    coord.create_file(ns, "/a", "x")
+    with Coordinator.connect(second) as coord_b:
+        coord_b.create_namespace("nb")
+        coord_b.create_file("nb", "/b", "x")
+        config = WorkerConfig(database_url=database_url, es_url=es_url, alias=alias,
+                              partitions=2, once=True)
+        assert Worker(config, FixedShards(shards)).run() == 0
+        for i in range(3):
+            coord_b.create_file("nb", f"/late{i}", "x")
+    name = consumer_for(alias)
+    security = SearchSecurity()
+    assert report(shards, alias, name, None, security, as_json=True) == EXIT_WARNING
+    out = capsys.readouterr()
+    doc = json.loads(out.out)
+    a, b = doc["shards"]
+    assert (a["name"], a["lag_events"], a["error"]) == ("a", 0, None)
+    assert (b["name"], b["lag_events"]) == ("b", 3)
+    assert [p["partition"] for p in a["partitions"]] == [0, 1]
+    assert doc["lag_events"] == 3 and len(doc["partitions"]) == 4
+    assert {p["shard"] for p in doc["partitions"]} == {"a", "b"}
+    (warning,) = doc["warnings"]
+    assert warning.startswith("shard b: no worker holds partition") and "3 events" in warning
+    assert out.err == f"warning: {warning}\n"
+    # A shard that does not answer is reported; the others are read on.
+    down = Shard("c", f"postgresql://nobody@127.0.0.1:{free_port()}/none")
+    assert report([*shards, down], alias, name, None, security, as_json=False) == EXIT_WARNING
+    out = capsys.readouterr()
+    assert "shard a:\nconsumer " in out.out and "shard c: did not answer" in out.out
+    assert out.err.splitlines()[-1].startswith("warning: shard c did not answer: ")

@@ -20,6 +20,8 @@ from pathkeeper.cli.options import (
     index_shape_options,
     max_content_bytes_option,
     search_options,
+    servers_options,
+    servers_shards,
     worker_alias_option,
 )
 from pathkeeper.local.search import SEARCH_ENV, VERSION_ENV
@@ -47,7 +49,7 @@ def indexer() -> None:
 
 
 @indexer.command("run")
-@database_url_option
+@servers_options
 @search_options(url_required=True)
 @worker_alias_option
 @consumer_option
@@ -81,7 +83,8 @@ def indexer() -> None:
                      "shape: `pathkeeper reindex` with these options builds a new one")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logging.")
 def run(
-    database_url: str, es_url: str, search_security: SearchSecurity,
+    database_url: str | None, directory_url: str | None, es_url: str,
+    search_security: SearchSecurity,
     alias: str, consumer: str, partitions: int, once: bool,
     give_up_after: float, batch_events: int, chunk_size: int, poll_interval: float,
     metrics_port: int | None,
@@ -89,16 +92,28 @@ def run(
     max_content_bytes: int, shards: int | None, replicas: int | None,
     namespace_shards: int | None, verbose: bool,
 ) -> None:
-    """Run the worker until SIGTERM (or, with --once, until caught up)."""
+    """Run the worker until SIGTERM (or, with --once, until caught up); with
+    --directory-url, over every server the directory names, into one index."""
     if compact_retain is not None and snapshot_cron is None:
         raise click.UsageError("--compact-retain needs --snapshot-cron")
+    from coordinator.shard_map import ShardMap, SingleShard
+
+    servers = servers_shards(database_url, directory_url)
+    first_url = servers[0].database_url()
+    shard_map: ShardMap
+    if directory_url:
+        from coordinator.shard_directory import DirectoryMap
+
+        shard_map = DirectoryMap(directory_url, listen=False)
+    else:
+        shard_map = SingleShard(first_url)
     shape = index_shape(shards, replicas, namespace_shards)
     from indexer.logs import configure
     from indexer.worker import Worker, WorkerConfig
 
     configure(logging.DEBUG if verbose else logging.INFO)
     config = WorkerConfig(
-        database_url=database_url, es_url=es_url, alias=alias, consumer=consumer,
+        database_url=first_url, es_url=es_url, alias=alias, consumer=consumer,
         partitions=partitions, once=once, batch_events=batch_events, chunk_size=chunk_size,
         poll_interval=poll_interval, metrics_port=metrics_port, verify_cron=verify_cron,
         snapshot_cron=snapshot_cron, compact_retain=compact_retain,
@@ -107,18 +122,22 @@ def run(
     )
     from indexer.checkpoints import LayoutMismatch
     from indexer.elasticsearch_index import IndexMissing, MappingOutdated
+    from indexer.shard_work import ShardNeedsRebuild
     from pathkeeper.cli.errors import EXIT_CANNOT_RUN
     from pathkeeper.cli.outage_watch import OutageWatch
 
-    worker = Worker(config)
-    watch = (OutageWatch(database_url, es_url, give_up_after, worker.stop,
+    worker = Worker(config, shard_map)
+    # With several servers it watches the first one's (and the search server).
+    watch = (OutageWatch(first_url, es_url, give_up_after, worker.stop,
                          security=search_security) if once else None)
     try:
         with watch or contextlib.nullcontext():
             code = worker.run()
-    except (LayoutMismatch, MappingOutdated, IndexMissing) as exc:
+    except (LayoutMismatch, MappingOutdated, IndexMissing, ShardNeedsRebuild) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_CANNOT_RUN)
+    finally:
+        shard_map.close()
     if watch is not None and watch.failure is not None:
         click.echo(f"error: {watch.failure}", err=True)
         sys.exit(EXIT_CANNOT_RUN)

@@ -17,12 +17,14 @@ import click
 from coordinator.indexing import consumer_for
 from pathkeeper.cli.options import (
     consumer_option,
-    database_url_option,
     search_options,
+    servers_options,
+    servers_shards,
     worker_alias_option,
 )
 
 if TYPE_CHECKING:
+    from coordinator.shard_map import Shard
     from indexer.search_client import SearchSecurity
 
 #: Events wait that no running worker will index.
@@ -47,51 +49,81 @@ def no_worker_warning(name: str, parts: list[Any], log_has_events: bool) -> str 
 
 
 @click.command("status")
-@database_url_option
+@servers_options
 @worker_alias_option
 @consumer_option
 @search_options(url_required=False)
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object: consumer, partitions (checkpoint, lag_events, "
                    "lag_seconds, holder_pid, namespaces), lag_events, lag_seconds, "
-                   "dead_letters_pending, held_back_by, alias, warnings.")
-def status_cmd(database_url: str, alias: str, consumer: str, es_url: str | None,
-               search_security: SearchSecurity, as_json: bool) -> None:
+                   "dead_letters_pending, held_back_by, alias, warnings, and shards "
+                   "(the same per shard).")
+def status_cmd(database_url: str | None, directory_url: str | None, alias: str, consumer: str,
+               es_url: str | None, search_security: SearchSecurity, as_json: bool) -> None:
     """Per partition and namespace: lag (events, seconds), checkpoint, holder; dead letters;
     with --es-url, whether the index behind the alias is there. Exit 1 with a warning when
     events wait in a partition no worker holds (or the consumer never ran), 3 when the
     index is lost."""
-    from sqlalchemy import text
+    code = report(servers_shards(database_url, directory_url), alias,
+                  consumer_for(alias, consumer), es_url, search_security, as_json)
+    if code:
+        sys.exit(code)
 
-    from coordinator import Coordinator
-    from indexer import deadletters, status
 
-    name = consumer_for(alias, consumer)
-    with Coordinator.connect(database_url) as coord:
-        with coord.engine.connect() as conn:
-            parts = status.partitions(conn, name)
-            log_has_events = bool(conn.execute(
-                text("SELECT EXISTS (SELECT FROM events)")).scalar_one())
-        pending = deadletters.count_pending(coord.engine, name)
-        held_back = status.held_back_by(coord.engine)
-    warning = no_worker_warning(name, parts, log_has_events)
+def _partition_doc(p: Any, shard: str | None) -> dict[str, Any]:
+    doc: dict[str, Any] = {} if shard is None else {"shard": shard}
+    doc.update({
+        "partition": p.partition, "checkpoint": p.checkpoint,
+        "lag_events": p.lag_events, "lag_seconds": round(p.lag_seconds, 3),
+        "holder_pid": p.holder_pid,
+        "updated_at": p.updated_at.isoformat() if p.updated_at else None,
+        "namespaces": [{"namespace": n.namespace, "events": n.events,
+                        "seconds": round(n.seconds, 3)} for n in p.namespaces],
+    })
+    return doc
+
+
+def report(shards: list[Shard], alias: str, name: str, es_url: str | None,
+           search_security: SearchSecurity, as_json: bool) -> int:
+    """Print the status of consumer ``name`` over ``shards``; returns the exit status.
+    With one shard the output is that of one server; with several, each partition names
+    its shard, the JSON gains ``shards`` (each shard's partitions, lag, dead letters,
+    writers, or its ``error``), and the totals are over all shards."""
+    from indexer import status
+
+    several = len(shards) > 1
+    per_shard = status.shards_status(shards, name)
+    parts = [p for s in per_shard for p in s.partitions]
+    pending = sum(s.dead_letters_pending for s in per_shard)
+    held_back = [w for s in per_shard for w in s.held_back_by]
+    warnings = []
+    for s in per_shard:
+        if s.error is not None:
+            warnings.append(f"shard {s.shard} did not answer: {s.error}")
+            continue
+        warning = no_worker_warning(name, s.partitions, s.log_has_events)
+        if warning:
+            warnings.append(f"shard {s.shard}: {warning}" if several else warning)
     targets, missing = _alias(es_url, search_security, alias, parts) if es_url else (None, None)
     if as_json:
         doc: dict[str, Any] = {
             "consumer": name, "ran": bool(parts),
-            "partitions": [{
-                "partition": p.partition, "checkpoint": p.checkpoint,
-                "lag_events": p.lag_events, "lag_seconds": round(p.lag_seconds, 3),
-                "holder_pid": p.holder_pid,
-                "updated_at": p.updated_at.isoformat() if p.updated_at else None,
-                "namespaces": [{"namespace": n.namespace, "events": n.events,
-                                "seconds": round(n.seconds, 3)} for n in p.namespaces],
-            } for p in parts],
+            "partitions": [_partition_doc(p, s.shard if several else None)
+                           for s in per_shard for p in s.partitions],
             "lag_events": sum(p.lag_events for p in parts),
             "lag_seconds": round(max((p.lag_seconds for p in parts), default=0.0), 3),
             "dead_letters_pending": pending,
             "held_back_by": [str(w) for w in held_back],
-            "warnings": [warning] if warning else [],
+            "warnings": warnings,
+            "shards": [{
+                "name": s.shard, "error": s.error,
+                "partitions": [_partition_doc(p, None) for p in s.partitions],
+                "lag_events": sum(p.lag_events for p in s.partitions),
+                "lag_seconds": round(max((p.lag_seconds for p in s.partitions),
+                                         default=0.0), 3),
+                "dead_letters_pending": s.dead_letters_pending,
+                "held_back_by": [str(w) for w in s.held_back_by],
+            } for s in per_shard],
         }
         if es_url:
             doc["alias"] = {"name": alias, "indices": targets or []}
@@ -99,13 +131,20 @@ def status_cmd(database_url: str, alias: str, consumer: str, es_url: str | None,
                 doc["alias"]["error"] = missing
         click.echo(json.dumps(doc, indent=2))
     else:
-        _print_text(name, parts, pending, held_back, alias, targets, missing)
+        for s in per_shard:
+            if several:
+                click.echo(f"shard {s.shard}:" + (f" did not answer: {s.error}" if s.error
+                                                  else ""))
+            if s.error is None:
+                _print_text(name, s.partitions, s.dead_letters_pending, s.held_back_by)
+        if targets is not None and not missing:
+            click.echo(f"alias {alias}: {', '.join(targets) or 'not created yet'}")
     if missing:
         click.echo(f"error: {missing}", err=True)
-        sys.exit(EXIT_INDEX_MISSING)
-    if warning:
+        return EXIT_INDEX_MISSING
+    for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
-        sys.exit(EXIT_WARNING)
+    return EXIT_WARNING if warnings else 0
 
 
 def _alias(
@@ -127,8 +166,7 @@ def _alias(
         es.close()
 
 
-def _print_text(name: str, parts: list[Any], pending: int, held_back: list[Any], alias: str,
-                targets: list[str] | None, missing: str | None) -> None:
+def _print_text(name: str, parts: list[Any], pending: int, held_back: list[Any]) -> None:
     if not parts:
         click.echo(f"consumer {name}: never ran")
     else:
@@ -147,5 +185,3 @@ def _print_text(name: str, parts: list[Any], pending: int, held_back: list[Any],
         click.echo("log readers are waiting for event log writers in flight:")
         for w in held_back:
             click.echo(f"  {w}")
-    if targets is not None and not missing:
-        click.echo(f"alias {alias}: {', '.join(targets) or 'not created yet'}")

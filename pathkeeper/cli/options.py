@@ -23,6 +23,7 @@ from indexer.contract import DEFAULT_ALIAS
 
 if TYPE_CHECKING:
     from coordinator.api import Coordinator
+    from coordinator.shard_map import Shard
     from indexer.contract import IndexShape
 
 if TYPE_CHECKING:
@@ -89,6 +90,26 @@ def connect_coordinator(database_url: str | None, directory_url: str | None,
             f"give --database-url (or {DATABASE_URL_ENV}), or --directory-url "
             f"(or {DIRECTORY_URL_ENV})")
     return Coordinator.connect(database_url, **settings)
+
+
+def servers_shards(database_url: str | None, directory_url: str | None) -> list[Shard]:
+    """The shards of ``servers_options``: the directory's (read once), else the one server
+    (the shard ``default``)."""
+    from coordinator.shard_map import SingleShard
+
+    if directory_url:
+        from coordinator.shard_directory import DirectoryMap
+
+        directory = DirectoryMap(directory_url, listen=False)
+        try:
+            return directory.shards()
+        finally:
+            directory.close()
+    if not database_url:
+        raise click.UsageError(
+            f"give --database-url (or {DATABASE_URL_ENV}), or --directory-url "
+            f"(or {DIRECTORY_URL_ENV})")
+    return SingleShard(database_url).shards()
 
 
 es_url_option = click.option(

@@ -17,9 +17,12 @@ from pathkeeper.cli.options import (
     index_shape,
     index_shape_options,
     search_options,
+    servers_options,
+    servers_shards,
 )
 
 if TYPE_CHECKING:
+    from coordinator.shard_map import Shard
     from indexer.search_client import SearchSecurity
 
 alias_option = click.option(
@@ -202,6 +205,9 @@ def _report_too_large(too_large: list[Rejected]) -> int:
 @click.option("--until", type=int, default=None,
               help="Build the state as of this log position into an index that is NOT "
                    "swapped in (for audits).")
+@click.option("--shard", default=None, metavar="NAME",
+              help="With --until: the shard (database server) whose log the position is "
+                   "of; needed when there are several.")
 @click.option("--dry-run", is_flag=True, help="Only count the documents.")
 @click.option("--keep-old", is_flag=True, help="Keep the previous index after the swap.")
 @consumer_option
@@ -211,12 +217,25 @@ def _report_too_large(too_large: list[Rejected]) -> int:
 def replay(
     database_url: str, es_url: str, search_security: SearchSecurity,
     alias: str, namespaces: tuple[str, ...],
-    until: int | None, dry_run: bool, keep_old: bool, consumer: str, quiet: bool,
-    shards: int | None, replicas: int | None, namespace_shards: int | None,
+    until: int | None, shard: str | None, dry_run: bool, keep_old: bool, consumer: str,
+    quiet: bool, shards: int | None, replicas: int | None, namespace_shards: int | None,
 ) -> None:
     """Rebuild the index from the event log alone, then swap the alias to it and move the
     live worker's checkpoints to it (also what a worker behind the compaction horizon
     needs)."""
+    if shard is not None or until is not None:
+        from coordinator.shard_map import SingleShard
+        from indexer.errors import ReplayError
+        from indexer.replay_shards import shard_for_until
+
+        names = [s.name for s in SingleShard(database_url).shards()]
+        try:
+            if until is None:
+                raise ReplayError("--shard is for --until (a position of that shard's log)")
+            shard_for_until(names, shard)
+        except ReplayError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(EXIT_ERROR)
     _rebuild("events", database_url, es_url, search_security, alias, namespaces, until, dry_run,
              keep_old, quiet, consumer, (shards, replicas, namespace_shards))
 
@@ -245,7 +264,7 @@ def reindex(
 
 
 @click.command("verify")
-@database_url_option
+@servers_options
 @search_options(url_required=True)
 @alias_option
 @namespace_option()
@@ -256,37 +275,60 @@ def reindex(
               help="Seconds to wait for the live worker before calling a difference drift.")
 @quiet_option
 def verify(
-    database_url: str, es_url: str, search_security: SearchSecurity,
-    alias: str, namespaces: tuple[str, ...], repair: bool,
+    database_url: str | None, directory_url: str | None, es_url: str,
+    search_security: SearchSecurity, alias: str, namespaces: tuple[str, ...], repair: bool,
     check_log: bool, settle_timeout: float, quiet: bool,
 ) -> None:
     """Compare PostgreSQL with the index (and the log with nodes); exit 1 on drift."""
+    progress = _setup(quiet)
+    _run(lambda: verify_report(servers_shards(database_url, directory_url), es_url,
+                               search_security, alias, namespaces, repair, check_log,
+                               settle_timeout, progress))
+
+
+def verify_report(
+    shards: list[Shard], es_url: str, search_security: SearchSecurity, alias: str,
+    namespaces: tuple[str, ...], repair: bool, check_log: bool, settle_timeout: float,
+    progress: Any,
+) -> int:
+    """Verify over ``shards`` and print what differs; returns the exit status. With
+    several shards each shard's part is headed ``shard NAME:`` and its drift lines name
+    it; with one the output is that of one server."""
+    from contextlib import ExitStack
+
     from coordinator import Coordinator
     from coordinator.indexing import consumer_for, indexed_through, wait_indexed
     from indexer.search_client import open_search
-    from indexer.verify import verify_index, verify_log
+    from indexer.verify import Settle
+    from indexer.verify_shards import verify_shards
 
-    progress = _setup(quiet)
+    several = len(shards) > 1
+    consumer = consumer_for(alias)
 
-    def body() -> int:
-        drift = False
-        with Coordinator.connect(database_url) as coord, progress:
-            _require_namespaces(coord, namespaces)
-            es = open_search(es_url, security=search_security, request_timeout=120)
-            try:
-                consumer = consumer_for(alias)
-                with coord.engine.connect() as conn:
-                    worker_ran = indexed_through(conn, consumer) is not None
+    def settle_for(coord: Coordinator) -> Settle | None:
+        with coord.engine.connect() as conn:
+            if indexed_through(conn, consumer) is None:
+                return None  # no worker ever ran on this shard: nothing to wait for
+        return lambda position: wait_indexed(coord.engine, position, settle_timeout, consumer)
 
-                def settle(position: int) -> bool:
-                    return wait_indexed(coord.engine, position, settle_timeout, consumer)
-
-                report = verify_index(
-                    coord, es, alias=alias, namespaces=namespaces or None, repair_drift=repair,
-                    settle=settle if worker_ran else None, progress=progress,
-                )
-            finally:
-                es.close()
+    drift = False
+    with ExitStack() as stack:
+        coords = [(s.name, stack.enter_context(Coordinator.connect(s.database_url())))
+                  for s in shards]
+        stack.enter_context(progress)
+        if not several:
+            _require_namespaces(coords[0][1], namespaces)
+        es = open_search(es_url, security=search_security, request_timeout=120)
+        try:
+            results = verify_shards(
+                coords, es, alias=alias, namespaces=namespaces or None, repair_drift=repair,
+                settle_for=settle_for, check_log=check_log, progress=progress)
+        finally:
+            es.close()
+        for result in results:
+            report, where = result.index, f" shard {result.shard}" if several else ""
+            if several:
+                click.echo(f"shard {result.shard}:")
             click.echo(
                 f"index {alias}: {report.compared} documents compared, "
                 f"{len(report.drift)} drifted ({counts(report.by_kind())}), "
@@ -294,30 +336,28 @@ def verify(
             )
             for d in report.drift[:50]:
                 extra = f" fields={','.join(d.fields)}" if d.fields else ""
-                click.echo(f"  {d.kind} {d.namespace} {d.node_id}{extra}")
+                click.echo(f"  {d.kind}{where} {d.namespace} {d.node_id}{extra}")
             for d in report.dead_lettered[:50]:
-                click.echo(f"  dead letter {d.namespace} {d.node_id}: {d.fields[0]}")
+                click.echo(f"  dead letter{where} {d.namespace} {d.node_id}: {d.fields[0]}")
             if repair and report.drift:
                 click.echo(f"repaired {report.repaired}; not repaired (a newer version is "
                            f"indexed, or too large for the search server: a dead letter "
                            f"now): {len(report.not_repaired)}")
-            drift = bool(report.drift) and not (repair and not report.not_repaired)
-            if check_log:
-                log_report = verify_log(coord, namespaces=namespaces or None, progress=progress)
+            drift = drift or (bool(report.drift) and not (repair and not report.not_repaired))
+            log_report = result.log
+            if log_report is not None:
                 click.echo(
-                    f"event log: {log_report.events} events folded, {log_report.nodes} nodes "
-                    f"compared, {len(log_report.drift)} differ, "
+                    f"event log{where}: {log_report.events} events folded, "
+                    f"{log_report.nodes} nodes compared, {len(log_report.drift)} differ, "
                     f"{log_report.anomaly_count} inconsistencies"
                 )
                 for d in log_report.drift[:50]:
                     extra = f" fields={','.join(d.fields)}" if d.fields else ""
                     label = {"missing": "in nodes, not in the log",
                              "extra": "in the log, not in nodes"}.get(d.kind, d.kind)
-                    click.echo(f"  {label} {d.namespace} {d.node_id}{extra}")
+                    click.echo(f"  {label}{where} {d.namespace} {d.node_id}{extra}")
                 for a in log_report.anomalies[:20]:
                     click.echo(f"  {a}")
                 drift = drift or not log_report.ok
-        click.echo(f"summary: {progress.summary.line('documents')}")
-        return EXIT_DRIFT if drift else 0
-
-    _run(body)
+    click.echo(f"summary: {progress.summary.line('documents')}")
+    return EXIT_DRIFT if drift else 0

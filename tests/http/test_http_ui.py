@@ -54,7 +54,9 @@ def test_indexer_status_needs_a_read_key_and_shows_lag_and_holders(
     client: TestClient = make_client(es_url=es_url, index_alias=alias)
     never = ok(client.get(STATUS, headers=Keys.h(keys.a_read)))
     assert never == {"consumer": f"indexer:{alias}", "partitions": [],
-                     "dead_letters_pending": None, "held_back_by": []}
+                     "dead_letters_pending": None, "held_back_by": [],
+                     "shards": [{"name": "default", "partitions": [], "lag_events": 0,
+                                 "lag_seconds": 0.0}]}
     catch_up(settings, es_url, alias)
     coord.mkdir("a", "/d1")
     coord.mkdir("a", "/d2")
@@ -68,6 +70,10 @@ def test_indexer_status_needs_a_read_key_and_shows_lag_and_holders(
                for n in p["namespaces"]}
     assert lagging == {"a": 2, "b": 1}
     assert admin["dead_letters_pending"] == 0
+    # Per shard (one server: one shard, holding the same partitions).
+    (shard,) = admin["shards"]
+    assert shard["name"] == "default" and shard["lag_events"] == 3
+    assert shard["partitions"] == admin["partitions"]
 
     # A key of one namespace sees that namespace's lag only: its partitions' counts are
     # its own events, and no other namespace is named.
@@ -75,6 +81,7 @@ def test_indexer_status_needs_a_read_key_and_shows_lag_and_holders(
     assert sum(p["lag_events"] for p in reader["partitions"]) == 2
     assert {n["namespace"] for p in reader["partitions"] for n in p["namespaces"]} == {"a"}
     assert reader["dead_letters_pending"] is None and reader["held_back_by"] == []
+    assert [s["lag_events"] for s in reader["shards"]] == [2]
 
     err(client.get(STATUS), 401, "unauthorized")
     err(client.get(STATUS, headers=Keys.h("pk_made_up")), 401, "unauthorized")

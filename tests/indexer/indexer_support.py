@@ -20,6 +20,7 @@ from sqlalchemy import text
 from coordinator import Coordinator, CoordinatorError
 from coordinator.event_reader import safe_bound
 from coordinator.indexing import consumer_for
+from coordinator.shard_map import ShardMap
 from indexer import bulk
 from indexer.contract import document_for, is_indexed
 from indexer.search_engine import SearchEngine
@@ -28,13 +29,16 @@ from indexer.worker import Worker, WorkerConfig
 
 @contextmanager
 def running_worker(
-    database_url: str, es_url: str, alias: str, **options: Any
+    database_url: str, es_url: str, alias: str, shard_map: ShardMap | None = None,
+    **options: Any,
 ) -> Iterator[Worker]:
     """A worker running in a thread of this process (stopped on exit). A worker that
-    dies fails the test with its traceback; ``worker_alive`` tells whether it runs."""
+    dies fails the test with its traceback; ``worker_alive`` tells whether it runs.
+    ``shard_map``: the shards it indexes (default: ``database_url`` alone)."""
     options.setdefault("poll_interval", 0.5)
     options.setdefault("partitions", 2)
-    worker = Worker(WorkerConfig(database_url=database_url, es_url=es_url, alias=alias, **options))
+    worker = Worker(WorkerConfig(database_url=database_url, es_url=es_url, alias=alias, **options),
+                    shard_map)
     died: list[str] = []
 
     def run() -> None:
@@ -196,25 +200,37 @@ def assert_index_matches(
     """Wait until the worker caught up, then: exactly one document per live non-root
     node, every field equal to PostgreSQL, and no document of any other namespace.
     Returns the number of documents checked."""
-    wait_caught_up(coord, alias, timeout)
-    bound = safe_bound(coord.engine) or 0
-    live = coord.namespaces()
+    return assert_index_matches_shards([coord], es, alias, timeout)
+
+
+def assert_index_matches_shards(
+    coords: list[Coordinator], es: SearchEngine, alias: str, timeout: float = 60.0
+) -> int:
+    """``assert_index_matches`` over several shards (a coordinator on each) writing into
+    one index: each shard's log caught up and each of its namespaces equal to its rows,
+    and the index holding nothing else."""
     total = 0
-    for ns in live:
-        want = expected_docs(coord, ns)
-        got = index_docs(es, alias, ns)
-        for doc in got.values():
-            assert 0 < doc["seq"] <= bound, doc
-        stripped = {k: {f: v for f, v in d.items() if f != "seq"} for k, d in got.items()}
-        missing = sorted(set(want) - set(stripped))
-        extra = sorted(set(stripped) - set(want))
-        assert not missing, f"{ns}: {len(missing)} nodes not indexed, e.g. {want[missing[0]]}"
-        assert not extra, f"{ns}: {len(extra)} stale documents, e.g. {stripped[extra[0]]}"
-        wrong = [k for k in want if want[k] != stripped[k]]
-        assert not wrong, (
-            f"{ns}: {len(wrong)} differ, e.g. {want[wrong[0]]} != {stripped[wrong[0]]}"
-        )
-        total += len(want)
+    live: list[str] = []
+    for coord in coords:
+        wait_caught_up(coord, alias, timeout)
+        bound = safe_bound(coord.engine) or 0
+        for ns in coord.namespaces():
+            live.append(ns)
+            want = expected_docs(coord, ns)
+            got = index_docs(es, alias, ns)
+            for doc in got.values():
+                assert 0 < doc["seq"] <= bound, doc
+            stripped = {k: {f: v for f, v in d.items() if f != "seq"} for k, d in got.items()}
+            missing = sorted(set(want) - set(stripped))
+            extra = sorted(set(stripped) - set(want))
+            assert not missing, (
+                f"{ns}: {len(missing)} nodes not indexed, e.g. {want[missing[0]]}")
+            assert not extra, f"{ns}: {len(extra)} stale documents, e.g. {stripped[extra[0]]}"
+            wrong = [k for k in want if want[k] != stripped[k]]
+            assert not wrong, (
+                f"{ns}: {len(wrong)} differ, e.g. {want[wrong[0]]} != {stripped[wrong[0]]}"
+            )
+            total += len(want)
     everything = index_docs(es, alias)
     strays = [d for d in everything.values() if d["namespace"] not in live]
     assert not strays, f"{len(strays)} documents of dropped namespaces, e.g. {strays[0]}"
