@@ -178,7 +178,7 @@ def start_writers(cluster: Cluster, groups: list[list[str]], tmp: Path, tag: str
     out = []
     for i, names in enumerate(groups):
         log, go = tmp / f"writer-{tag}-{i}.log", tmp / f"writer-{tag}-{i}.go"
-        proc = _spawn(["-m", "tests.simulation.sim_processes", "writer", cluster.directory,
+        proc = _spawn(["-m", "tests.simulation.sim_writer", cluster.directory,
                        str(i), str(go), str(log), ",".join(names)], tmp / f"writer-{tag}-{i}.out")
         out.append(WriterProc(log, go, names, proc))
     return out
@@ -291,6 +291,13 @@ def versions_on(url: str, namespaces: list[str]) -> dict[tuple[str, str], int]:
             (namespaces,))}
 
 
+def last_position(coord: Coordinator) -> int:
+    """The end of the log of ``coord``'s one server."""
+    with coord.engine.connect() as conn:
+        return int(conn.exec_driver_sql(
+            "SELECT coalesce(max(position), 0) FROM events").scalar_one())
+
+
 def check_acknowledged(cluster: Cluster, writers: list[WriterProc]) -> int:
     """(1) Each node's last acknowledged write is there, on the namespace's current shard
     (a later call with an unknown outcome may have changed or deleted it since)."""
@@ -359,11 +366,16 @@ def test_namespaces_over_three_servers_with_moves_and_a_crash(
     writers: list[WriterProc] = []
     movers: list[Mover] = []
     try:
-        workers += [_spawn(["-m", "tests.simulation.sim_processes", "worker", alias, "2",
-                            es_url, cluster.directory], tmp_path / f"worker-{i}.log")
-                    for i in range(2)]
+        workers += [_spawn(["-m", "pathkeeper", "indexer", "run", "--directory-url",
+                            cluster.directory, "--es-url", es_url, "--alias", alias,
+                            "--partitions", "2", "--poll-interval", "0.2"],
+                           tmp_path / f"worker-{i}.log") for i in range(2)]
         feed.start()
         writers = start_writers(cluster, groups, tmp_path, "shards")
+        # The traveller indexed before the load: the first move's wait for the source's
+        # indexer (step syncing) then measures the move, not the pre-fill's indexing.
+        with Coordinator.connect(cluster.urls["default"]) as default:
+            assert default.wait_indexed(last_position(default), 600, consumer=consumer)
         until = run_load(writers, form.seconds)
         time.sleep(2)
         movers.append(start_move(cluster, TRAVELLER, "b", consumer, tmp_path))
@@ -398,10 +410,7 @@ def test_namespaces_over_three_servers_with_moves_and_a_crash(
         coords = [(s, Coordinator.connect(cluster.urls[s])) for s in SHARDS]
         try:
             for _, c in coords:
-                with c.engine.connect() as conn:
-                    last = conn.exec_driver_sql(
-                        "SELECT coalesce(max(position), 0) FROM events").scalar_one()
-                assert c.wait_indexed(int(last), 120, consumer=consumer)
+                assert c.wait_indexed(last_position(c), 120, consumer=consumer)
             reports = verify_shards(
                 coords, es, alias=alias,
                 settle_for=lambda c: lambda seq: c.wait_indexed(seq, 60, consumer=consumer))

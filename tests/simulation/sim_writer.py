@@ -1,17 +1,13 @@
-"""The processes of the multi-server simulation (``test_shards.py``), each with its own
-connections, run as ``python -m tests.simulation.sim_processes ROLE ...``:
-
-* ``worker ALIAS PARTITIONS ES_URL DIRECTORY_URL``: the indexer worker over every shard
-  the directory names (``indexer.worker.Worker`` with a ``DirectoryMap``, as
-  ``pathkeeper indexer run`` builds it), ``kill -9``-able;
-* ``writer DIRECTORY_URL SEED GO LOG NS[,NS...]``: random creates, writes, renames, moves
-  and deletes on its own namespaces through a ``Coordinator`` over the directory. Once
-  set up it logs ``ready`` and waits for the file GO, which holds the wall-clock time to
-  stop at (so that every writer's load starts together). Each acknowledged write is one JSON
-  line of LOG (namespace, node id, op, resulting version, seq), flushed before the next
-  call; a write whose outcome is unknown is logged as such (its node may or may not have
-  changed). A frozen namespace or a server that is down is waited for and the same call
-  sent again. The last line counts what it did."""
+"""A writer process of the multi-server simulation (``test_shards.py``), with its own
+connections: ``python -m tests.simulation.sim_writer DIRECTORY_URL SEED GO LOG NS[,NS...]``
+does random creates, writes, renames, moves and deletes on its own namespaces through a
+``Coordinator`` over the directory. Once set up it logs ``ready`` and waits for the file
+GO, which holds the wall-clock time to stop at (so that every writer's load starts
+together). Each acknowledged write is one JSON line of LOG (namespace, node id, op,
+resulting version, seq), flushed before the next call; a write whose outcome is unknown
+is logged as such (its node may or may not have changed). A frozen namespace or a server
+that is down is waited for and the same call sent again. The last line counts what it
+did."""
 
 from __future__ import annotations
 
@@ -138,25 +134,8 @@ def run_writer(directory_url: str, seed: int, go: Path, log_path: str,
     return 0
 
 
-def run_worker(alias: str, partitions: int, es_url: str, directory_url: str) -> int:
-    from coordinator.shard_directory import DirectoryMap
-    from indexer.logs import configure
-    from indexer.worker import Worker, WorkerConfig
-
-    configure()
-    shard_map = DirectoryMap(directory_url)
-    config = WorkerConfig(database_url=shard_map.shards()[0].url, es_url=es_url, alias=alias,
-                          partitions=partitions, poll_interval=0.2,
-                          backoff_base=0.05, backoff_cap=0.5)
-    return Worker(config, shard_map).run()
-
-
 def main(argv: list[str]) -> int:
-    role, *args = argv
-    if role == "worker":
-        alias, partitions, es_url, directory_url = args
-        return run_worker(alias, int(partitions), es_url, directory_url)
-    directory_url, seed, go, log_path, namespaces = args
+    directory_url, seed, go, log_path, namespaces = argv
     return run_writer(directory_url, int(seed), Path(go), log_path, namespaces.split(","))
 
 
