@@ -30,17 +30,16 @@ from coordinator.shard_map import Shard
 from . import checkpoints, deadletters
 from .applier import Applier
 from .bootstrap import bootstrap, needs_bootstrap
-from .contract import DEFAULT_SHAPE, MAX_BATCH_AGE
+from .contract import DEFAULT_SHAPE, MAX_BATCH_AGE, IndexShape
 from .elasticsearch_index import check_mapping, ensure_alias
 from .errors import IndexerError
+from .index_health import IndexHealth
 from .leases import Leases
 from .logs import log
-from .index_health import IndexHealth
 from .partition_runner import PartitionRunner, RunnerConfig
 from .read_waits import ReadWaits
-from .wakeup import Listener
-
 from .search_engine import SearchEngine
+from .wakeup import Listener
 
 
 class ShardConfig(RunnerConfig, Protocol):
@@ -48,6 +47,8 @@ class ShardConfig(RunnerConfig, Protocol):
 
     @property
     def chunk_size(self) -> int: ...
+    @property
+    def index_shape(self) -> IndexShape | None: ...
 
 
 class ShardHost(Protocol):

@@ -10,6 +10,7 @@ import sys
 import click
 
 from pathkeeper.cli.options import DATABASE_URL_ENV, DIRECTORY_URL_ENV
+from pathkeeper.cli.shard_move import move
 
 directory_url_option = click.option(
     "--directory-url", envvar=DIRECTORY_URL_ENV, required=True,
@@ -93,3 +94,6 @@ def shard_check(directory_url: str) -> None:
 
 
 __all__ = ["shard"]
+
+
+shard.add_command(move)

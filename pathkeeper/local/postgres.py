@@ -29,6 +29,22 @@ SERVER_SETTINGS = {
     "logging_collector": "off",
 }
 
+#: What a cluster needs to publish a namespace to another one (``shard move``: a
+#: row-filtered publication, a subscription on the other side, docs/sharding.md section 3).
+#: The slot's WAL is bounded, so a subscriber that is gone cannot fill the disk.
+LOGICAL_REPLICATION_SETTINGS = {
+    "wal_level": "logical",
+    "max_replication_slots": "16",
+    "max_wal_senders": "16",
+    "max_logical_replication_workers": "8",
+    "max_sync_workers_per_subscription": "4",
+    "max_worker_processes": "16",
+    "max_slot_wal_keep_size": "'1GB'",
+    # The subscriber's apply worker reports its position this often (the drain waits
+    # for it).
+    "wal_receiver_status_interval": "1s",
+}
+
 
 def find_bin_dir() -> Path:
     """Where initdb/pg_ctl live: $PG_BIN, PATH, Debian's layout, or the pgserver wheel."""
@@ -76,6 +92,8 @@ class LocalPostgres:
         default_factory=lambda: Path(tempfile.mkdtemp(prefix="pathkeeper-pg-"))
     )
     extra_settings: dict[str, str] = field(default_factory=dict)
+    #: Start with ``LOGICAL_REPLICATION_SETTINGS`` (publisher and subscriber of a move).
+    logical_replication: bool = False
     user: str | None = field(default_factory=_server_user)
 
     @property
@@ -104,7 +122,8 @@ class LocalPostgres:
                  "--locale=C", "-U", self.superuser]
             )
             with open(self.data_dir / "postgresql.conf", "a") as conf:
-                for k, v in {**SERVER_SETTINGS, **self.extra_settings}.items():
+                logical = LOGICAL_REPLICATION_SETTINGS if self.logical_replication else {}
+                for k, v in {**SERVER_SETTINGS, **logical, **self.extra_settings}.items():
                     conf.write(f"{k} = {v}\n")
         self.pg_ctl_start()
         return self
