@@ -76,21 +76,33 @@ class Cluster:
         server, not a shutdown)."""
         pg = self.servers[shard]
         pid = int((pg.data_dir / "postmaster.pid").read_text().split()[0])
-        children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True,
-                                  text=True).stdout.split()
+        children = _children(pid)
         os.kill(pid, signal.SIGKILL)
         for child in children:
             try:
-                os.kill(int(child), signal.SIGKILL)
+                os.kill(child, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + 30
-        while any(_alive(p) for p in [pid, *map(int, children)]):
+        while any(_alive(p) for p in [pid, *children]):
             assert time.monotonic() < deadline, "the killed server's processes linger"
             time.sleep(0.05)
 
     def restart(self, shard: str) -> None:
         self.servers[shard].pg_ctl_start()
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # "pid (comm) state ppid ...": comm may hold spaces, so split after its ")".
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
 
 
 def _alive(pid: int) -> bool:
