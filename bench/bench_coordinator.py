@@ -217,13 +217,16 @@ def proc_worker(
     barrier: MpBarrier,
     out: mp.Queue[tuple[int, float, float, list[Sample]]],
     sample: bool,
+    ids: list[str] | None = None,
 ) -> None:
-    """One client process: its own Coordinator and connection, started by ``barrier``."""
+    """One client process: its own Coordinator and connection, started by ``barrier``;
+    with ``ids``, it names its files by node id."""
     with Coordinator.connect(url, notify=notify, pool_size=1) as coord:
         warm_pool(coord, 1)
         barrier.wait(timeout=300)
         samples: list[Sample] | None = [] if sample else None
-        count, t0, t1 = rename_loop(coord, ns, layout, client, files, duration, samples)
+        count, t0, t1 = rename_loop(coord, ns, layout, client, files, duration, samples,
+                                       ids)
         out.put((count, t0, t1, samples or []))
 
 
@@ -236,15 +239,18 @@ def run_procs(
     duration: float,
     notify: bool,
     sample: bool = False,
+    by_id: bool = False,
 ) -> tuple[float, list[Sample]]:
-    """Renames/s of ``clients`` spawned processes, each with its own Coordinator."""
+    """Renames/s of ``clients`` spawned processes, each with its own Coordinator;
+    ``by_id``: each rename names its file by node id (looked up before the start)."""
+    ids = [file_ids(url, ns, layout, k, files) if by_id else None for k in range(clients)]
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(clients)
     out: mp.Queue[tuple[int, float, float, list[Sample]]] = ctx.Queue()
     procs = [
         ctx.Process(
             target=proc_worker,
-            args=(url, ns, layout, k, files, duration, notify, barrier, out, sample),
+            args=(url, ns, layout, k, files, duration, notify, barrier, out, sample, ids[k]),
         )
         for k in range(clients)
     ]
@@ -405,7 +411,7 @@ class Variant:
     runner: str  # "threads", "procs", "pgbench" or "raw" (pgbench: UPDATE + event only)
     layout: str  # "disjoint" or "shared"
     notify: bool
-    by_id: bool = False  # renames name their file by node id (threads only)
+    by_id: bool = False  # renames name their file by node id
 
     @property
     def label(self) -> str:
@@ -472,7 +478,8 @@ def run_variant(
     if v.runner == "threads":
         return run_threads(url, ns, v.layout, clients, files, duration, v.notify, v.by_id)
     if v.runner == "procs":
-        return run_procs(url, ns, v.layout, clients, files, duration, v.notify)[0]
+        return run_procs(url, ns, v.layout, clients, files, duration, v.notify,
+                         by_id=v.by_id)[0]
     if v.runner == "raw":
         return run_pgbench(pg_bin, url, ns, v.layout, clients, files, duration, False, workdir,
                            raw=True)
@@ -666,7 +673,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=11, help="renames each way in part 2")
     ap.add_argument("--no-procs", action="store_true", help="skip the multi-process variants")
     ap.add_argument("--quick", action="store_true",
-                    help="only threads (by path and by id) and processes (disjoint, notify on) "
+                    help="only threads and processes (by path and by id; disjoint, notify on) "
                     "and the raw ceiling")
     ap.add_argument("--parts", default="1,2,3", help="which parts to run, e.g. 1,2")
     args = ap.parse_args(argv)
@@ -687,13 +694,16 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_procs:
         variants[3:3] = [
             Variant("procs", "disjoint", True),
+            Variant("procs", "disjoint", True, by_id=True),
             Variant("procs", "disjoint", False),
             Variant("procs", "shared", True),
         ]
     if args.quick:
         variants = [Variant("threads", "disjoint", True),
                     Variant("threads", "disjoint", True, by_id=True),
-                    Variant("procs", "disjoint", True), Variant("raw", "disjoint", False)]
+                    Variant("procs", "disjoint", True),
+                    Variant("procs", "disjoint", True, by_id=True),
+                    Variant("raw", "disjoint", False)]
     print(f"bench_coordinator {now_utc()}, {os.cpu_count()} CPUs, load {load_average()}, "
           f"python {sys.version.split()[0]}", flush=True)
     with migrated_cluster() as (pg, url):

@@ -1,6 +1,7 @@
 """Import benchmark: ``Coordinator.import_nodes`` nodes/s beside a raw COPY of the same rows.
 
     python bench/bench_import.py [--nodes 200000] [--rounds 3]
+    python bench/bench_import.py --stream 10000000     # one big import, memory measured
 
 Starts its own PostgreSQL (see bench/README.md). The input is a JSON Lines file of
 ``--nodes`` lines (directories of 99 files each, shuffled: any order is allowed). Each
@@ -21,6 +22,11 @@ round, in alternating order:
 
 Reports the three rates and the per-round ratios of the import to each ceiling (same
 run, seconds apart).
+
+``--stream N`` instead runs one import of N lines generated lazily (never held in memory,
+never written to a file), and reports its time per phase and memory: this process's peak
+RSS (``getrusage``), and, sampled every second, this process's RSS and the private memory
+(``RssAnon``) of the database's backends, to show that memory stays flat as lines stream in.
 """
 
 from __future__ import annotations
@@ -29,11 +35,13 @@ import argparse
 import json
 import os
 import random
+import resource
 import sys
 import tempfile
+import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import psycopg
@@ -41,6 +49,7 @@ from common import load_average, median, migrated_cluster, now_utc, table
 
 from coordinator import Coordinator
 from coordinator.db import libpq_url
+from coordinator.importer import ImportProgress
 
 FILES_PER_DIR = 99
 VARIANTS = ["import", "raw", "floor"]
@@ -239,13 +248,119 @@ def breakdown(url: str, rows: list[tuple[object, ...]], events: list[tuple[objec
                     f"{median(batched_times):.2f}"]]))
 
 
-def run_import(coord: Coordinator, path: Path, rnd: int) -> tuple[float, int]:
+def run_import(coord: Coordinator, path: Path, rnd: int,
+               phases: dict[str, float] | None = None) -> tuple[float, int]:
+    """Import the file into a fresh namespace: (seconds, nodes created); ``phases``
+    receives the seconds of each phase the import reports (read, resolve, insert, events)."""
     ns = f"imp{rnd}"
     coord.create_namespace(ns)
-    t = time.perf_counter()
+    marks: list[tuple[str, float]] = [("read", time.perf_counter())]
+
+    def progress(p: ImportProgress) -> None:
+        if p.phase != marks[-1][0]:
+            marks.append((p.phase, time.perf_counter()))
+
+    t = marks[0][1]
     with path.open("rb") as f:
-        result = coord.import_nodes(ns, f)
-    return time.perf_counter() - t, result.created
+        result = coord.import_nodes(ns, f, progress=progress)
+    took = time.perf_counter() - t
+    if phases is not None:
+        ends = [at for _, at in marks[1:]] + [t + took]
+        for (name, at), end in zip(marks, ends, strict=True):
+            phases[name] = phases.get(name, 0.0) + end - at
+    return took, result.created
+
+
+def stream_lines(nodes: int) -> Iterator[bytes]:
+    """``nodes`` JSON lines in ``make_input``'s shape (top directories, directories of 99
+    files), generated one at a time, parents first: nothing of the input is kept."""
+    made = 0
+    d = 0
+    while True:
+        top = f"/top{d % 50}"
+        folder = f"{top}/dir{d}"
+        batch = ([f'{{"path": "{top}", "kind": "dir"}}\n'] if d < 50 else [])
+        batch.append(f'{{"path": "{folder}", "kind": "dir"}}\n')
+        for line in batch:
+            if made == nodes:
+                return
+            yield line.encode()
+            made += 1
+        for f in range(FILES_PER_DIR):
+            if made == nodes:
+                return
+            yield (f'{{"path": "{folder}/file{f}.txt", "kind": "file", '
+                   f'"content": "content of file {f} in {d}"}}\n').encode()
+            made += 1
+        d += 1
+
+
+def kib_of(pid: int | str, field: str) -> int:
+    """A ``/proc/<pid>/status`` field in KiB (0 when the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def run_stream(url: str, nodes: int) -> None:
+    """One import of ``nodes`` lazily generated lines; time per phase, memory sampled."""
+    samples: list[tuple[float, str, int, int, int]] = []  # t, phase, lines, self, backends
+    current = [ImportProgress("read", 0, 0)]  # the last progress the import reported
+    done = threading.Event()
+
+    def sampler() -> None:
+        with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+            while not done.wait(1.0):
+                pids = [r[0] for r in conn.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND pid <> pg_backend_pid()").fetchall()]
+                samples.append((time.perf_counter(), current[0].phase, current[0].lines,
+                                kib_of("self", "VmRSS"),
+                                max((kib_of(pid, "RssAnon") for pid in pids), default=0)))
+                if len(samples) % 30 == 0:  # a line every ~30 s, to follow a long run
+                    _, phase, lines, mine, backend = samples[-1]
+                    print(f"  {phase}: {lines:,} lines, RSS {mine / 1024:.0f} MB, backend "
+                          f"{backend / 1024:.0f} MB, load {load_average()}", flush=True)
+
+    phases: list[tuple[str, float]] = []
+
+    def progress(p: ImportProgress) -> None:
+        if p.phase != current[0].phase:
+            phases.append((p.phase, time.perf_counter()))
+        current[0] = p
+
+    with Coordinator.connect(url) as coord:
+        coord.create_namespace("stream")
+        watcher = threading.Thread(target=sampler, daemon=True)
+        watcher.start()
+        t = time.perf_counter()
+        phases.append(("read", t))
+        result = coord.import_nodes("stream", stream_lines(nodes), progress=progress)
+        took = time.perf_counter() - t
+        done.set()
+        watcher.join()
+    assert result.created == nodes, result.created
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    print(f"imported {nodes:,} lines in {took:.1f} s = {nodes / took:,.0f} rows/s; "
+          f"peak RSS of this process {peak / 1024:.0f} MB; load {load_average()}")
+    ends = [at for _, at in phases[1:]] + [t + took]
+    print(table(["phase", "seconds"],
+                [[name, f"{end - at:.1f}"] for (name, at), end in zip(phases, ends,
+                                                                       strict=True)]))
+    print("\nmemory while reading (every tenth of the samples; MB):")
+    reading = [s for s in samples if s[1] == "read"]
+    step = max(1, len(reading) // 10)
+    print(table(["lines read", "this process RSS", "largest backend RssAnon"],
+                [[f"{s[2]:,}", f"{s[3] / 1024:.0f}", f"{s[4] / 1024:.0f}"]
+                 for s in reading[::step]]))
+    if samples:
+        print(f"whole import: this process RSS max {max(s[3] for s in samples) / 1024:.0f} MB,"
+              f" backends' RssAnon max {max(s[4] for s in samples) / 1024:.0f} MB")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -254,9 +369,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--breakdown", action="store_true",
                     help="also: what each part of nodes' schema costs the schema floor")
+    ap.add_argument("--stream", type=int, metavar="N",
+                    help="instead: one import of N lazily generated lines, memory measured")
     args = ap.parse_args(argv)
     print(f"bench_import {now_utc()}, {os.cpu_count()} CPUs, load {load_average()}, "
           f"python {sys.version.split()[0]}", flush=True)
+    if args.stream:
+        with migrated_cluster() as (_pg, url):
+            run_stream(url, args.stream)
+        print(f"done {now_utc()}, load {load_average()}")
+        return 0
     with tempfile.TemporaryDirectory(prefix="pathkeeper-import-") as tmp, \
             migrated_cluster() as (_pg, url):
         path = Path(tmp) / "tree.jsonl"
@@ -276,9 +398,10 @@ def main(argv: list[str] | None = None) -> int:
                 load = load_average()
                 order = VARIANTS[rnd % 3:] + VARIANTS[:rnd % 3]
                 took: dict[str, float] = {}
+                phases: dict[str, float] = {}
                 for what in order:
                     if what == "import":
-                        took[what], created = run_import(coord, path, rnd)
+                        took[what], created = run_import(coord, path, rnd, phases)
                         assert created == args.nodes, created
                     elif what == "raw":
                         took[what] = run_raw_copy(url, rows, rnd)
@@ -294,6 +417,9 @@ def main(argv: list[str] | None = None) -> int:
                       f"{floor_nodes_part:.2f} s); import / raw "
                       f"{ratios['raw'][-1]:.2f}, import / floor {ratios['floor'][-1]:.2f}; "
                       f"load {load} -> {load_average()}", flush=True)
+                print("    import by phase: " + ", ".join(
+                    f"{name} {secs:.2f} s" for name, secs in phases.items() if secs >= 0.005),
+                    flush=True)
         print()
         print(table(
             ["what", "median rows/s", "min", "max"],

@@ -510,13 +510,13 @@ def test_shard_cli_init_add_list_check(pg_cluster: LocalPostgres) -> None:
         result = runner.invoke(main, list(args), env=env)
         return result.exit_code, result.output
 
-    assert cli("shard", "init", "--directory", default, "--database-url", default) == (
+    assert cli("shard", "init", "--directory-url", default, "--database-url", default) == (
         2, "error: the directory's database holds a shard's schema: the directory needs a "
            "database of its own (it may be on the same server)\n")
-    assert cli("shard", "init", "--directory", directory, "--database-url", default,
+    assert cli("shard", "init", "--directory-url", directory, "--database-url", default,
                "--store-url", "env:PK_TEST_DEFAULT_URL") == (
         0, "directory made: shard default with 1 namespace(s)\n")
-    code, out = cli("shard", "init", "--directory", directory, "--database-url", default)
+    code, out = cli("shard", "init", "--directory-url", directory, "--database-url", default)
     assert code == 2 and out.startswith("error: the directory has shards already")
     env = {"PATHKEEPER_DIRECTORY_URL": directory, "PK_TEST_DEFAULT_URL": default}
     code, out = cli("shard", "add", "Bad!", b, **env)

@@ -24,8 +24,7 @@ def shard() -> None:
 
 
 @shard.command("init")
-@click.option("--directory", "directory_url", envvar=DIRECTORY_URL_ENV, required=True,
-              metavar="URL", help="URL of the directory's database (a database of its own).")
+@directory_url_option
 @click.option("--database-url", envvar=DATABASE_URL_ENV, required=True,
               help="The server there is now: it becomes the shard 'default'.")
 @click.option("--store-url", default=None, metavar="URL",

@@ -226,15 +226,15 @@ def test_abort_with_the_source_down_then_again_when_it_is_back(shards: TwoShards
     assert shards.directory("SELECT * FROM moves") == []
 
 
-@pytest.mark.parametrize("nodes", [
-    10_000,
-    pytest.param(100_000, marks=pytest.mark.skipif(
-        not os.environ.get("PATHKEEPER_MOVE_LARGE"),
-        reason="a measurement of minutes: set PATHKEEPER_MOVE_LARGE=1")),
-])
-def test_freeze_measured(shards: TwoShards, es_url: str, alias: str, nodes: int) -> None:
-    """The freeze (steps 3-6) of a namespace of ``nodes`` nodes, with the source's indexer
+#: The namespace's size: 10,000 nodes in the suite; the 100,000-node figure of the docs
+#: is the same test with PATHKEEPER_MOVE_NODES=100000 (minutes on two cores).
+MOVE_NODES = int(os.environ.get("PATHKEEPER_MOVE_NODES", "10000"))
+
+
+def test_freeze_measured(shards: TwoShards, es_url: str, alias: str) -> None:
+    """The freeze (steps 3-6) of a namespace of ``MOVE_NODES`` nodes, with the source's indexer
     running (step 4 waits for it) and writers on it and another namespace."""
+    nodes = MOVE_NODES
     ns, other = unique_ns(), unique_ns("o")
     shards.create(ns)
     shards.create(other)
