@@ -77,6 +77,12 @@ def create_publication(source: Conn, name: str,
         sql.Identifier(name), tables))
 
 
+def analyze_published(target: Conn) -> None:
+    """``ANALYZE`` the tables of ``PUBLISHED_TABLES`` (after their copy arrived)."""
+    target.execute(sql.SQL("ANALYZE {}").format(
+        sql.SQL(", ").join(sql.Identifier(table) for table, _ in PUBLISHED_TABLES)))
+
+
 def create_subscription(target: Conn,
                         source: Conn,
                         name: str, source_conninfo: str) -> None:

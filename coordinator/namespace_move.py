@@ -380,6 +380,10 @@ class NamespaceMover:
                 raise MoveFailed(
                     f"the copy of namespace {move.namespace} did not catch up in "
                     f"{self.sync_timeout:.0f} s: --resume to wait on, or --abort")
+            # The copy filled tables the target's planner may know as empty: until
+            # autovacuum comes round, a walk of the namespace (verify, a rebuild) would be
+            # planned for a few rows. Analyzed now, outside the freeze.
+            repl.analyze_published(target)
             # The source's indexer, too, catches up with the namespace now, so that the
             # drain (inside the freeze) waits for the last writes only.
             partition = self._partition(source, move.namespace)
