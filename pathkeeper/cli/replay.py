@@ -13,7 +13,6 @@ import click
 from indexer.bulk import Rejected
 from indexer.contract import DEFAULT_ALIAS
 from pathkeeper.cli.options import (
-    database_url_option,
     index_shape,
     index_shape_options,
     search_options,
@@ -23,6 +22,7 @@ from pathkeeper.cli.options import (
 
 if TYPE_CHECKING:
     from coordinator.shard_map import Shard
+    from indexer.replay import RebuildResult
     from indexer.search_client import SearchSecurity
 
 alias_option = click.option(
@@ -129,44 +129,82 @@ def _run(fn: Callable[[], int]) -> None:
 
 
 def _rebuild(
-    source: str, database_url: str, es_url: str, search_security: SearchSecurity, alias: str,
-    namespaces: tuple[str, ...], until: int | None, dry_run: bool, keep_old: bool, quiet: bool,
-    consumer: str,
+    source: str, servers: tuple[str | None, str | None], es_url: str,
+    search_security: SearchSecurity, alias: str, namespaces: tuple[str, ...],
+    until: int | None, dry_run: bool, keep_old: bool, quiet: bool, consumer: str,
     shape_options: tuple[int | None, int | None, int | None] = (None, None, None),
+    shard: str | None = None,
 ) -> None:
+    """Rebuild from one server, or from every shard of a directory into one index
+    (``indexer.replay_shards``): ``--until`` reads the one shard named, ``--namespace``
+    rebuilds each namespace from its own shard."""
+    from contextlib import ExitStack
+
     from coordinator import Coordinator
     from indexer.elasticsearch_index import live_shape
     from indexer.replay import rebuild, rebuild_namespaces
+    from indexer.replay_shards import rebuild_shards, shard_for_until
     from indexer.search_client import open_search
 
     progress = _setup(quiet)
 
     def body() -> int:
-        with Coordinator.connect(database_url) as coord, progress:
-            # As of an older position, a namespace dropped since counts.
-            _require_namespaces(coord, namespaces, until)
+        shards = servers_shards(*servers)
+        if until is not None or shard is not None:
+            if until is None:
+                from indexer.errors import ReplayError
+
+                raise ReplayError("--shard is for --until (a position of that shard's log)")
+            named = shard_for_until([s.name for s in shards], shard)
+            shards = [s for s in shards if s.name == named]
+        with ExitStack() as stack, progress:
+            coords = [(s.name, stack.enter_context(Coordinator.connect(s.database_url())))
+                      for s in shards]
+            found = {name: set(c.namespaces()) for name, c in coords}
+            if len(coords) == 1:
+                # As of an older position, a namespace dropped since counts.
+                _require_namespaces(coords[0][1], namespaces, until)
+            else:
+                _require_on_some_shard(namespaces, found)
             es = open_search(es_url, security=search_security, request_timeout=120)
-            try:
-                # The options left out keep the live index's values.
-                shape = (index_shape(*shape_options, base=live_shape(es, alias))
-                         if shape_options != (None, None, None) else None)
-                if namespaces and until is None:
-                    result = rebuild_namespaces(
-                        coord, es, namespaces, source=source, alias=alias, dry_run=dry_run,
-                        progress=progress,
-                    )
-                else:
-                    result = rebuild(
+            stack.callback(es.close)
+            # The options left out keep the live index's values.
+            shape = (index_shape(*shape_options, base=live_shape(es, alias))
+                     if shape_options != (None, None, None) else None)
+            positions = ""
+            if namespaces and until is None:
+                result: RebuildResult | None = None
+                for name, coord in coords:
+                    mine = [n for n in namespaces if n in found[name]] if len(coords) > 1 \
+                        else list(namespaces)
+                    if mine:
+                        one = rebuild_namespaces(coord, es, mine, source=source, alias=alias,
+                                                 dry_run=dry_run, progress=progress)
+                        result = _added(result, one)
+                assert result is not None
+            elif len(coords) == 1 or dry_run:
+                result = None
+                for _, coord in coords:
+                    result = _added(result, rebuild(
                         coord, es, source=source, alias=alias, until=until,
                         namespaces=namespaces or None, dry_run=dry_run, keep_old=keep_old,
                         progress=progress, consumer=consumer or None, shape=shape,
-                    )
-            finally:
-                es.close()
+                    ))
+                assert result is not None
+                if len(coords) > 1:
+                    positions = "each shard's current position"
+            else:
+                out = rebuild_shards(coords, es, source=source, alias=alias,
+                                     keep_old=keep_old, progress=progress,
+                                     consumer=consumer or None, shape=shape)
+                result = out.result
+                positions = "positions " + ", ".join(
+                    f"{name} {p}" for name, p in out.positions.items())
         progress.summary.seconds = result.seconds
         what = "would write" if dry_run else "wrote"
         click.echo(
-            f"{source}: {what} {result.documents} documents as of position {result.position}"
+            f"{source}: {what} {result.documents} documents as of "
+            + (positions or f"position {result.position}")
             + (f" into {result.index}" if result.index else "")
             + (f", swapped {alias} (was {', '.join(result.old_indices) or 'nothing'})"
                if result.swapped else "")
@@ -174,12 +212,38 @@ def _rebuild(
             + (f", cleaned up {', '.join(result.cleaned_up)}" if result.cleaned_up else "")
         )
         if result.checkpoints_moved:
+            to = "each shard's final position" if len(coords) > 1 \
+                else f"position {result.final_position}"
             click.echo(f"moved {result.checkpoints_moved} checkpoints of the live worker to "
-                       f"position {result.final_position}: it reads on from the new index")
+                       f"{to}: it reads on from the new index")
         click.echo(f"summary: {progress.summary.line()}")
         return _report_too_large(result.too_large)
 
     _run(body)
+
+
+def _added(total: RebuildResult | None, one: RebuildResult) -> RebuildResult:
+    """``one`` folded into ``total``: rebuilds of several shards (a dry run, or some
+    namespaces in place) reported as one."""
+    if total is None:
+        return one
+    total.documents += one.documents
+    total.tail_events += one.tail_events
+    total.rejected += one.rejected
+    total.too_large += one.too_large
+    total.checkpoints_moved += one.checkpoints_moved
+    total.seconds += one.seconds
+    return total
+
+
+def _require_on_some_shard(namespaces: tuple[str, ...], found: dict[str, set[str]]) -> None:
+    """``_require_namespaces`` over several shards: each namespace on one of them."""
+    from coordinator.errors import NotFound
+
+    everywhere = set().union(*found.values())
+    missing = sorted(n for n in namespaces if n not in everywhere)
+    if missing:
+        raise NotFound(f"--namespace: no namespace {', '.join(map(repr, missing))}")
 
 
 def _report_too_large(too_large: list[Rejected]) -> int:
@@ -198,7 +262,7 @@ def _report_too_large(too_large: list[Rejected]) -> int:
 
 
 @click.command("replay")
-@database_url_option
+@servers_options
 @search_options(url_required=True)
 @alias_option
 @namespace_option(f"Without --until: {IN_PLACE[0].lower()}{IN_PLACE[1:]}")
@@ -215,33 +279,21 @@ def _report_too_large(too_large: list[Rejected]) -> int:
 @index_shape_options("Default: the live index's shape; each one given changes it in the "
                      "new index")
 def replay(
-    database_url: str, es_url: str, search_security: SearchSecurity,
-    alias: str, namespaces: tuple[str, ...],
+    database_url: str | None, directory_url: str | None, es_url: str,
+    search_security: SearchSecurity, alias: str, namespaces: tuple[str, ...],
     until: int | None, shard: str | None, dry_run: bool, keep_old: bool, consumer: str,
     quiet: bool, shards: int | None, replicas: int | None, namespace_shards: int | None,
 ) -> None:
     """Rebuild the index from the event log alone, then swap the alias to it and move the
     live worker's checkpoints to it (also what a worker behind the compaction horizon
-    needs)."""
-    if shard is not None or until is not None:
-        from coordinator.shard_map import SingleShard
-        from indexer.errors import ReplayError
-        from indexer.replay_shards import shard_for_until
-
-        names = [s.name for s in SingleShard(database_url).shards()]
-        try:
-            if until is None:
-                raise ReplayError("--shard is for --until (a position of that shard's log)")
-            shard_for_until(names, shard)
-        except ReplayError as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(EXIT_ERROR)
-    _rebuild("events", database_url, es_url, search_security, alias, namespaces, until, dry_run,
-             keep_old, quiet, consumer, (shards, replicas, namespace_shards))
+    needs). With --directory-url: from every shard's log into one index, one swap."""
+    _rebuild("events", (database_url, directory_url), es_url, search_security, alias,
+             namespaces, until, dry_run, keep_old, quiet, consumer,
+             (shards, replicas, namespace_shards), shard)
 
 
 @click.command("reindex")
-@database_url_option
+@servers_options
 @search_options(url_required=True)
 @alias_option
 @namespace_option(IN_PLACE)
@@ -252,15 +304,17 @@ def replay(
 @index_shape_options("Default: the live index's shape; each one given changes it in the "
                      "new index")
 def reindex(
-    database_url: str, es_url: str, search_security: SearchSecurity,
-    alias: str, namespaces: tuple[str, ...], dry_run: bool,
+    database_url: str | None, directory_url: str | None, es_url: str,
+    search_security: SearchSecurity, alias: str, namespaces: tuple[str, ...], dry_run: bool,
     keep_old: bool, consumer: str, quiet: bool, shards: int | None, replicas: int | None,
     namespace_shards: int | None,
 ) -> None:
     """Rebuild the index from a snapshot of the nodes table plus the event tail (and move
-    the live worker's checkpoints to it, as replay does)."""
-    _rebuild("snapshot", database_url, es_url, search_security, alias, namespaces, None,
-             dry_run, keep_old, quiet, consumer, (shards, replicas, namespace_shards))
+    the live worker's checkpoints to it, as replay does). With --directory-url: from every
+    shard into one index, one swap."""
+    _rebuild("snapshot", (database_url, directory_url), es_url, search_security, alias,
+             namespaces, None, dry_run, keep_old, quiet, consumer,
+             (shards, replicas, namespace_shards))
 
 
 @click.command("verify")

@@ -199,3 +199,57 @@ def test_status_and_verify_commands_over_a_directory(
     assert checked.exit_code == 0, checked.output
     assert "shard b:\n" in checked.output and "shard default:\n" in checked.output
     assert checked.output.count("documents compared, 0 drifted") == 2
+
+
+def test_replay_and_reindex_commands_over_a_directory(
+    pg_cluster: LocalPostgres, es: SearchEngine, es_url: str, alias: str,
+) -> None:
+    """``replay`` and ``reindex`` with --directory-url build one index from every
+    shard (one swap), each namespace's documents from its own shard; ``--namespace``
+    rebuilds a namespace from its shard; ``--until`` names a shard."""
+    n = time.monotonic_ns()
+    default = pg_cluster.create_database(f"pk_rdir_a_{n}", template="pk_template")
+    b = pg_cluster.create_database(f"pk_rdir_b_{n}", template="pk_template")
+    directory = pg_cluster.create_database(f"pk_rdir_{n}")
+    init_directory(directory, default)
+    add_shard(directory, "b", b)
+    with Coordinator.connect(directory_url=directory, lock_timeout=5.0) as coord:
+        coord.create_namespace("na", shard="default")
+        coord.create_namespace("nb", shard="b")
+        for ns in ("na", "nb"):
+            coord.mkdir(ns, "/d")
+            for i in range(3):
+                coord.create_file(ns, f"/d/f{i}", f"{ns} {i}")
+            coord.rename(ns, "/d/f0", "g0")
+    env = {"PATHKEEPER_DIRECTORY_URL": directory, "PATHKEEPER_ES_URL": es_url}
+    with Coordinator.connect(default) as on_a, Coordinator.connect(b) as on_b:
+        expected = {**expected_index(on_a), **expected_index(on_b)}
+
+    def cli(*args: str) -> tuple[int, str]:
+        got = CliRunner().invoke(main, [*args, "--alias", alias, "-q"], env=env)
+        return got.exit_code, got.output
+
+    code, out = cli("replay")
+    assert code == 0, out
+    assert "positions b " in out and ", default " in out and "swapped" in out, out
+    assert index_docs(es, alias) == expected, diff_summary(index_docs(es, alias), expected)
+    first = elasticsearch_index.alias_targets(es, alias)
+    code, out = cli("reindex")
+    assert code == 0, out
+    assert elasticsearch_index.alias_targets(es, alias) != first
+    assert index_docs(es, alias) == expected, diff_summary(index_docs(es, alias), expected)
+    # One namespace, in place, from its own shard.
+    [live] = elasticsearch_index.alias_targets(es, alias)
+    for node_id, doc in expected.items():
+        if doc["namespace"] == "nb":
+            es.delete(live, node_id, routing="nb")
+    assert len(index_docs(es, alias)) < len(expected)
+    code, out = cli("replay", "--namespace", "nb")
+    assert code == 0, out
+    assert index_docs(es, alias) == expected, diff_summary(index_docs(es, alias), expected)
+    code, out = cli("replay", "--namespace", "nope")
+    assert (code, out) == (2, "error: --namespace: no namespace 'nope'\n")
+    code, out = cli("replay", "--until", "5")
+    assert code == 2 and out.startswith("error: --until is a position of one shard's"), out
+    code, out = cli("replay", "--until", "1", "--shard", "b", "--dry-run")
+    assert code == 0 and "would write" in out, out
