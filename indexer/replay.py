@@ -62,8 +62,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from coordinator import Coordinator
+from coordinator import Coordinator, Node
 from coordinator.indexing import consumer_for
+from coordinator.shard_map import DEFAULT_SHARD
 
 from . import checkpoints, contract, elasticsearch_index
 from .bulk import Rejected
@@ -151,6 +152,10 @@ def rebuild(
         raise ReplayError("--until needs the event log: use replay, not reindex")
     if namespaces is not None and until is None and not dry_run:
         raise ReplayError("a partial index cannot be swapped in: use rebuild_namespaces")
+    if until is None and not dry_run:
+        return build_and_swap([(DEFAULT_SHARD, coord)], es, source=source, alias=alias,
+                              keep_old=keep_old, progress=progress, after_load=after_load,
+                              consumer=consumer, shape=shape).result
     progress = progress or Progress(enabled=False)
     started = time.monotonic()
     engine = coord.engine
@@ -160,13 +165,13 @@ def rebuild(
         if until is not None and until > bound:
             progress.note(f"--until {until} is past the safe end of the log; using {bound}")
         result = RebuildResult(source, alias, None, v0, v0, dry_run=dry_run)
-        rejected: list[Rejected] = []
         nodes = state_nodes(stack, source, engine, v0, namespaces, progress)
         if dry_run:
             result.documents = sum(1 for _ in nodes)
             result.seconds = time.monotonic() - started
             progress.count("documents", result.documents)
             return result
+        assert until is not None
         # Named before the cleanup, so a new index never reuses a deleted one's name.
         name = elasticsearch_index.next_index_name(es, alias)
         result.cleaned_up = cleanup_abandoned(es, alias)
@@ -174,49 +179,125 @@ def rebuild(
         index = create_building_index(es, alias, name, shape)
         result.index = index
         progress.note(f"building {index} as of position {v0} (from {source})")
-        progress.phase("load documents", unit="documents")
-        docs = prefetched((index_action(index, n, v0) for n in nodes), BULK_CHUNK)
-        try:
-            result.documents, _ = bulk_index(es, docs, progress, too_large=result.too_large)
-        finally:
-            docs.close()  # the prefetching thread is done with the fold before it closes
+        result.documents = _load(es, index, nodes, v0, progress, result.too_large)
         elasticsearch_index.finish_loading(es, index, shape.replicas)
         if after_load is not None:
             after_load(index)
-        if until is not None:
-            # An audit index: complete, never swapped in, not cleaned up.
-            elasticsearch_index.unmark_building(es, alias, index)
-            result.seconds = time.monotonic() - started
-            return result
+        # An audit index: complete, never swapped in, not cleaned up.
+        elasticsearch_index.unmark_building(es, alias, index)
+        result.seconds = time.monotonic() - started
+        return result
+
+
+@dataclass
+class ShardsRebuildResult:
+    """What a rebuild over several shards did; ``positions`` / ``final_positions``:
+    each shard's V0 and the position its tail reached (its checkpoints moved there)."""
+
+    result: RebuildResult
+    positions: dict[str, int] = field(default_factory=dict)
+    final_positions: dict[str, int] = field(default_factory=dict)
+
+
+def build_and_swap(
+    shards: Sequence[tuple[str, Coordinator]],
+    es: SearchEngine,
+    *,
+    source: str = "events",
+    alias: str = contract.DEFAULT_ALIAS,
+    keep_old: bool = False,
+    progress: Progress | None = None,
+    after_load: Callable[[str], None] | None = None,
+    consumer: str | None = None,
+    shape: IndexShape | None = None,
+) -> ShardsRebuildResult:
+    """One new index for ``alias`` from every shard's log (``source="events"``) or
+    snapshot (``"snapshot"``), each shard's state as of its own bound V0 (its documents
+    carry versions of its own log, as its worker writes them); each shard's tail caught
+    up into it, the alias swapped once, each shard's tail caught up again on the live
+    alias, and each shard's checkpoints of the live consumer moved to the position its
+    tail reached. Positions of two shards are never compared. One server is one shard."""
+    if source not in ("events", "snapshot"):
+        raise ValueError(f"unknown source {source!r}")
+    progress = progress or Progress(enabled=False)
+    started = time.monotonic()
+    consumer = consumer or consumer_for(alias)
+    several = len(shards) > 1
+    with ExitStack() as stack:
+        # Every shard's lease, in the shards' order: no rebuild of this alias on any of
+        # them (over all shards, or one server's) runs meanwhile.
+        for _, coord in shards:
+            stack.enter_context(ReplayLease(coord.engine, alias))
+        out = ShardsRebuildResult(RebuildResult(source, alias, None, 0, 0))
+        result = out.result
+        # Named before the cleanup, so a new index never reuses a deleted one's name.
+        name = elasticsearch_index.next_index_name(es, alias)
+        result.cleaned_up = cleanup_abandoned(es, alias)
+        shape = shape or elasticsearch_index.live_shape(es, alias)
+        index = create_building_index(es, alias, name, shape)
+        result.index = index
+        for shard, coord in shards:
+            v0 = current_bound(coord.engine)
+            out.positions[shard] = v0
+            nodes = state_nodes(stack, source, coord.engine, v0, None, progress)
+            progress.note(f"loading shard {shard} into {index} as of its position {v0} "
+                          f"(from {source})" if several else
+                          f"building {index} as of position {v0} (from {source})")
+            result.documents += _load(es, index, nodes, v0, progress, result.too_large)
+        elasticsearch_index.finish_loading(es, index, shape.replicas)
+        if after_load is not None:
+            after_load(index)
+        rejected: list[Rejected] = []
+        cursors: dict[str, int] = {}
         progress.phase("catch up", unit="events")
-        building = worker_batch_apply(engine, es, building_marker(alias), rejected)
-        cursor, n = catch_up(coord, v0, building, progress)
-        result.tail_events += n
+        for shard, coord in shards:
+            building = worker_batch_apply(coord.engine, es, building_marker(alias), rejected)
+            cursors[shard], n = catch_up(coord, out.positions[shard], building, progress)
+            result.tail_events += n
         es.refresh(index)
         # The atomic swap: one request moves the alias and drops the building marker.
         old = elasticsearch_index.switch_alias(es, alias, index, built=True)
         result.swapped, result.old_indices = True, old
-        progress.note(f"alias {alias} now points to {index} "
-                      f"(was {', '.join(old) or 'nothing'})")
-        # Events the live worker applied to the old index just before the swap.
-        live = worker_batch_apply(engine, es, alias, rejected)
-        cursor, n = catch_up(coord, cursor, live, progress, until=current_bound(engine))
-        result.tail_events += n
+        progress.note(f"alias {alias} now points to {index} (was {', '.join(old) or 'nothing'})")
+        for shard, coord in shards:
+            # Events each shard's live worker applied to the old index just before the swap.
+            live = worker_batch_apply(coord.engine, es, alias, rejected)
+            cursor, n = catch_up(coord, cursors[shard], live, progress,
+                                 until=current_bound(coord.engine))
+            result.tail_events += n
+            out.final_positions[shard] = cursor
+            result.checkpoints_moved += checkpoints.advance_all(coord.engine, consumer, cursor)
         result.too_large += [r for r in rejected if r.too_large]
         result.rejected = len(rejected)
         for r in rejected:
             if not r.too_large:
                 log.error("document rejected during the tail: %s", r)
-        record_left_out(engine, consumer or consumer_for(alias), result.too_large)
-        result.final_position = cursor
-        result.checkpoints_moved = checkpoints.advance_all(
-            engine, consumer or consumer_for(alias), cursor)
+        for _, coord in shards:
+            # Dead letters of the live consumer on the shard of each document's namespace.
+            mine = set(coord.namespaces()) if several and result.too_large else set()
+            record_left_out(coord.engine, consumer,
+                            [r for r in result.too_large if not several or r.namespace in mine])
+        if not several:
+            result.position = out.positions[shards[0][0]]
+            result.final_position = out.final_positions[shards[0][0]]
         if not keep_old:
             for i in old:
                 es.delete_index(i)
                 result.deleted.append(i)
         result.seconds = time.monotonic() - started
-        return result
+        return out
+
+
+def _load(es: SearchEngine, index: str, nodes: Iterator[Node], v0: int, progress: Progress,
+          too_large: list[Rejected]) -> int:
+    """Bulk-load ``nodes`` into ``index`` at version ``v0``; how many were written."""
+    progress.phase("load documents", unit="documents")
+    docs = prefetched((index_action(index, n, v0) for n in nodes), BULK_CHUNK)
+    try:
+        loaded, _ = bulk_index(es, docs, progress, too_large=too_large)
+    finally:
+        docs.close()  # the prefetching thread is done with the fold before it closes
+    return loaded
 
 
 def rebuild_namespaces(

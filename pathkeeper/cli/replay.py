@@ -142,8 +142,8 @@ def _rebuild(
 
     from coordinator import Coordinator
     from indexer.elasticsearch_index import live_shape
-    from indexer.replay import rebuild, rebuild_namespaces
-    from indexer.replay_shards import rebuild_shards, shard_for_until
+    from indexer.replay import build_and_swap, rebuild, rebuild_namespaces
+    from indexer.replay_shards import shard_for_until
     from indexer.search_client import open_search
 
     progress = _setup(quiet)
@@ -194,7 +194,7 @@ def _rebuild(
                 if len(coords) > 1:
                     positions = "each shard's current position"
             else:
-                out = rebuild_shards(coords, es, source=source, alias=alias,
+                out = build_and_swap(coords, es, source=source, alias=alias,
                                      keep_old=keep_old, progress=progress,
                                      consumer=consumer or None, shape=shape)
                 result = out.result

@@ -21,8 +21,8 @@ from coordinator.shard_admin import add_shard, init_directory
 from coordinator.shard_map import Shard
 from indexer import checkpoints, elasticsearch_index
 from indexer.progress import Progress
-from indexer.replay import rebuild
-from indexer.replay_shards import UntilNeedsShard, rebuild_shards, shard_for_until
+from indexer.replay import build_and_swap, rebuild
+from indexer.replay_shards import UntilNeedsShard, shard_for_until
 from indexer.search_client import SearchSecurity
 from indexer.search_engine import SearchEngine
 from indexer.verify import scheduled_verify
@@ -103,7 +103,7 @@ def test_rebuild_from_two_shards_into_one_index_then_one_swap(
     index_once(shards, es_url, alias)
     (before,) = elasticsearch_index.alias_targets(es, alias)
     coord.write_file("na", "/d/f1", "after the worker")  # a tail no worker applied
-    out = rebuild_shards([("a", coord), ("b", coord_b)], es, source=source, alias=alias)
+    out = build_and_swap([("a", coord), ("b", coord_b)], es, source=source, alias=alias)
     result = out.result
     assert result.swapped and result.old_indices == [before] and result.deleted == [before]
     assert elasticsearch_index.alias_targets(es, alias) == [result.index]
