@@ -235,10 +235,19 @@ def streamed(
     rows = conn.execute(
         statement, dict(params), execution_options={"stream_results": True, "yield_per": chunk}
     )
+    cursor = rows.cursor
     try:
         yield from rows
     finally:
-        rows.close()
+        try:
+            rows.close()
+        finally:
+            # A connection that died under the cursor (a killed server, a failover) fails
+            # its CLOSE before psycopg marks it closed (SQLAlchemy logs that and goes on),
+            # and the garbage collector reports it open later. Nothing is open on a dead
+            # connection: mark it closed.
+            if isinstance(cursor, psycopg.ServerCursor) and not cursor.closed:
+                psycopg.Cursor.close(cursor)
 
 
 _DIALECT = PGDialect_psycopg()  # type: ignore[no-untyped-call]
