@@ -51,7 +51,8 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import FrameType
@@ -290,14 +291,33 @@ class Worker:
 
     def run(self) -> int:
         """Run until stopped; returns the process exit code."""
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._on_signal)
-            signal.signal(signal.SIGINT, self._on_signal)
-            # The worker process (not a worker in someone else's thread): a subtree
-            # lane turning rows into bulk bodies holds the GIL for up to the switch
-            # interval (5 ms) each time a node lane's reply arrives; a node-lane batch
-            # waits on ~15 replies. 0.5 ms keeps that wait out of file-rename latency.
-            sys.setswitchinterval(0.0005)
+        with self._process_settings():
+            return self._run()
+
+    @contextmanager
+    def _process_settings(self) -> Iterator[None]:
+        """The process-wide settings a worker in the main thread takes, given back when it
+        stops: a program that runs a worker and goes on (a test, an embedding service)
+        gets its own signal handlers and switch interval back."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {s: signal.signal(s, self._on_signal)
+                    for s in (signal.SIGTERM, signal.SIGINT)}
+        interval = sys.getswitchinterval()
+        # The worker process (not a worker in someone else's thread): a subtree
+        # lane turning rows into bulk bodies holds the GIL for up to the switch
+        # interval (5 ms) each time a node lane's reply arrives; a node-lane batch
+        # waits on ~15 replies. 0.5 ms keeps that wait out of file-rename latency.
+        sys.setswitchinterval(0.0005)
+        try:
+            yield
+        finally:
+            sys.setswitchinterval(interval)
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    def _run(self) -> int:
         from apscheduler.schedulers.background import BackgroundScheduler
 
         scheduler = BackgroundScheduler()
