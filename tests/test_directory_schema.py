@@ -10,7 +10,7 @@ import psycopg
 from test_schema_files import catalog, differences
 
 from coordinator.migrate import DIRECTORY, head_revision, upgrade_directory
-from coordinator.sql import load
+from coordinator.sql import schema
 from pathkeeper.local.postgres import LocalPostgres
 
 _ids = itertools.count()
@@ -32,7 +32,7 @@ def test_the_migrated_directory_equals_its_schema_file(pg_cluster: LocalPostgres
     upgrade_directory(migrated)
     from_file = pg_cluster.create_database(f"pk_directory_file_{next(_ids)}")
     with psycopg.connect(from_file, autocommit=True) as conn:
-        conn.execute(load("directory_schema").encode())
+        conn.execute(schema("directory").encode())
     assert differences(catalog(migrated), catalog(from_file)) == []
     assert _triggers(migrated) == _triggers(from_file) != set()
     tables = {row[0] for row in catalog(migrated)["columns"]}

@@ -17,7 +17,7 @@ import pytest
 from alembic.script import ScriptDirectory
 
 from coordinator.migrate import alembic_config, downgrade, upgrade
-from coordinator.sql import load
+from coordinator.sql import load, schema
 from coordinator.sql.functions import FUNCTIONS, digest, install
 from pathkeeper.local.postgres import LocalPostgres
 
@@ -120,7 +120,7 @@ def files_url(pg_cluster: LocalPostgres) -> Iterator[str]:
     """A fresh database built from ``schema.sql`` and the function files only."""
     url = pg_cluster.create_database(f"pk_schema_files_{next(_ids)}")
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(load("schema").encode())
+        conn.execute(schema("server").encode())
         install(lambda sql: conn.execute(sql.encode()))
     yield url
 

@@ -19,3 +19,17 @@ def load(name: str) -> str:
     if not resource.is_file():
         raise UnknownSQL(f"no SQL file {name}.sql in {__name__}")
     return resource.read_text(encoding="utf-8")
+
+
+#: The current schema of each kind of database, as the files that build it, in order. A
+#: table both kinds hold (the API keys) is written once, in a file of its own.
+SCHEMAS: dict[str, tuple[str, ...]] = {
+    "server": ("schema", "api_keys_table"),
+    "directory": ("directory_schema", "api_keys_table"),
+}
+
+
+def schema(kind: str) -> str:
+    """The tables (and their triggers) of a ``kind`` database (``SCHEMAS``) as they stand:
+    what its migrations build, checked by the schema tests."""
+    return "\n".join(load(name) for name in SCHEMAS[kind])

@@ -40,20 +40,8 @@ CREATE TABLE moves (
     CONSTRAINT fk_moves_target_shards FOREIGN KEY (target) REFERENCES shards (name)
 );
 
--- The same table as a shard's (coordinator/sql/schema.sql): with a directory the keys
--- live here, since a key's namespaces may be on several servers.
-CREATE TABLE api_keys (
-    id uuid NOT NULL,
-    key_hash text NOT NULL,
-    namespaces text[] NOT NULL,
-    scope varchar(8) NOT NULL,
-    label text DEFAULT '' NOT NULL,
-    created_at timestamptz DEFAULT now() NOT NULL,
-    revoked_at timestamptz,
-    CONSTRAINT pk_api_keys PRIMARY KEY (id),
-    CONSTRAINT uq_api_keys_key_hash UNIQUE (key_hash),
-    CONSTRAINT ck_api_keys_scope CHECK (scope IN ('read', 'write', 'admin'))
-);
+-- The HTTP API's keys: api_keys_table.sql, the same table as a server's (with a directory
+-- the keys live here, since a key's namespaces may be on several servers).
 
 -- Every change of a placement (a flip, a drop, a hand edit) tells the processes that
 -- cache it, so a move is seen in milliseconds: NOTIFY is sent at COMMIT, never for a

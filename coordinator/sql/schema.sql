@@ -1,6 +1,6 @@
--- The current schema, in one place: every table, sequence, constraint and index the
--- migrations build, as they stand at the head revision (the functions are the fn_*.sql
--- files of this folder). It is a description to read and to diff against, not a way
+-- The current schema of a server, in one place with api_keys_table.sql: every table,
+-- sequence, constraint and index the migrations build, as they stand at the head revision
+-- (the functions are the fn_*.sql files of this folder). It is a description to read and to diff against, not a way
 -- to create a database: databases are made and upgraded by the migrations
 -- (migrations/versions/), and tests/test_schema_files.py applies this file to a fresh
 -- database and compares its catalog with a migrated one's. A migration that changes a
@@ -92,20 +92,8 @@ CREATE TABLE dead_letters (
     CONSTRAINT pk_dead_letters PRIMARY KEY (namespace, id)
 );
 
--- The HTTP API's keys (hashes only) and its idempotency keys.
-CREATE TABLE api_keys (
-    id uuid NOT NULL,
-    key_hash text NOT NULL,
-    namespaces text[] NOT NULL,
-    scope varchar(8) NOT NULL,
-    label text DEFAULT '' NOT NULL,
-    created_at timestamptz DEFAULT now() NOT NULL,
-    revoked_at timestamptz,
-    CONSTRAINT pk_api_keys PRIMARY KEY (id),
-    CONSTRAINT uq_api_keys_key_hash UNIQUE (key_hash),
-    CONSTRAINT ck_api_keys_scope CHECK (scope IN ('read', 'write', 'admin'))
-);
-
+-- The HTTP API's keys: api_keys_table.sql (a directory holds the same table). Its
+-- idempotency keys:
 CREATE TABLE idempotency_keys (
     namespace varchar(128) NOT NULL,
     key varchar(255) NOT NULL,
