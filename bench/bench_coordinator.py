@@ -34,6 +34,7 @@ from pathlib import Path
 
 import psycopg
 from common import load_average, median, migrated_cluster, now_utc, percentile, table
+from plots import PLOTS_DIR, ratios_to_ceiling, read_results, write_results
 
 from coordinator import Coordinator
 from coordinator.db import libpq_url
@@ -526,6 +527,39 @@ def report_rates(res: RateResults, clients: int) -> None:
         print(table(["runner", "off/on"], quiet_rows))
 
 
+def raw_ratios(res: RateResults) -> dict[str, float]:
+    """Each Coordinator variant's median per-round ratio to the raw rename-with-event
+    rate of the same layout, by a short label."""
+    ratios: dict[str, float] = {}
+    for v in res.by_variant:
+        raw = Variant("raw", v.layout, False)
+        if v.runner in ("threads", "procs") and raw in res.by_variant:
+            form = "by id" if v.by_id else "by path"
+            label = f"{v.runner}, {form}" + ("" if v.layout == "disjoint" and v.notify else
+                                              f", {v.layout}, notify {'on' if v.notify else 'off'}")
+            ratios[label] = res.per_round_ratio(v, raw)
+    return ratios
+
+
+def save_and_plot(res: RateResults, results: Path | None, before: Path | None,
+                  label: str) -> None:
+    """Part 1's ratios to the raw rate as JSON (``results``) and as a picture, beside a
+    ``before`` run's if given."""
+    run = {"when": now_utc(), "label": label, "loads": res.loads, "ratios": raw_ratios(res)}
+    if results is not None:
+        write_results(results, run)
+    runs = [read_results(before)] if before is not None else []
+    runs.append(run)
+    measures: dict[str, dict[str, float]] = {}
+    for r in runs:
+        for name, ratio in r["ratios"].items():
+            measures.setdefault(name, {})[f"{r['label']} ({r['when']})"] = ratio
+    path = ratios_to_ceiling(
+        measures, PLOTS_DIR / "renames_vs_raw.png", goal=0.5,
+        title="Coordinator renames / PostgreSQL's raw rename-with-event rate (8 clients)")
+    print(f"plot: {path}")
+
+
 # -------------------------------------------------- part 2: big directories
 
 
@@ -676,6 +710,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="only threads and processes (by path and by id; disjoint, notify on) "
                     "and the raw ceiling")
     ap.add_argument("--parts", default="1,2,3", help="which parts to run, e.g. 1,2")
+    ap.add_argument("--results", type=Path, help="write part 1's ratios to this JSON file")
+    ap.add_argument("--before", type=Path,
+                    help="a --results file of an earlier run, drawn beside this one")
+    ap.add_argument("--label", default="this run", help="this run's name in the plot")
     args = ap.parse_args(argv)
     parts = {int(p) for p in args.parts.split(",") if p}
     if args.files >= NAME_CLIENT or args.clients * NAME_CLIENT >= NAME_FLIP:
@@ -719,6 +757,7 @@ def main(argv: list[str] | None = None) -> int:
             res = bench_rates(pg.bin_dir, url, variants, args.rounds, args.clients, args.files,
                               args.seconds)
             report_rates(res, args.clients)
+            save_and_plot(res, args.results, args.before, args.label)
         if 2 in parts:
             bench_big_tree(url, args.tree_size, args.reps)
         if 3 in parts:
