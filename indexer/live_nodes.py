@@ -30,6 +30,8 @@ from coordinator.events import (
 from coordinator.node_rows import node_of
 from coordinator.subtree import subtree_cte
 
+from .contract import index_entry_sql
+
 # Each start node walks up to the root; the path is its names joined root first.
 # The root's name is '' so the join yields '/a/b' (and '' for the root itself). The
 # final join names the ids again: with only the CTE to go by, a namespace whose
@@ -39,8 +41,7 @@ from coordinator.subtree import subtree_cte
 # flattening it into a join): guessing thousands of rows per level, it hashed every
 # node of the namespace at each level, 0.21 s per 1,000 ids in a namespace of 200,000
 # nodes, against 0.028 s this way (and growing with the namespace, which this does not).
-_NODES_WITH_PATHS = text(
-    """
+_PATHS_OF_IDS = """
     WITH RECURSIVE up(start, id, parent_id, name, depth) AS (
         SELECT n.id, n.id, n.parent_id, n.name, 0 FROM nodes n
          WHERE n.namespace = :ns AND n.id = ANY(CAST(:ids AS uuid[]))
@@ -54,11 +55,23 @@ _NODES_WITH_PATHS = text(
     ), paths AS (
         SELECT start, string_agg(name, '/' ORDER BY depth DESC) AS path FROM up GROUP BY start
     )
-    SELECT n.id, n.parent_id, n.name, n.kind, n.version, n.content, n.metadata, paths.path
+    SELECT {columns}
       FROM paths JOIN nodes n ON n.namespace = :ns AND n.id = paths.start
                              AND n.id = ANY(CAST(:ids AS uuid[]))
     """
-)
+_NODES_WITH_PATHS = text(_PATHS_OF_IDS.format(
+    columns="n.id, n.parent_id, n.name, n.kind, n.version, n.content, n.metadata, paths.path"))
+
+# Bound as typed values: the rendering functions take any type, so an untyped parameter
+# would leave PostgreSQL unable to tell what it is.
+_INDEX, _NS, _SEQ = "CAST(:index AS text)", "CAST(:ns AS text)", "CAST(:seq AS bigint)"
+
+# The same nodes' ``_bulk`` entries rendered by PostgreSQL (``contract.index_entry_sql``;
+# NULL for a namespace root), by id as text: no row becomes a ``Node``.
+_ENTRIES_OF_IDS = text(_PATHS_OF_IDS.format(
+    columns="CAST(n.id AS text) AS id, "
+    + index_entry_sql(_INDEX, "n", "COALESCE(NULLIF(paths.path, ''), '/')", _SEQ, _NS)
+    + " AS entry"))
 
 _COLUMNS = ("id", "parent_id", "name", "kind", "version", "content", "metadata")
 _FROM_TOP = "namespace = :ns AND id = :id"
@@ -67,8 +80,9 @@ _FROM_TOP = "namespace = :ns AND id = :id"
 # position among the moves (of the batch being applied) of the directories on its way
 # down from the top, i.e. the position of the last move that changed its path.
 # Order-independent: the version travels with the row, whatever order the server
-# emits rows in.
-_SUBTREE_VERSIONS = text(
+# emits rows in. Each row is rendered as its ``_bulk`` index entry at that version
+# (``contract.index_entry_sql``): no row becomes a ``Node`` in Python.
+_SUBTREE_ENTRIES = text(
     subtree_cte(
         _COLUMNS,
         _FROM_TOP,
@@ -78,7 +92,9 @@ _SUBTREE_VERSIONS = text(
                 "GREATEST(s.write_version, COALESCE(m.pos, 0))")],
         join="LEFT JOIN moves m ON m.id = n.id",
     )
-    + "SELECT * FROM sub"
+    + "SELECT CAST(sub.id AS text) AS id, sub.write_version, "
+    + index_entry_sql(_INDEX, "sub", "sub.path", "sub.write_version", _NS)
+    + " AS entry FROM sub"
 )
 
 
@@ -133,18 +149,38 @@ def fetch_nodes(conn: Connection, ns: str, ids: Sequence[str]) -> dict[str, Node
     return {str(r.id): _node(ns, r) for r in rows}
 
 
-def stream_subtree_versions(
-    conn: Connection, top: Node, top_version: int, moves: dict[str, int], chunk: int = 1000
-) -> Generator[tuple[Node, int], None, None]:
-    """Every node under ``top`` (``top`` included), in no particular order, with its
-    write version: the largest of ``top_version`` and ``moves[d]`` over the directories
-    ``d`` from the top down to the node (itself included). Streamed ``chunk`` rows at a
-    time (``coordinator.db.streamed``: a caller that may stop early closes it)."""
+def fetch_entries(
+    conn: Connection, index: str, ns: str, ids: Sequence[str], seq: int
+) -> dict[str, bytes | None]:
+    """The nodes among ``ids`` that exist now, by id: each one's ``_bulk`` index entry
+    into ``index`` at external version ``seq`` as PostgreSQL rendered it
+    (``contract.index_entry_sql``), None for a namespace root (not indexed)."""
+    wanted = [u for u in (_uuid_or_none(i) for i in ids) if u is not None]
+    if not wanted:
+        return {}
+    rows = conn.execute(_ENTRIES_OF_IDS, {"ns": ns, "ids": wanted, "index": index,
+                                          "seq": seq})
+    return {node_id: None if entry is None else entry.encode()
+            for node_id, entry in rows}
+
+
+def stream_subtree_entries(
+    conn: Connection, index: str, top: Node, top_version: int, moves: dict[str, int],
+    chunk: int = 1000,
+) -> Generator[tuple[str, int, bytes | None], None, None]:
+    """Every node under ``top`` (``top`` included), in no particular order, as (id,
+    write version, its ``_bulk`` index entry into ``index`` at that version, None for a
+    namespace root). The write version is the largest of ``top_version`` and
+    ``moves[d]`` over the directories ``d`` from the top down to the node (itself
+    included). Streamed ``chunk`` rows at a time (``coordinator.db.streamed``: a caller
+    that may stop early closes it)."""
     ids = [uuid.UUID(i) for i in moves]
     params = {"ns": top.namespace, "id": uuid.UUID(top.id), "path": top.path,
-              "top_version": top_version, "move_ids": ids, "move_pos": list(moves.values())}
-    for r in streamed(conn, _SUBTREE_VERSIONS, params, chunk):
-        yield _node(top.namespace, r), int(r.write_version)
+              "top_version": top_version, "move_ids": ids, "move_pos": list(moves.values()),
+              "index": index}
+    for row in streamed(conn, _SUBTREE_ENTRIES, params, chunk):
+        entry = row.entry
+        yield row.id, row.write_version, None if entry is None else entry.encode()
 
 
 def node_exists(engine: Engine, ns: str, node_id: str) -> bool:
