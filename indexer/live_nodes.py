@@ -226,6 +226,25 @@ def placed_elsewhere(conn: Connection) -> list[str]:
         "ORDER BY namespace")).scalars())
 
 
+_WALK_ENTRIES = text(
+    NAMESPACE_WALK + "SELECT CAST(sub.id AS text) AS id, "
+    + index_entry_sql(_INDEX, "sub", "sub.path", _SEQ, _NS) + " AS entry FROM sub"
+)
+
+
+def walk_entries(
+    conn: Connection, namespace: str, index: str, seq: int
+) -> Iterator[tuple[str, bytes]]:
+    """Every indexed node of ``namespace`` as (id, its ``_bulk`` index entry into
+    ``index`` at external version ``seq``, rendered by PostgreSQL), streamed from the
+    connection's current transaction (``walk_nodes`` without a ``Node`` per row)."""
+    params = {"ns": namespace, "index": index, "seq": seq}
+    for row in streamed(conn, _WALK_ENTRIES, params, 2000):
+        entry = row.entry
+        if entry is not None:  # the root: not indexed
+            yield row.id, entry.encode()
+
+
 def walk_nodes(conn: Connection, namespace: str, order_by_id: bool = False) -> Iterator[Node]:
     """Every node of ``namespace`` (root included) with its path, streamed from the
     connection's current transaction; sorted by id when asked."""

@@ -19,9 +19,22 @@ from coordinator import Coordinator, Node
 from indexer import elasticsearch_index, live_nodes
 from indexer.applier import Applier, SubtreeWork
 from indexer.bulk import encode
-from indexer.contract import bulk_lines, index_action, index_entry_sql, rendered_action
-from indexer.live_nodes import fetch_entries, fetch_nodes, stream_subtree_entries
+from indexer.contract import (
+    bulk_lines,
+    document_for,
+    index_action,
+    index_entry_sql,
+    rendered_action,
+)
+from indexer.live_nodes import (
+    fetch_entries,
+    fetch_nodes,
+    stream_subtree_entries,
+    walk_entries,
+    walk_nodes,
+)
 from indexer.plan import plan_batch
+from indexer.replay import rebuild
 from indexer.search_engine import SearchEngine
 
 _RENDER = text(
@@ -147,6 +160,12 @@ def test_live_rows_render_as_the_reference(coord: Coordinator, conn: Connection)
         assert canonical(parsed(entry)) == canonical(want)
         seen += 1
     assert seen == len(ids)
+    # And reindex's walk of a namespace.
+    walked = dict(walk_entries(conn, "u", "pk", 5))
+    assert walked.keys() == set(ids)
+    for node_id, entry in walked.items():
+        want = bulk_lines(index_action("pk", nodes[node_id], 5))
+        assert canonical(parsed(entry)) == canonical(want)
 
 
 def test_reading_a_batch_builds_no_node_per_document(
@@ -186,3 +205,30 @@ def test_reading_a_batch_builds_no_node_per_document(
     work = SubtreeWork.from_plan(plan, after=0, cursor=version, version=version)
     assert app.apply_subtrees(work).indexed == 20
     assert built == ["/e"]
+
+
+def test_reindex_builds_no_node_per_document(
+    coord: Coordinator, es: SearchEngine, alias: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reindex's documents come from the snapshot as PostgreSQL rendered them, and the
+    rebuilt index holds the reference documents."""
+    _tree(coord)
+    built: list[str] = []
+    real = live_nodes.node_of
+
+    def counted(ns: str, row: Any, path: str, with_content: bool = True) -> Node:
+        built.append(path)
+        return real(ns, row, path, with_content)
+
+    monkeypatch.setattr(live_nodes, "node_of", counted)
+    result = rebuild(coord, es, source="snapshot", alias=alias)
+    assert built == []
+    monkeypatch.undo()
+    assert result.swapped and result.documents == 36
+    with coord.engine.connect() as conn:
+        want = {n.id: document_for(n, result.position) for n in walk_nodes(conn, "u")
+                if n.parent_id is not None}
+    es.refresh(alias)
+    hits = es.search(alias, {"query": {"match_all": {}}, "size": 100}, routing="u")
+    got = {h["_id"]: h["_source"] for h in hits["hits"]["hits"]}
+    assert canonical(got) == canonical(want)
