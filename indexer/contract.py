@@ -2,7 +2,10 @@
 
 Pure data and functions, no client and no I/O. The worker, replay, reindex, verify,
 dead-letter retry and the HTTP search all build their documents, queries and index
-definitions here, so the shape of a document is written down once. The calls that
+definitions here, so the shape of a document is written down once. The worker's and
+reindex's documents are rendered by PostgreSQL from the same field list
+(``index_entry_sql``, ``document_sql``), ``document_for`` being the reference a property
+test holds that rendering to (tests/indexer/test_rendered_documents.py). The calls that
 talk to a server (create an index, move an alias, check a live mapping) are in
 ``indexer.elasticsearch_index``: a second engine (OpenSearch speaks the same
 document, query and bulk-action format) is one more module of calls beside it,
