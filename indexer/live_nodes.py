@@ -8,6 +8,7 @@ document of a batch comes from one consistent state of the tree.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Generator, Iterator, Sequence
 from typing import Any
@@ -140,6 +141,10 @@ def _uuid_or_none(value: str) -> uuid.UUID | None:
         return None
 
 
+#: A node id as the server writes it (``CAST(id AS text)``, ``str(uuid)``).
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
 def fetch_nodes(conn: Connection, ns: str, ids: Sequence[str]) -> dict[str, Node]:
     """The nodes among ``ids`` that exist now, by id, with their current paths."""
     wanted = [u for u in (_uuid_or_none(i) for i in ids) if u is not None]
@@ -155,7 +160,10 @@ def fetch_entries(
     """The nodes among ``ids`` that exist now, by id: each one's ``_bulk`` index entry
     into ``index`` at external version ``seq`` as PostgreSQL rendered it
     (``contract.index_entry_sql``), None for a namespace root (not indexed)."""
-    wanted = [u for u in (_uuid_or_none(i) for i in ids) if u is not None]
+    # As text, cast by the server: a UUID object per id cost more than its document. An
+    # id in another form than the server's text of it (not from an event nor from a
+    # document of ours) is never found, as before.
+    wanted = [i for i in ids if _CANONICAL_UUID.fullmatch(i)]
     if not wanted:
         return {}
     rows = conn.execute(_ENTRIES_OF_IDS, {"ns": ns, "ids": wanted, "index": index,

@@ -121,6 +121,8 @@ def test_a_namespace_root_renders_nothing(coord: Coordinator, conn: Connection) 
     root = conn.execute(text("SELECT CAST(id AS text) FROM nodes WHERE namespace = 'r' "
                              "AND parent_id IS NULL")).scalar_one()
     assert fetch_entries(conn, "pk", "r", [root], 5) == {root: None}
+    # Ids that are no node's (a document written by hand may carry any): not found.
+    assert fetch_entries(conn, "pk", "r", ["not-a-uuid", root.upper(), ""], 5) == {}
 
 
 def _tree(coord: Coordinator) -> None:
