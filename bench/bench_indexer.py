@@ -31,6 +31,11 @@ In one run, against the same search server:
 
 The machine is shared (2 vCPUs, other sessions running test suites): read the
 ratios, printed with the load average, rather than absolute numbers.
+
+``--results FILE`` writes the figures as JSON (a ``--cpu`` run and a rates run merge into
+one file); with ``--before FILE`` (a run of older code) it also draws before against after:
+``bench/plots/indexing_vs_raw.png`` (rates / raw, goal 0.8) and
+``bench/plots/worker_cpu_per_doc.png``.
 """
 
 from __future__ import annotations
