@@ -18,7 +18,7 @@ from sqlalchemy import Connection, text
 from coordinator import Coordinator, Node
 from indexer import elasticsearch_index, live_nodes
 from indexer.applier import Applier, SubtreeWork
-from indexer.bulk import encode
+from indexer.bulk import Rejected, encode, send, send_request
 from indexer.contract import (
     bulk_lines,
     document_for,
@@ -234,3 +234,39 @@ def test_reindex_builds_no_node_per_document(
     hits = es.search(alias, {"query": {"match_all": {}}, "size": 100}, routing="u")
     got = {h["_id"]: h["_source"] for h in hits["hits"]["hits"]}
     assert canonical(got) == canonical(want)
+
+
+def test_rendered_actions_are_answered_as_any_other(
+    coord: Coordinator, conn: Connection, es: SearchEngine, alias: str,
+) -> None:
+    """Written, already newer, refused (its document read back for the dead letter), and
+    replaced by compare-and-swap when edited by hand: the answer handling of
+    ``indexer.bulk`` for actions whose lines PostgreSQL rendered."""
+    elasticsearch_index.ensure_alias(es, alias)
+    _tree(coord)
+    ids = sorted(conn.execute(text("SELECT CAST(id AS text) FROM nodes WHERE namespace = 'u' "
+                                   "AND parent_id IS NOT NULL")).scalars())
+    entries = fetch_entries(conn, alias, "u", ids, 10)
+    actions = [rendered_action(alias, "u", i, 10, e) for i, e in entries.items() if e]
+    rejected: list[Rejected] = []
+    assert send(es, actions, rejected.append, chunk_size=7).indexed == len(ids)
+    nodes = fetch_nodes(conn, "u", ids)
+    first = es.get(index=alias, id=ids[0], routing="u", realtime=True)["_source"]
+    assert canonical(first) == canonical(document_for(nodes[ids[0]], 10))
+
+    # Edited by hand: its version runs ahead of its seq, which a rendered write replaces.
+    es.update(alias, ids[1], {"name": "edited"}, routing="u")
+    newer = fetch_entries(conn, alias, "u", ids[1:2], 11)[ids[1]]
+    assert newer is not None
+    line = json.loads(newer.split(b"\n")[1])
+    bad_doc = {**line, "not_in_mapping": 1}  # dynamic: strict refuses it
+    bad_meta = newer.split(b"\n")[0].replace(ids[1].encode(), ids[2].encode())
+    bad = rendered_action(alias, "u", ids[2], 11,
+                          bad_meta + b"\n" + json.dumps(bad_doc).encode() + b"\n")
+    again = [*actions[3:], rendered_action(alias, "u", ids[1], 11, newer), bad]
+    stats = send_request(es, again, rejected.append)
+    assert (stats.already_newer, stats.overridden, stats.rejected) == (len(actions) - 3, 1, 1)
+    assert [(r.node_id, r.status) for r in rejected] == [(ids[2], 400)]
+    assert rejected[0].document == bad_doc  # big integers exact: read back by json
+    replaced = es.get(index=alias, id=ids[1], routing="u", realtime=True)["_source"]
+    assert canonical(replaced) == canonical(document_for(nodes[ids[1]], 11))
