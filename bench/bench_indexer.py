@@ -31,6 +31,11 @@ In one run, against the same search server:
 
 The machine is shared (2 vCPUs, other sessions running test suites): read the
 ratios, printed with the load average, rather than absolute numbers.
+
+``--results FILE`` writes the figures as JSON (a ``--cpu`` run and a rates run merge into
+one file); with ``--before FILE`` (a run of older code) it also draws before against after:
+``bench/plots/indexing_vs_raw.png`` (rates / raw, goal 0.8) and
+``bench/plots/worker_cpu_per_doc.png``.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from typing import Any
 
 from bench_import import make_input
 from common import load_average, median, migrated_cluster, now_utc, percentile, table
+from plots import PLOTS_DIR, ratios_to_ceiling, read_results, write_results
 
 from coordinator import Coordinator, Node
 from coordinator.indexing import consumer_for
@@ -199,7 +205,7 @@ def profiled_threads(top: int = 15) -> Iterator[None]:
 
 
 def cpu_part(coord: Coordinator, pg: Any, database_url: str, es: SearchEngine, es_url: str,
-             n: int, renamed: int, rounds: int) -> None:
+             n: int, renamed: int, rounds: int) -> dict[str, Any]:
     """Worker CPU per document for (a) creates, (b) an import, (c) a rename's
     descendants; then the profile of one more run of (a) and of (c)."""
     nodes = create_events(coord, "creates", n)
@@ -251,6 +257,8 @@ def cpu_part(coord: Coordinator, pg: Any, database_url: str, es: SearchEngine, e
         ],
     ))
     print(f"  load averages around the rounds: {' | '.join(loads)}")
+    results = {"cpu_us_per_doc": {k: [x * 1e6 for x in v] for k, v in per_doc.items()},
+               "cpu_loads": loads}
     print("\nprofile of (a), initial indexing, top 15 by own CPU time:")
     with profiled_threads():
         create_round("bench-cpu-profile")
@@ -259,6 +267,7 @@ def cpu_part(coord: Coordinator, pg: Any, database_url: str, es: SearchEngine, e
         rename_round("bench-cpu-profile", rounds)
     elasticsearch_index.drop_alias_and_indices(es, "bench-cpu-profile")
     import_coord.close()
+    return results
 
 
 def latency(coord: Coordinator, es: SearchEngine, database_url: str, es_url: str,
@@ -371,6 +380,15 @@ def main() -> None:
                         help="skip the throughput parts (1-4)")
     parser.add_argument("--cpu", action="store_true",
                         help="only the worker's CPU per document (6), with profiles")
+    parser.add_argument("--no-latency", action="store_true",
+                        help="skip the latency part (5)")
+    parser.add_argument("--results", type=Path,
+                        help="write this run's figures to this JSON file (merged into it "
+                             "if it exists: a --cpu run and a rates run make one file)")
+    parser.add_argument("--before", type=Path,
+                        help="a --results file of a run on older code: plot it beside "
+                             "this run's (bench/plots/indexing_vs_raw.png, "
+                             "bench/plots/worker_cpu_per_doc.png)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if os.environ.get("BENCH_LOG"):
@@ -382,10 +400,12 @@ def main() -> None:
         es = open_search(es_url, request_timeout=600)
         coord = Coordinator.connect(database_url)
         if args.cpu:
-            cpu_part(coord, pg, database_url, es, es_url, args.n, args.rename, args.rounds)
+            found = cpu_part(coord, pg, database_url, es, es_url, args.n, args.rename,
+                             args.rounds)
             es.close()
             coord.close()
             print(f"load after: {load_average()}")
+            save_and_plot(args.results, args.before, found)
             return
         raw: list[float] = []
         work: list[float] = []
@@ -438,25 +458,79 @@ def main() -> None:
             es.delete_index(index)
             print(f"rename done, load: {load_average()}", flush=True)
 
-        lat = latency(coord, es, database_url, es_url, "bench-latency", args.rate, args.seconds)
-        light = latency(coord, es, database_url, es_url, "bench-latency", 5.0, args.seconds)
-        elasticsearch_index.drop_alias_and_indices(es, "bench-latency")
+        lat: list[float] = []
+        light: list[float] = []
+        if not args.no_latency:
+            lat = latency(coord, es, database_url, es_url, "bench-latency", args.rate,
+                          args.seconds)
+            light = latency(coord, es, database_url, es_url, "bench-latency", 5.0,
+                            args.seconds)
+            elasticsearch_index.drop_alias_and_indices(es, "bench-latency")
         es.close()
         coord.close()
 
     print()
     if not args.latency_only:
         print_throughput(raw, work, imported, overwrite, made, rename_s)
-    print(table(
-        ["commit-to-visible (realtime GET)", "samples", "p50 ms", "p99 ms", "max ms"],
-        [
-            [f"{rate:.0f} changes/s for {args.seconds:.0f} s", len(xs),
-             f"{percentile(xs, 0.5) * 1000:.1f}", f"{percentile(xs, 0.99) * 1000:.1f}",
-             f"{max(xs, default=float('nan')) * 1000:.1f}"]
-            for rate, xs in ((args.rate, lat), (5.0, light))
-        ],
-    ))
+    if not args.no_latency:
+        print(table(
+            ["commit-to-visible (realtime GET)", "samples", "p50 ms", "p99 ms", "max ms"],
+            [
+                [f"{rate:.0f} changes/s for {args.seconds:.0f} s", len(xs),
+                 f"{percentile(xs, 0.5) * 1000:.1f}", f"{percentile(xs, 0.99) * 1000:.1f}",
+                 f"{max(xs, default=float('nan')) * 1000:.1f}"]
+                for rate, xs in ((args.rate, lat), (5.0, light))
+            ],
+        ))
     print(f"load after: {load_average()}")
+    if not args.latency_only:
+        save_and_plot(args.results, args.before, {
+            "rates": {"raw_create": raw, "worker_create": work, "worker_import": imported,
+                      "raw_overwrite": overwrite, "rename_docs": made,
+                      "rename_seconds": rename_s},
+            "rates_load_after": load_average(),
+        })
+
+
+def _ratios(rates: dict[str, Any]) -> dict[str, float]:
+    raw = median(rates["raw_create"])
+    return {"initial indexing\n(created events)": median(rates["worker_create"]) / raw,
+            "an import's\nindexing": median(rates["worker_import"]) / raw,
+            "directory rename\n(descendants)":
+                rates["rename_docs"] / rates["rename_seconds"] / rates["raw_overwrite"]}
+
+
+_CPU_LABELS = {"create": "(a) initial indexing", "import": "(b) an import",
+               "rename": "(c) rename's descendants"}
+
+
+def save_and_plot(results: Path | None, before: Path | None, found: dict[str, Any]) -> None:
+    """Merge ``found`` into ``results`` (if given) and draw what both it and ``before``
+    hold: the rates against raw bulk, the CPU per document."""
+    if results is None:
+        return
+    merged = read_results(results) if results.exists() else {}
+    merged.update(found)
+    write_results(results, merged)
+    runs = {"after": merged}
+    if before is not None:
+        runs = {"before": read_results(before), **runs}
+    with_rates = {k: _ratios(v["rates"]) for k, v in runs.items() if "rates" in v}
+    if with_rates:
+        measures: dict[str, dict[str, float]] = {}
+        for run, ratios in with_rates.items():
+            for name, ratio in ratios.items():
+                measures.setdefault(name, {})[run] = ratio
+        print("plot:", ratios_to_ceiling(
+            measures, PLOTS_DIR / "indexing_vs_raw.png", goal=0.8,
+            title="worker rate / raw streaming_bulk on the same node (median of rounds)"))
+    with_cpu = {k: v["cpu_us_per_doc"] for k, v in runs.items() if "cpu_us_per_doc" in v}
+    if with_cpu:
+        measures = {label: {run: median(cpu[key]) for run, cpu in with_cpu.items()}
+                    for key, label in _CPU_LABELS.items()}
+        print("plot:", ratios_to_ceiling(
+            measures, PLOTS_DIR / "worker_cpu_per_doc.png", ylabel="us per document",
+            title="worker CPU per indexed document (process CPU time, median of rounds)"))
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ work can be merged into one pass with at most one refresh and one sweep.
 
 **Which version a subtree document gets.** Not ``V``: a descendant is written at
 the position of the last move (among those being applied) of a directory on its
-way down from the subtree's top (``snapshot.stream_subtree_versions``). That
+way down from the subtree's top (``live_nodes.stream_subtree_entries``). That
 position lies in ``(previous checkpoint, C]``, so the rule above holds, and it
 depends only on the events, not on where a batch ended or how many were merged:
 a worker killed in the middle of a 100,000-descendant rename re-reads from the
@@ -82,9 +82,15 @@ from sqlalchemy import Connection, Engine
 from coordinator import Event, Node
 
 from .bulk import CHUNK_BYTES, BulkStats, Rejected, send, send_request
-from .contract import MAX_BATCH_AGE, delete_action, index_action, is_indexed, stale_under_query
+from .contract import MAX_BATCH_AGE, RENDERED, delete_action, rendered_action, stale_under_query
 from .errors import IndexerError
-from .live_nodes import fetch_nodes, may_have_left, node_exists, stream_subtree_versions
+from .live_nodes import (
+    fetch_entries,
+    fetch_nodes,
+    may_have_left,
+    node_exists,
+    stream_subtree_entries,
+)
 from .plan import BatchPlan, all_sweeps, plan_batch
 from .prefetch import prefetched
 from .search_engine import SearchEngine
@@ -202,8 +208,9 @@ def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
 
 
 def _source_bytes(actions: list[dict[str, Any]]) -> int:
-    """About how large the documents of ``actions`` are (their contents dominate)."""
-    return sum(len(str((a.get("_source") or {}).get("content") or "")) + 256 for a in actions)
+    """About how large the documents of ``actions`` are: the entries PostgreSQL rendered,
+    256 bytes for a delete."""
+    return sum(len(a.get(RENDERED) or b"") or 256 for a in actions)
 
 
 def _outermost(tops: Iterable[Node]) -> list[Node]:
@@ -412,14 +419,18 @@ class Applier:
                     alive=self.alive)
 
     def _write_or_delete(
-        self, ns: str, ids: list[str], found: dict[str, Node], version: int
+        self, conn: Connection, ns: str, ids: list[str], version: int
     ) -> Iterator[dict[str, Any]]:
+        """Each of ``ids`` written from its current row at ``version`` (its entry
+        rendered by PostgreSQL), or deleted if PostgreSQL no longer has it."""
+        found = fetch_entries(conn, self.alias, ns, ids, version)
         for node_id in ids:
-            node = found.get(node_id)
-            if node is None:
+            if node_id not in found:
                 yield delete_action(self.alias, ns, node_id, version)
-            elif is_indexed(node):
-                yield index_action(self.alias, node, version)
+                continue
+            entry = found[node_id]
+            if entry is not None:  # None: a namespace root, not indexed
+                yield rendered_action(self.alias, ns, node_id, version, entry)
 
     def _node_actions(
         self, conn: Connection, plan: BatchPlan, version: int, check: Callable[[], None]
@@ -427,7 +438,7 @@ class Applier:
         for ns, p in plan.namespaces.items():
             for ids in _chunks(sorted(p.nodes), ID_CHUNK):
                 check()
-                yield from self._write_or_delete(ns, ids, fetch_nodes(conn, ns, ids), version)
+                yield from self._write_or_delete(conn, ns, ids, version)
 
     def _subtree_actions(
         self, conn: Connection, work: SubtreeWork, check: Callable[[], None], chunk: int,
@@ -439,17 +450,17 @@ class Applier:
                 continue
             tops = fetch_nodes(conn, ns, sorted(w.moves))  # gone ones: covered by sweeps
             for top in _outermost(tops.values()):
-                with closing(stream_subtree_versions(
-                    conn, top, w.moves[top.id], w.moves, self.stream_chunk
+                with closing(stream_subtree_entries(
+                    conn, self.alias, top, w.moves[top.id], w.moves, self.stream_chunk
                 )) as stream:
-                    for i, (node, version) in enumerate(stream):
+                    for i, (node_id, version, entry) in enumerate(stream):
                         if i % self.stream_chunk == 0:
                             check()
-                        if w.written.get(node.id, 0) < version and is_indexed(node):
+                        if entry is not None and w.written.get(node_id, 0) < version:
                             if sent % chunk == 0:
                                 pause()  # between two bulk requests of this pass
                             sent += 1
-                            yield index_action(self.alias, node, version)
+                            yield rendered_action(self.alias, ns, node_id, version, entry)
 
     def _sweep_actions(
         self, conn: Connection, sweeps: dict[str, dict[str, int]], version: int,
@@ -460,9 +471,7 @@ class Applier:
             for start in range(0, len(paths), SWEEP_CLAUSES):
                 for ids in self._stale_docs(ns, dict(paths[start : start + SWEEP_CLAUSES])):
                     check()
-                    yield from self._write_or_delete(
-                        ns, ids, fetch_nodes(conn, ns, ids), version
-                    )
+                    yield from self._write_or_delete(conn, ns, ids, version)
 
     def _stale_docs(self, ns: str, sweep_before: dict[str, int]) -> Iterator[list[str]]:
         """Ids of documents of ``ns`` under any of the paths with ``seq`` below the

@@ -40,7 +40,7 @@ from typing import Any
 
 import orjson
 
-from .contract import bulk_lines, supersedes
+from .contract import RENDERED, bulk_lines, source_of, supersedes
 from .errors import IndexerError
 from .search_engine import SearchConflict, SearchEngine, SearchNotFound, SearchRefused
 
@@ -131,7 +131,11 @@ def _dumps(line: dict[str, Any]) -> bytes:
 
 def encode(action: dict[str, Any]) -> bytes:
     """The lines of ``action`` in a ``_bulk`` body (``contract.bulk_lines``), each
-    ending in a newline, as UTF-8 JSON: the bytes a request sends as they are."""
+    ending in a newline, as UTF-8 JSON: the bytes a request sends as they are (those
+    PostgreSQL rendered, ``contract.rendered_action``, as they came)."""
+    rendered: bytes | None = action.get(RENDERED)
+    if rendered is not None:
+        return rendered
     return b"".join(_dumps(line) + b"\n" for line in bulk_lines(action))
 
 
@@ -341,7 +345,7 @@ def _sort_out(
                 version=int(action["version"]),
                 status=status,
                 error=_error_text(info),
-                document=action.get("_source"),
+                document=source_of(action),
             )
         )
 
@@ -417,6 +421,14 @@ def _is_newer(doc: dict[str, Any] | None, version: int, newest_legit: int | None
     return supersedes(stored, doc.get("_version"), version, newest_legit)
 
 
+def _document(action: dict[str, Any]) -> dict[str, Any]:
+    """The document of an index action (``contract.source_of``)."""
+    document = source_of(action)
+    if document is None:
+        raise ValueError(f"action on {action['_id']} writes no document")
+    return document
+
+
 def _compare_and_swap(
     es: SearchEngine, action: dict[str, Any], newest_legit: int | None,
     alive: Alive | None = None,
@@ -441,7 +453,7 @@ def _compare_and_swap(
             if action["_op_type"] == "delete":
                 es.delete(**where, **cas)
             else:
-                es.index(**where, document=action["_source"], **cas)
+                es.index(**where, document=_document(action), **cas)
         except (SearchConflict, SearchNotFound):
             continue  # written or deleted since we read it: judge it again
         return True
@@ -468,7 +480,7 @@ def _restore_deleted(
     if not alive(namespace, node_id):
         return False  # deleted for real: the tombstone is (or will be) its delete
     try:
-        created = es.index(**where, document=action["_source"], op_type="create")
+        created = es.index(**where, document=_document(action), op_type="create")
     except SearchConflict:
         return None
     if alive(namespace, node_id):

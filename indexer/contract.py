@@ -2,7 +2,10 @@
 
 Pure data and functions, no client and no I/O. The worker, replay, reindex, verify,
 dead-letter retry and the HTTP search all build their documents, queries and index
-definitions here, so the shape of a document is written down once. The calls that
+definitions here, so the shape of a document is written down once. The worker's and
+reindex's documents are rendered by PostgreSQL from the same field list
+(``index_entry_sql``, ``document_sql``), ``document_for`` being the reference a property
+test holds that rendering to (tests/indexer/test_rendered_documents.py). The calls that
 talk to a server (create an index, move an alias, check a live mapping) are in
 ``indexer.elasticsearch_index``: a second engine (OpenSearch speaks the same
 document, query and bulk-action format) is one more module of calls beside it,
@@ -40,6 +43,7 @@ being built carries the ``<alias>-building`` marker alias until it is switched i
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -219,6 +223,49 @@ def document_for(node: Node, seq: int) -> dict[str, Any]:
     return doc
 
 
+# The same document rendered by PostgreSQL: the production path of the worker's writes
+# (the row never becomes a ``Node`` nor the document a dict in Python). ``document_for``
+# stays the reference: tests/indexer/test_rendered_documents.py renders many nodes both
+# ways and compares them. The fields are listed once here, for both branches (files add
+# ``content``). ``json_build_object`` keeps the metadata as PostgreSQL's jsonb text, so an
+# integer of any size stays exact (orjson would refuse one beyond 64 bits).
+
+
+def tree_sql(path: str) -> str:
+    """SQL: ``tree_values`` of the text expression ``path``, as a text[] (``/a/b``:
+    ``{/a,/a/b}``; its parts split once, joined again up to each depth)."""
+    return (f"ARRAY(SELECT array_to_string(t.parts[1:i], '/') "
+            f"FROM (SELECT string_to_array({path}, '/') AS parts) t, "
+            f"generate_series(2, cardinality(t.parts)) i ORDER BY i)")
+
+
+def document_sql(row: str, path: str, seq: str, namespace: str) -> str:
+    """SQL: the JSON (type ``json``) of ``document_for`` for the ``nodes`` row aliased
+    ``row`` at the text expression ``path`` as of the bigint expression ``seq``, in the
+    text expression ``namespace``."""
+    fields = [
+        ("namespace", namespace), ("node_id", f"{row}.id"),
+        ("parent_id", f"{row}.parent_id"), ("name", f"{row}.name"),
+        ("kind", f"{row}.kind"), ("path", path), (TREE_FIELD, tree_sql(path)),
+        ("metadata", f"{row}.metadata"), ("seq", seq),
+    ]
+    pairs = ", ".join(f"'{name}', {value}" for name, value in fields)
+    return (f"CASE WHEN {row}.kind = 'file' THEN json_build_object({pairs}, "
+            f"'content', COALESCE({row}.content, '')) ELSE json_build_object({pairs}) END")
+
+
+def index_entry_sql(index: str, row: str, path: str, seq: str, namespace: str) -> str:
+    """SQL: the text of ``index_action``'s two lines in a ``_bulk`` body (each ending in
+    a newline) for the ``nodes`` row ``row``, written to the text expression ``index``;
+    NULL for a namespace root (not indexed)."""
+    meta = (f"json_build_object('index', json_build_object('_index', {index}, "
+            f"'_id', {row}.id, 'routing', {namespace}, 'version', {seq}, "
+            "'version_type', 'external'))")
+    document = document_sql(row, path, seq, namespace)
+    return (f"CASE WHEN {row}.parent_id IS NULL THEN NULL "
+            f"ELSE CAST({meta} AS text) || E'\\n' || CAST({document} AS text) || E'\\n' END")
+
+
 #: Fields that record when a document was written, not what it says: documents that
 #: differ only there describe the same node (what verify compares is the rest).
 WRITE_FIELDS = ("seq",)
@@ -260,6 +307,39 @@ def index_action(index: str, node: Node, seq: int) -> dict[str, Any]:
     }
 
 
+#: The key under which an index action carries its ``_bulk`` lines as PostgreSQL
+#: rendered them (``rendered_action``): sent as they are, with no ``_source`` dict.
+RENDERED = "_rendered"
+
+
+def rendered_action(index: str, namespace: str, node_id: str, seq: int,
+                    entry: bytes) -> dict[str, Any]:
+    """A bulk ``index`` action whose lines ``entry`` PostgreSQL rendered
+    (``index_entry_sql``) for node ``node_id`` at external version ``seq``."""
+    return {
+        "_op_type": "index",
+        "_index": index,
+        "_id": node_id,
+        "routing": namespace,
+        "version": seq,
+        "version_type": "external",
+        RENDERED: entry,
+    }
+
+
+def source_of(action: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The document an index action writes (None for a delete): its ``_source``, or
+    its rendered document line read back (a rejection, a compare-and-swap: rare)."""
+    if action.get("_op_type", "index") == "delete":
+        return None
+    rendered = action.get(RENDERED)
+    if rendered is not None:
+        # The standard module, not orjson: it reads integers beyond 64 bits exactly.
+        return dict(json.loads(bytes(rendered).split(b"\n")[1]))
+    source = action.get("_source")
+    return dict(source) if source is not None else None
+
+
 def delete_action(index: str, namespace: str, node_id: str, seq: int) -> dict[str, Any]:
     """A bulk ``delete`` action removing ``node_id`` at external version ``seq``: it
     also leaves a tombstone that rejects older writes (for ``GC_DELETES``)."""
@@ -285,7 +365,7 @@ def bulk_lines(action: dict[str, Any]) -> list[dict[str, Any]]:
     meta = {k: action[k] for k in _BULK_META if k in action}
     if op == "delete":
         return [{op: meta}]
-    source = action.get("_source")
+    source = source_of(action) if RENDERED in action else action.get("_source")
     if source is None:
         source = {k: v for k, v in action.items() if k != "_op_type" and k not in _BULK_META}
     return [{op: meta}, source]

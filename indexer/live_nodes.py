@@ -8,6 +8,7 @@ document of a batch comes from one consistent state of the tree.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Generator, Iterator, Sequence
 from typing import Any
@@ -30,6 +31,8 @@ from coordinator.events import (
 from coordinator.node_rows import node_of
 from coordinator.subtree import subtree_cte
 
+from .contract import index_entry_sql
+
 # Each start node walks up to the root; the path is its names joined root first.
 # The root's name is '' so the join yields '/a/b' (and '' for the root itself). The
 # final join names the ids again: with only the CTE to go by, a namespace whose
@@ -39,8 +42,7 @@ from coordinator.subtree import subtree_cte
 # flattening it into a join): guessing thousands of rows per level, it hashed every
 # node of the namespace at each level, 0.21 s per 1,000 ids in a namespace of 200,000
 # nodes, against 0.028 s this way (and growing with the namespace, which this does not).
-_NODES_WITH_PATHS = text(
-    """
+_PATHS_OF_IDS = """
     WITH RECURSIVE up(start, id, parent_id, name, depth) AS (
         SELECT n.id, n.id, n.parent_id, n.name, 0 FROM nodes n
          WHERE n.namespace = :ns AND n.id = ANY(CAST(:ids AS uuid[]))
@@ -54,11 +56,23 @@ _NODES_WITH_PATHS = text(
     ), paths AS (
         SELECT start, string_agg(name, '/' ORDER BY depth DESC) AS path FROM up GROUP BY start
     )
-    SELECT n.id, n.parent_id, n.name, n.kind, n.version, n.content, n.metadata, paths.path
+    SELECT {columns}
       FROM paths JOIN nodes n ON n.namespace = :ns AND n.id = paths.start
                              AND n.id = ANY(CAST(:ids AS uuid[]))
     """
-)
+_NODES_WITH_PATHS = text(_PATHS_OF_IDS.format(
+    columns="n.id, n.parent_id, n.name, n.kind, n.version, n.content, n.metadata, paths.path"))
+
+# Bound as typed values: the rendering functions take any type, so an untyped parameter
+# would leave PostgreSQL unable to tell what it is.
+_INDEX, _NS, _SEQ = "CAST(:index AS text)", "CAST(:ns AS text)", "CAST(:seq AS bigint)"
+
+# The same nodes' ``_bulk`` entries rendered by PostgreSQL (``contract.index_entry_sql``;
+# NULL for a namespace root), by id as text: no row becomes a ``Node``.
+_ENTRIES_OF_IDS = text(_PATHS_OF_IDS.format(
+    columns="CAST(n.id AS text) AS id, "
+    + index_entry_sql(_INDEX, "n", "COALESCE(NULLIF(paths.path, ''), '/')", _SEQ, _NS)
+    + " AS entry"))
 
 _COLUMNS = ("id", "parent_id", "name", "kind", "version", "content", "metadata")
 _FROM_TOP = "namespace = :ns AND id = :id"
@@ -67,8 +81,9 @@ _FROM_TOP = "namespace = :ns AND id = :id"
 # position among the moves (of the batch being applied) of the directories on its way
 # down from the top, i.e. the position of the last move that changed its path.
 # Order-independent: the version travels with the row, whatever order the server
-# emits rows in.
-_SUBTREE_VERSIONS = text(
+# emits rows in. Each row is rendered as its ``_bulk`` index entry at that version
+# (``contract.index_entry_sql``): no row becomes a ``Node`` in Python.
+_SUBTREE_ENTRIES = text(
     subtree_cte(
         _COLUMNS,
         _FROM_TOP,
@@ -78,7 +93,9 @@ _SUBTREE_VERSIONS = text(
                 "GREATEST(s.write_version, COALESCE(m.pos, 0))")],
         join="LEFT JOIN moves m ON m.id = n.id",
     )
-    + "SELECT * FROM sub"
+    + "SELECT CAST(sub.id AS text) AS id, sub.write_version, "
+    + index_entry_sql(_INDEX, "sub", "sub.path", "sub.write_version", _NS)
+    + " AS entry FROM sub"
 )
 
 
@@ -124,6 +141,10 @@ def _uuid_or_none(value: str) -> uuid.UUID | None:
         return None
 
 
+#: A node id as the server writes it (``CAST(id AS text)``, ``str(uuid)``).
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
 def fetch_nodes(conn: Connection, ns: str, ids: Sequence[str]) -> dict[str, Node]:
     """The nodes among ``ids`` that exist now, by id, with their current paths."""
     wanted = [u for u in (_uuid_or_none(i) for i in ids) if u is not None]
@@ -133,18 +154,41 @@ def fetch_nodes(conn: Connection, ns: str, ids: Sequence[str]) -> dict[str, Node
     return {str(r.id): _node(ns, r) for r in rows}
 
 
-def stream_subtree_versions(
-    conn: Connection, top: Node, top_version: int, moves: dict[str, int], chunk: int = 1000
-) -> Generator[tuple[Node, int], None, None]:
-    """Every node under ``top`` (``top`` included), in no particular order, with its
-    write version: the largest of ``top_version`` and ``moves[d]`` over the directories
-    ``d`` from the top down to the node (itself included). Streamed ``chunk`` rows at a
-    time (``coordinator.db.streamed``: a caller that may stop early closes it)."""
+def fetch_entries(
+    conn: Connection, index: str, ns: str, ids: Sequence[str], seq: int
+) -> dict[str, bytes | None]:
+    """The nodes among ``ids`` that exist now, by id: each one's ``_bulk`` index entry
+    into ``index`` at external version ``seq`` as PostgreSQL rendered it
+    (``contract.index_entry_sql``), None for a namespace root (not indexed)."""
+    # As text, cast by the server: a UUID object per id cost more than its document. An
+    # id in another form than the server's text of it (not from an event nor from a
+    # document of ours) is never found, as before.
+    wanted = [i for i in ids if _CANONICAL_UUID.fullmatch(i)]
+    if not wanted:
+        return {}
+    rows = conn.execute(_ENTRIES_OF_IDS, {"ns": ns, "ids": wanted, "index": index,
+                                          "seq": seq})
+    return {node_id: None if entry is None else entry.encode()
+            for node_id, entry in rows}
+
+
+def stream_subtree_entries(
+    conn: Connection, index: str, top: Node, top_version: int, moves: dict[str, int],
+    chunk: int = 1000,
+) -> Generator[tuple[str, int, bytes | None], None, None]:
+    """Every node under ``top`` (``top`` included), in no particular order, as (id,
+    write version, its ``_bulk`` index entry into ``index`` at that version, None for a
+    namespace root). The write version is the largest of ``top_version`` and
+    ``moves[d]`` over the directories ``d`` from the top down to the node (itself
+    included). Streamed ``chunk`` rows at a time (``coordinator.db.streamed``: a caller
+    that may stop early closes it)."""
     ids = [uuid.UUID(i) for i in moves]
     params = {"ns": top.namespace, "id": uuid.UUID(top.id), "path": top.path,
-              "top_version": top_version, "move_ids": ids, "move_pos": list(moves.values())}
-    for r in streamed(conn, _SUBTREE_VERSIONS, params, chunk):
-        yield _node(top.namespace, r), int(r.write_version)
+              "top_version": top_version, "move_ids": ids, "move_pos": list(moves.values()),
+              "index": index}
+    for row in streamed(conn, _SUBTREE_ENTRIES, params, chunk):
+        entry = row.entry
+        yield row.id, row.write_version, None if entry is None else entry.encode()
 
 
 def node_exists(engine: Engine, ns: str, node_id: str) -> bool:
@@ -188,6 +232,25 @@ def placed_elsewhere(conn: Connection) -> list[str]:
     return list(conn.execute(text(
         "SELECT namespace FROM namespace_placement WHERE state IN ('incoming', 'gone') "
         "ORDER BY namespace")).scalars())
+
+
+_WALK_ENTRIES = text(
+    NAMESPACE_WALK + "SELECT CAST(sub.id AS text) AS id, "
+    + index_entry_sql(_INDEX, "sub", "sub.path", _SEQ, _NS) + " AS entry FROM sub"
+)
+
+
+def walk_entries(
+    conn: Connection, namespace: str, index: str, seq: int
+) -> Iterator[tuple[str, bytes]]:
+    """Every indexed node of ``namespace`` as (id, its ``_bulk`` index entry into
+    ``index`` at external version ``seq``, rendered by PostgreSQL), streamed from the
+    connection's current transaction (``walk_nodes`` without a ``Node`` per row)."""
+    params = {"ns": namespace, "index": index, "seq": seq}
+    for row in streamed(conn, _WALK_ENTRIES, params, 2000):
+        entry = row.entry
+        if entry is not None:  # the root: not indexed
+            yield row.id, entry.encode()
 
 
 def walk_nodes(conn: Connection, namespace: str, order_by_id: bool = False) -> Iterator[Node]:

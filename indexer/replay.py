@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from coordinator import Coordinator, Node
+from coordinator import Coordinator
 from coordinator.indexing import consumer_for
 from coordinator.shard_map import DEFAULT_SHARD
 
@@ -72,7 +72,6 @@ from .contract import (
     IndexShape,
     building_marker,
     delete_action,
-    index_action,
 )
 from .errors import ReplayError
 from .live_nodes import node_exists
@@ -87,7 +86,7 @@ from .replay_loader import (
     create_building_index,
     record_left_out,
 )
-from .replay_sources import state_nodes
+from .replay_sources import state_actions
 from .replay_tail import catch_up, worker_batch_apply
 from .search_engine import SearchEngine
 
@@ -165,9 +164,9 @@ def rebuild(
         if until is not None and until > bound:
             progress.note(f"--until {until} is past the safe end of the log; using {bound}")
         result = RebuildResult(source, alias, None, v0, v0, dry_run=dry_run)
-        nodes = state_nodes(stack, source, engine, v0, namespaces, progress)
+        actions = state_actions(stack, source, engine, v0, namespaces, progress)
         if dry_run:
-            result.documents = sum(1 for _ in nodes)
+            result.documents = sum(1 for _ in actions(alias))
             result.seconds = time.monotonic() - started
             progress.count("documents", result.documents)
             return result
@@ -179,7 +178,7 @@ def rebuild(
         index = create_building_index(es, alias, name, shape)
         result.index = index
         progress.note(f"building {index} as of position {v0} (from {source})")
-        result.documents = _load(es, index, nodes, v0, progress, result.too_large)
+        result.documents = _load(es, actions(index), progress, result.too_large)
         elasticsearch_index.finish_loading(es, index, shape.replicas)
         if after_load is not None:
             after_load(index)
@@ -239,11 +238,11 @@ def build_and_swap(
         for shard, coord in shards:
             v0 = current_bound(coord.engine)
             out.positions[shard] = v0
-            nodes = state_nodes(stack, source, coord.engine, v0, None, progress)
+            actions = state_actions(stack, source, coord.engine, v0, None, progress)
             progress.note(f"loading shard {shard} into {index} as of its position {v0} "
                           f"(from {source})" if several else
                           f"building {index} as of position {v0} (from {source})")
-            result.documents += _load(es, index, nodes, v0, progress, result.too_large)
+            result.documents += _load(es, actions(index), progress, result.too_large)
         elasticsearch_index.finish_loading(es, index, shape.replicas)
         if after_load is not None:
             after_load(index)
@@ -288,11 +287,11 @@ def build_and_swap(
         return out
 
 
-def _load(es: SearchEngine, index: str, nodes: Iterator[Node], v0: int, progress: Progress,
+def _load(es: SearchEngine, actions: Iterator[dict[str, Any]], progress: Progress,
           too_large: list[Rejected]) -> int:
-    """Bulk-load ``nodes`` into ``index`` at version ``v0``; how many were written."""
+    """Bulk-load ``actions`` (a rebuild's index actions); how many were written."""
     progress.phase("load documents", unit="documents")
-    docs = prefetched((index_action(index, n, v0) for n in nodes), BULK_CHUNK)
+    docs = prefetched(actions, BULK_CHUNK)
     try:
         loaded, _ = bulk_index(es, docs, progress, too_large=too_large)
     finally:
@@ -326,9 +325,9 @@ def rebuild_namespaces(
     with ReplayLease(engine, alias), ExitStack() as stack:
         v0 = current_bound(engine)
         result = RebuildResult(source, alias, None, v0, v0, dry_run=dry_run)
-        nodes = state_nodes(stack, source, engine, v0, wanted, progress)
+        actions = state_actions(stack, source, engine, v0, wanted, progress)
         if dry_run:
-            result.documents = sum(1 for _ in nodes)
+            result.documents = sum(1 for _ in actions(alias))
             result.seconds = time.monotonic() - started
             return result
         targets = elasticsearch_index.alias_targets(es, alias)
@@ -341,15 +340,15 @@ def rebuild_namespaces(
         # that grows with the namespace (an id and a set slot, ~100 bytes each).
         kept: dict[str, set[str]] = {ns: set() for ns in wanted}
 
-        def actions() -> Iterator[dict[str, Any]]:
-            for node in nodes:
-                kept[node.namespace].add(node.id)
-                yield index_action(index, node, v0)
+        def written() -> Iterator[dict[str, Any]]:
+            for action in actions(index):
+                kept[str(action["routing"])].add(str(action["_id"]))
+                yield action
 
         # Conflicts judged as the worker judges them: a document edited or deleted by
         # hand is rewritten, one the live worker wrote after V0 stays.
         alive = partial(node_exists, engine)
-        result.documents, _ = bulk_index(es, actions(), progress, alive=alive,
+        result.documents, _ = bulk_index(es, written(), progress, alive=alive,
                                          too_large=result.too_large)
         record_left_out(engine, consumer_for(alias), result.too_large)
         es.refresh(index)

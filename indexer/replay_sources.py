@@ -4,17 +4,18 @@ rows (reindex)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
+from typing import Any
 
 from sqlalchemy import Engine, text
 
 from coordinator import Node
 
 from . import setfold
-from .contract import is_indexed
+from .contract import index_action, is_indexed, rendered_action
 from .errors import ReplayError
-from .live_nodes import owned_namespaces, walk_nodes
+from .live_nodes import owned_namespaces, walk_entries
 from .progress import Progress
 from .setfold import SetFold
 
@@ -53,25 +54,35 @@ def folded_nodes(folder: SetFold) -> Iterator[Node]:
                 yield node
 
 
-def state_nodes(
+#: A rebuild's documents as index actions into the index named by the argument, each
+#: at the rebuild's version (the index is named after the source is read: a fold runs
+#: before anything is written).
+StateActions = Callable[[str], Iterator[dict[str, Any]]]
+
+
+def state_actions(
     stack: ExitStack,
     source: str,
     engine: Engine,
     until: int,
     namespaces: Sequence[str] | None,
     progress: Progress,
-) -> Iterator[Node]:
-    """The nodes as of ``until``: from the log (folded now, before anything is written)
-    or from a snapshot (opened lazily, when the caller starts reading)."""
+) -> StateActions:
+    """The index actions of every indexed node as of ``until``, at version ``until``:
+    from the log (folded now, before anything is written) or from a snapshot (opened
+    lazily, when the caller starts reading; its documents rendered by PostgreSQL)."""
     if source == "events":
         folder = stack.enter_context(fold_log(engine, until, namespaces, progress))
-        return folded_nodes(folder)
-    return snapshot_nodes(engine, namespaces)
+        return lambda index: (index_action(index, n, until) for n in folded_nodes(folder))
+    return lambda index: snapshot_actions(engine, namespaces, index, until)
 
 
-def snapshot_nodes(engine: Engine, namespaces: Sequence[str] | None) -> Iterator[Node]:
-    """Every indexed node in one REPEATABLE READ snapshot of ``nodes`` (reindex's
-    source). The caller takes its bound BEFORE iterating (the snapshot opens here)."""
+def snapshot_actions(
+    engine: Engine, namespaces: Sequence[str] | None, index: str, seq: int
+) -> Iterator[dict[str, Any]]:
+    """An index action into ``index`` at version ``seq`` for every indexed node in one
+    REPEATABLE READ snapshot of ``nodes`` (reindex's source), each document rendered by
+    PostgreSQL. The caller takes its bound BEFORE iterating (the snapshot opens here)."""
     with engine.connect() as conn, conn.begin():
         conn.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"))
         # Idle between fetches while Elasticsearch loads a chunk: not a hung client.
@@ -79,6 +90,5 @@ def snapshot_nodes(engine: Engine, namespaces: Sequence[str] | None) -> Iterator
         for ns in owned_namespaces(conn):
             if namespaces is not None and ns not in namespaces:
                 continue
-            for node in walk_nodes(conn, ns):
-                if is_indexed(node):
-                    yield node
+            for node_id, entry in walk_entries(conn, ns, index, seq):
+                yield rendered_action(index, ns, node_id, seq, entry)

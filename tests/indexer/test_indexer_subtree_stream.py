@@ -20,7 +20,7 @@ from indexer_support import (
 )
 
 import indexer.applier as applier_module
-from coordinator import Coordinator, Node
+from coordinator import Coordinator
 from indexer.applier import Applier, SubtreeWork
 from indexer.plan import plan_batch
 from indexer.search_engine import SearchEngine
@@ -45,15 +45,17 @@ def test_a_subtree_pass_that_fails_while_sending_closes_its_stream_first(
     work = SubtreeWork.from_plan(plan, after=0, cursor=version, version=version)
 
     finished: list[str] = []
-    real_stream = applier_module.stream_subtree_versions
+    real_stream = applier_module.stream_subtree_entries
 
-    def watched_stream(*args: Any, **kwargs: Any) -> Generator[tuple[Node, int], None, None]:
+    def watched_stream(
+        *args: Any, **kwargs: Any
+    ) -> Generator[tuple[str, int, bytes | None], None, None]:
         try:
             yield from real_stream(*args, **kwargs)
         finally:  # runs once the real stream (and its cursor) was closed
             finished.append("stream closed")
 
-    monkeypatch.setattr(applier_module, "stream_subtree_versions", watched_stream)
+    monkeypatch.setattr(applier_module, "stream_subtree_entries", watched_stream)
     monkeypatch.setattr(applier_module, "send", one_request_then_gone())
     try:
         app.apply_subtrees(work, chunk_size=2)

@@ -102,3 +102,13 @@ def test_minimal_sweeps_keeps_the_covering_paths_with_the_highest_position() -> 
         {"/a/b": 5, "/a-b/c": 3, "/a": 1, "/a-b": 2, "/c/d/e/f": 9, "/c/d": 4}
     ) == {"/a": 5, "/a-b": 3, "/c/d": 9}
     assert minimal_sweeps({"/a/b": 1, "/x": 7, "/": 2}) == {"/": 7}
+
+
+def test_events_that_only_name_their_node_are_not_decoded() -> None:
+    """A created, written or metadata_set event asks for nothing but its node's rewrite
+    (from its current row): its payload is never read into an event object, the per-event
+    cost of an import's or a create load's batch."""
+    events = [ev(B, created("f1")), ev(B + 1, written("f1")), ev(2 * B, created("f2"))]
+    plan = plan_batch(events)
+    assert plan.namespaces["n"].nodes == {"f1", "f2"}
+    assert all("change" not in e.__dict__ for e in events)  # the decoded event is cached
