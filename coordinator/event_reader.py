@@ -460,6 +460,7 @@ def read_events(
     report_after: float = REPORT_AFTER,
     contents: bool = True,
     copied: bool = False,
+    timings: dict[str, float] | None = None,
 ) -> tuple[list[Event], int]:
     """Events after ``after`` that are safe to consume, in position order, and the next cursor.
 
@@ -485,6 +486,10 @@ def read_events(
     ``namespaces`` that are all frozen or gone here, the cursor returned stops at their
     ``frozen_at`` (they have no event above it here, and a cursor past it could be past
     the end of the log of the server they moved to).
+
+    ``timings`` (if given) gets ``bound``: the seconds spent finding the safe bound
+    (steps 1-3 of the module docstring, waits included), for a caller that reports
+    where its time goes.
     """
     # A batch must be able to hold one event, or a reader would never move on.
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
@@ -508,8 +513,11 @@ def read_events(
         raise InvalidArgument(f"after must be a position, None, 'now' or 'horizon', not {after!r}")
     # Only events of these namespaces (partition) are read, so imports of others need
     # not be waited for.
+    started = time.monotonic()
     bound = safe_bound(engine, wait, namespaces=namespaces, partition=partition,
                        on_slow=on_slow, report_after=report_after)
+    if timings is not None:
+        timings["bound"] = time.monotonic() - started
     if bound is None:
         if cursor:
             with engine.connect() as conn:

@@ -131,6 +131,9 @@ class PartitionRunner:
         self.partition = partition
         self.label = worker.label(partition)
         self.wake = threading.Event()
+        #: Wall-clock time of the last notification that woke this runner (0: none yet):
+        #: logged with the batch read after it, so a lag can be split at the wake-up.
+        self.notified_at = 0.0
         self.stop = threading.Event()
         self.crashed: BaseException | None = None
         #: What is saved: every event up to it is fully applied (both lanes).
@@ -243,7 +246,12 @@ class PartitionRunner:
         self.worker.read_waits.report_held_back(
             self.partition, time.monotonic() - self._held_since, writers)
 
-    def _read(self) -> tuple[list[Event], int]:
+    def notified(self) -> None:
+        """A notification named this runner's partition: wake it (and note when)."""
+        self.notified_at = time.time()
+        self.wake.set()
+
+    def _read(self, timings: dict[str, float]) -> tuple[list[Event], int]:
         w = self.worker
         started = time.monotonic()
         self._held_this_read = False
@@ -254,6 +262,7 @@ class PartitionRunner:
                 wait=w.config.read_wait, on_slow=partial(self._held_back, started),
                 report_after=w.config.read_report_after,
                 contents=False,  # documents are built from PostgreSQL's rows
+                timings=timings,
             )
         except CursorExpired as exc:
             if not self._adopt_rebuilt_checkpoint(exc):
@@ -323,7 +332,8 @@ class PartitionRunner:
             return self._settle(block=True) or settled
         read_started = time.monotonic()
         read_at = time.time()
-        events, cursor = self._read()
+        timings: dict[str, float] = {"read_at": read_at, "notified_at": self.notified_at}
+        events, cursor = self._read(timings)
         if cursor <= self.read_cursor:
             # Nothing new: the runner waits for a wake-up, which a notification or an
             # answer to a request in flight (its done callback) gives.
@@ -345,7 +355,7 @@ class PartitionRunner:
         w.wake_all(but=self)
         version = events[-1].position
         plan = plan_batch(events)
-        timings: dict[str, float] = {"read": time.monotonic() - read_started, "read_at": read_at}
+        timings["read"] = time.monotonic() - read_started
         nodes = w.applier.read_nodes(plan, version, self.stop, timings)
         work = SubtreeWork.from_plan(plan, after=after, cursor=cursor, version=version)
         self.priority.busy()
@@ -427,10 +437,12 @@ class PartitionRunner:
             already_newer=stats.already_newer, rejected=stats.rejected,
             overridden=stats.overridden, subtree_work=batch.work is not None,
             read_seconds=round(t.get("read", 0.0), 4),
+            bound_seconds=round(t.get("bound", 0.0), 4),
             nodes_seconds=round(t.get("read_nodes", 0.0), 4),
             bulk_seconds=round(t.get("bulk", 0.0), 4),
             es_took_seconds=round(t.get("es_took", 0.0), 4),
             in_flight=batch.in_flight, seconds=round(seconds, 4),
+            notified_at=round(t.get("notified_at", 0.0), 4),
             read_at=round(t.get("read_at", 0.0), 4), sent_at=round(t.get("sent_at", 0.0), 4),
             acked_at=round(t.get("acked_at", 0.0), 4), settled_at=round(time.time(), 4))
 
