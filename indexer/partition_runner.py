@@ -141,6 +141,8 @@ class PartitionRunner:
         #: When the current run of held-back reads began (None: not held back).
         self._held_since: float | None = None
         self._held_this_read = False
+        #: Whether the last read found events of this partition (the log is busy).
+        self._read_found = False
         #: Where the node lane reads on from (>= acked_cursor).
         self.read_cursor = 0
         #: Every event up to it has its nodes acknowledged by Elasticsearch and its
@@ -336,9 +338,12 @@ class PartitionRunner:
         events, cursor = self._read(timings)
         if cursor <= self.read_cursor:
             # Nothing new: the runner waits for a wake-up, which a notification or an
-            # answer to a request in flight (its done callback) gives.
-            return settled
+            # answer to a request in flight (its done callback) gives. (What was settled
+            # above was settled before this read: nothing is left for another step.)
+            self._read_found = False
+            return False
         after = self.read_cursor
+        found_before, self._read_found = self._read_found, bool(events)
         if not events:  # only holes: the cursor moves once the batches before are settled
             self._in_flight.append(_NodeBatch(after, cursor, 0, 0, None, None, {},
                                               read_started, 0))
@@ -350,9 +355,6 @@ class PartitionRunner:
             # writes that takes the database's CPU from the partitions that have work.
             # (--once keeps reading until it reaches its target.)
             return w.config.once
-        # Partitions with nothing of their own read too, so their checkpoints keep up with
-        # this one's (``wait_indexed`` waits for every partition).
-        w.wake_all(but=self)
         version = events[-1].position
         plan = plan_batch(events)
         timings["read"] = time.monotonic() - read_started
@@ -372,7 +374,13 @@ class PartitionRunner:
         ))
         self.read_cursor = cursor
         self._settle(block=False)
-        return True
+        # Read the next batch while this one is in flight only if the log is busy: the
+        # read before this one found events too, or this one stopped at ``batch_events``.
+        # Else this read took everything up to its bound, and whatever commits later
+        # notifies after its commit, so after this step's ``wake.clear()``: the wake-up
+        # (or this request's answer) comes, and a lone change costs one read, not a
+        # second one beside its request, taking the CPU from it.
+        return found_before or len(events) >= w.config.batch_events
 
     def _send_nodes(self, nodes: NodeActions, timings: dict[str, float]) -> BulkStats:
         """A sender thread: one batch's node documents to Elasticsearch."""
@@ -387,6 +395,7 @@ class PartitionRunner:
         batch after it too and sends the node lane back to ``acked_cursor``, then
         raises (``_retrying`` backs off and goes on). True if any batch was settled."""
         settled = False
+        wrote = False
         while self._in_flight:
             head = self._in_flight[0]
             stats = BulkStats()
@@ -407,10 +416,17 @@ class PartitionRunner:
             self.acked_cursor = head.cursor
             settled = True
             if head.future is not None:
+                wrote = True
                 self._log_batch(head, stats)
                 self.worker.index_health.index_answered(stats)
         if settled:
             self.publish_checkpoint()
+        if wrote:
+            # Partitions with nothing of their own read too, so their checkpoints keep up
+            # with this one's (``wait_indexed`` waits for every partition). Woken once
+            # the request was answered, not when it was read: their reads and checkpoint
+            # writes would take the CPU from this batch's node fetch and request.
+            self.worker.wake_all(but=self)
         return settled
 
     def _drop_in_flight(self) -> None:
