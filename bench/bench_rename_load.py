@@ -88,7 +88,10 @@ from pathkeeper.local.search import new_local_search, search_kind
 from pathkeeper.local.worker_process import WorkerProcess
 
 NS = "load"
-ALIAS = "bench-rename-load"
+#: The alias of this run: its own (the search server may be shared, and a run that
+#: found an earlier run's documents under a fixed alias counted them as extra), and
+#: dropped at the end. Handed to the poller process, which would make its own.
+ALIAS = f"bench-rename-load-{os.getpid()}"
 
 
 @contextmanager
@@ -128,7 +131,7 @@ def subtree_sizes(nodes: list[Node]) -> dict[str, int]:
 def raw_overwrite_rate(es: SearchEngine, nodes: list[Node], round_: int) -> float:
     """docs/s of streaming_bulk overwriting ``nodes``' documents (loaded first, not timed)
     with new paths at a higher external version, in a fresh index."""
-    index = f"bench-raw-overwrite-{round_}"
+    index = f"bench-raw-overwrite-{os.getpid()}-{round_}"
     elasticsearch_index.create_index(es, index)
     docs = [n for n in nodes if is_indexed(n)]
     try:
@@ -233,7 +236,8 @@ def get_from(inbox: Any) -> Any:
     raise queue.Empty
 
 
-def poll_loop(es_url: str, inbox: Any, outbox: Any, poll: float, ready: Any) -> None:
+def poll_loop(es_url: str, alias: str, inbox: Any, outbox: Any, poll: float, ready: Any
+              ) -> None:
     """The lag poller: one realtime multi-get of every watched file, every ``poll``
     seconds. ``inbox`` brings ``("watch", token, node_id)`` before a sampled rename,
     then ``("returned", token, node_id, seq, returned_at)`` or ``("cancel", token)``,
@@ -294,7 +298,7 @@ def poll_loop(es_url: str, inbox: Any, outbox: Any, poll: float, ready: Any) -> 
         if watched:
             wanted = list(watched.items())
             sent = time.time()
-            got = es.mget(index=ALIAS, realtime=True, source_includes=["seq"],
+            got = es.mget(index=alias, realtime=True, source_includes=["seq"],
                           docs=[{"_id": i, "routing": NS} for _, i in wanted])
             now = time.time()
             trips.append(now - sent)
@@ -574,12 +578,13 @@ def main() -> None:
                 ctx = multiprocessing.get_context("spawn")
                 inbox, outbox, ready = PipeInbox(ctx), ctx.Queue(), ctx.Event()
                 poller = ctx.Process(target=poll_loop,
-                                     args=(es_url, inbox.reader, outbox, *poll_args, ready),
+                                     args=(es_url, ALIAS, inbox.reader, outbox, *poll_args,
+                                           ready),
                                      daemon=True)
             else:
                 inbox, outbox, ready = queue.Queue(), queue.Queue(), threading.Event()
                 poller = threading.Thread(target=poll_loop,
-                                          args=(es_url, inbox, outbox, *poll_args, ready),
+                                          args=(es_url, ALIAS, inbox, outbox, *poll_args, ready),
                                           daemon=True)
             if args.poller != "none":
                 poller.start()
@@ -641,6 +646,7 @@ def main() -> None:
             if isinstance(poller, multiprocessing.process.BaseProcess) and poller.is_alive():
                 poller.kill()
         expected, missing, extra, wrong = compare(coord, es)
+        elasticsearch_index.drop_alias_and_indices(es, ALIAS)
         raw.append(raw_overwrite_rate(es, nodes, len(raw)))
         es.close()
         coord.close()
