@@ -111,10 +111,12 @@ class PartitionRunner:
     """Applies one partition's events, in order: the node lane in its own thread,
     subtrees and sweeps in the partition's ``SubtreeLane``.
 
-    The node lane pipelines: while batch N's bulk request is in flight (a sender
-    thread), it reads batch N+1 and fetches its nodes, and sends that too (at most
-    ``node_bulks_in_flight`` requests). A file rename then waits for one read, one
-    fetch and one request, not also for the rest of the request before it. Safe
+    The node lane pipelines while the log is busy: while batch N's bulk request is in
+    flight (a sender thread), it reads batch N+1 and fetches its nodes, and sends that
+    too (at most ``node_bulks_in_flight`` requests). A file rename then waits for one
+    read, one fetch and one request, not also for the rest of the request before it.
+    A lone change (a short batch after a read that found nothing) is one read and one
+    request: the lane then waits for the next wake-up instead of reading again. Safe
     because every write carries an external version from a snapshot taken after
     its batch was read (``indexer.applier``): the two requests may be applied in
     either order. What is ordered is the bookkeeping: batches are settled strictly
