@@ -543,7 +543,14 @@ def main() -> None:
     parser.add_argument("--plot", choices=["lone", "load"], default=None,
                         help="draw the lag distributions to bench/plots/: lone_rename_lag.png "
                              "(goals p50 10 / p99 25 ms) or rename_load_lag.png (goal p99 150)")
+    parser.add_argument("--draw-only", action="store_true",
+                        help="no run: draw --plot from the --before files alone")
     args = parser.parse_args()
+    if args.draw_only:
+        if args.plot is None or not args.before:
+            parser.error("--draw-only needs --plot and --before files")
+        draw(args.plot, [read_results(p) for p in args.before])
+        return
     server_kind = "ES_URL" if os.environ.get("ES_URL") else search_kind()
     print(f"bench_rename_load {now_utc()}  server: {server_kind}  poller: {args.poller}  "
           f"worker session: {args.worker_session}  poll sample: 1 in {args.poll_sample}  "
