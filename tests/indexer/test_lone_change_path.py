@@ -104,13 +104,23 @@ def test_a_lone_change_costs_one_read_before_its_request(
     with running_worker(database_url, es_url, alias, partitions=1, poll_interval=3600.0) as w:
         assert coord.wait_indexed(coord.create_file(ns, "/g", "").seq or 0, 30,
                                   consumer=consumer_for(alias))
-        time.sleep(0.5)  # the runner is idle, waiting for a wake-up
         with traced(w.engine) as seen:
+            quiet(seen)  # the runner is idle, waiting for a wake-up
+            seen["statements"].clear()
             moved = coord.rename(ns, "/f", "h")
             assert coord.wait_indexed(moved.seq or 0, 30, consumer=consumer_for(alias))
-            time.sleep(0.5)  # whatever the runner does after the answer, it has done
+            quiet(seen)  # whatever the runner does after the answer, it has done
     reads = [s for s, _ in seen["statements"] if s.startswith("SELECT last_value")]
     assert len(reads) == 2, seen["statements"]
+
+
+def quiet(seen: dict[str, list[Any]], for_s: float = 0.5, at_most: float = 20.0) -> None:
+    """Wait until no statement was traced for ``for_s`` seconds."""
+    deadline = time.monotonic() + at_most
+    count = -1
+    while count != len(seen["statements"]) and time.monotonic() < deadline:
+        count = len(seen["statements"])
+        time.sleep(for_s)
 
 
 def test_notifications_during_reads_are_not_lost(
