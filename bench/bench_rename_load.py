@@ -73,6 +73,7 @@ from pathlib import Path
 from typing import Any
 
 from common import load_average, median, migrated_cluster, now_utc, percentile, table
+from plots import PLOTS_DIR, lag_distributions, read_results, write_results
 from sqlalchemy import text
 
 from coordinator import Coordinator, CoordinatorError, Node
@@ -87,7 +88,10 @@ from pathkeeper.local.search import new_local_search, search_kind
 from pathkeeper.local.worker_process import WorkerProcess
 
 NS = "load"
-ALIAS = "bench-rename-load"
+#: The alias of this run: its own (the search server may be shared, and a run that
+#: found an earlier run's documents under a fixed alias counted them as extra), and
+#: dropped at the end. Handed to the poller process, which would make its own.
+ALIAS = f"bench-rename-load-{os.getpid()}"
 
 
 @contextmanager
@@ -127,7 +131,7 @@ def subtree_sizes(nodes: list[Node]) -> dict[str, int]:
 def raw_overwrite_rate(es: SearchEngine, nodes: list[Node], round_: int) -> float:
     """docs/s of streaming_bulk overwriting ``nodes``' documents (loaded first, not timed)
     with new paths at a higher external version, in a fresh index."""
-    index = f"bench-raw-overwrite-{round_}"
+    index = f"bench-raw-overwrite-{os.getpid()}-{round_}"
     elasticsearch_index.create_index(es, index)
     docs = [n for n in nodes if is_indexed(n)]
     try:
@@ -232,7 +236,8 @@ def get_from(inbox: Any) -> Any:
     raise queue.Empty
 
 
-def poll_loop(es_url: str, inbox: Any, outbox: Any, poll: float, ready: Any) -> None:
+def poll_loop(es_url: str, alias: str, inbox: Any, outbox: Any, poll: float, ready: Any
+              ) -> None:
     """The lag poller: one realtime multi-get of every watched file, every ``poll``
     seconds. ``inbox`` brings ``("watch", token, node_id)`` before a sampled rename,
     then ``("returned", token, node_id, seq, returned_at)`` or ``("cancel", token)``,
@@ -293,7 +298,7 @@ def poll_loop(es_url: str, inbox: Any, outbox: Any, poll: float, ready: Any) -> 
         if watched:
             wanted = list(watched.items())
             sent = time.time()
-            got = es.mget(index=ALIAS, realtime=True, source_includes=["seq"],
+            got = es.mget(index=alias, realtime=True, source_includes=["seq"],
                           docs=[{"_id": i, "routing": NS} for _, i in wanted])
             now = time.time()
             trips.append(now - sent)
@@ -388,13 +393,34 @@ def postmaster_pid(data_dir: Path) -> int:
     return int((data_dir / "postmaster.pid").read_text().split()[0])
 
 
+#: The steps of a file rename's lag, in order (``decompose``); "=" rows are sums.
+STEPS = [
+    "rename returned -> NOTIFY heard by the worker",
+    "NOTIFY heard -> read began (wake-up)",
+    "read: gap-safe bound (steps 1-3)",
+    "read: select of the events",
+    "node fetch (snapshot of the named nodes)",
+    "fetched -> request sent (plan, hand-over)",
+    "request sent -> acknowledged (bulk)",
+    "  of which the server's took",
+    "= rename returned -> worker began the read that got it",
+    "= rename returned -> acknowledged",
+    "acknowledged -> poller's multi-get answered",
+    "= rename returned -> poller saw it (the lag)",
+]
+
+
 def decompose(log_path: Path, seen: list[tuple[str, int, float, float, float, float]]
-              ) -> tuple[list[list[str]], list[float]]:
+              ) -> tuple[list[list[str]], list[float], dict[str, list[float]]]:
     """Each seen file rename placed on its node-lane batch's timeline (the worker's
-    ``batch_applied`` stamps): rename returned -> read began -> read done -> request
-    sent -> acknowledged -> the poller's multi-get answered. Rows of p50 / p90 / p99 /
-    mean of each step, and the mean of each step over the slowest 1 % of renames;
-    also the lags to the acknowledgement (what a poller with no delay would see)."""
+    ``batch_applied`` stamps): rename returned -> the worker heard the NOTIFY -> read
+    began -> bound found -> events read -> nodes fetched -> request sent ->
+    acknowledged -> the poller's multi-get answered. Rows of p50 / p90 / p99 / mean of
+    each step (``STEPS``), and the mean of each step over the slowest 1 % of renames;
+    also the lags to the acknowledgement (what a poller with no delay would see), and
+    each step's samples in seconds. A read that no notification started (the poll, or
+    another runner's wake-up) or a worker that logs no ``notified_at`` leaves the first
+    two steps out for that rename."""
     batches = []
     for line in log_path.read_text(errors="replace").splitlines():
         if not line.startswith("{"):
@@ -407,13 +433,7 @@ def decompose(log_path: Path, seen: list[tuple[str, int, float, float, float, fl
             batches.append(rec)
     batches.sort(key=lambda r: r["cursor"])
     cursors = [b["cursor"] for b in batches]
-    names = ["rename returned -> worker began the read that got it",
-             "read_events (gap-safe bound + select)",
-             "read done -> request sent (node fetch)",
-             "request sent -> acknowledged (bulk)",
-             "= rename returned -> acknowledged",
-             "acknowledged -> poller's multi-get answered",
-             "= rename returned -> poller saw it (the lag)"]
+    nan = float("nan")
     steps: list[tuple[float, ...]] = []
     for _node, seq, done, _sent, now, _arrived in seen:
         i = bisect.bisect_left(cursors, seq)
@@ -421,23 +441,33 @@ def decompose(log_path: Path, seen: list[tuple[str, int, float, float, float, fl
             continue
         b = batches[i]
         read_done = b["read_at"] + b["read_seconds"]
-        steps.append((b["read_at"] - done, read_done - b["read_at"], b["sent_at"] - read_done,
-                      b["acked_at"] - b["sent_at"], b["acked_at"] - done,
+        bound = b.get("bound_seconds", nan)
+        fetched = read_done + b["nodes_seconds"]
+        heard = b.get("notified_at") or nan
+        if not done <= heard <= b["read_at"]:
+            heard = nan  # that read was not started by this rename's notification
+        steps.append((heard - done, b["read_at"] - heard, bound, b["read_seconds"] - bound,
+                      b["nodes_seconds"], b["sent_at"] - fetched, b["acked_at"] - b["sent_at"],
+                      b.get("es_took_seconds", nan),
+                      b["read_at"] - done, b["acked_at"] - done,
                       now - b["acked_at"], now - done))
-    acked = [t[4] for t in steps]
+    acked = [t[9] for t in steps]
+    columns = {name: [t[k] for t in steps if not math.isnan(t[k])]
+               for k, name in enumerate(STEPS)}
     if not steps:
-        return [], acked
-    by = 6 if not math.isnan(steps[0][6]) else 4
+        return [], acked, columns
+    by = 11 if not math.isnan(steps[0][11]) else 9
     slow = sorted(steps, key=lambda t: t[by])[-max(1, len(steps) // 100):]
     rows = []
-    for k, name in enumerate(names):
-        col = [t[k] for t in steps if not math.isnan(t[k])]
+    for k, name in enumerate(STEPS):
+        col = columns[name]
         if not col:
             continue
-        rows.append([name, *(f"{percentile(col, q) * 1000:.0f}" for q in (0.5, 0.9, 0.99)),
-                     f"{sum(col) / len(col) * 1000:.0f}",
-                     f"{sum(t[k] for t in slow) / len(slow) * 1000:.0f}"])
-    return rows, acked
+        slow_col = [t[k] for t in slow if not math.isnan(t[k])]
+        rows.append([name, *(f"{percentile(col, q) * 1000:.1f}" for q in (0.5, 0.9, 0.99)),
+                     f"{sum(col) / len(col) * 1000:.1f}",
+                     f"{sum(slow_col) / len(slow_col) * 1000:.1f}" if slow_col else "-"])
+    return rows, acked, columns
 
 
 def compare(coord: Coordinator, es: SearchEngine) -> tuple[int, int, int, int]:
@@ -503,7 +533,24 @@ def main() -> None:
                              "CPU share under the kernel's autogroup scheduling)")
     parser.add_argument("--keep-log", type=Path, default=None,
                         help="copy the worker's JSON log here")
+    parser.add_argument("--results", type=Path, default=None,
+                        help="write this run's results (lags, steps, ratios) as JSON here")
+    parser.add_argument("--label", default="after",
+                        help="this run's series in the plot (runs of one label are pooled)")
+    parser.add_argument("--before", type=Path, nargs="*", default=[],
+                        help="results files of other runs (earlier code, or the same code) "
+                             "drawn in the same plot, pooled by their labels")
+    parser.add_argument("--plot", choices=["lone", "load"], default=None,
+                        help="draw the lag distributions to bench/plots/: lone_rename_lag.png "
+                             "(goals p50 10 / p99 25 ms) or rename_load_lag.png (goal p99 150)")
+    parser.add_argument("--draw-only", action="store_true",
+                        help="no run: draw --plot from the --before files alone")
     args = parser.parse_args()
+    if args.draw_only:
+        if args.plot is None or not args.before:
+            parser.error("--draw-only needs --plot and --before files")
+        draw(args.plot, [read_results(p) for p in args.before])
+        return
     server_kind = "ES_URL" if os.environ.get("ES_URL") else search_kind()
     print(f"bench_rename_load {now_utc()}  server: {server_kind}  poller: {args.poller}  "
           f"worker session: {args.worker_session}  poll sample: 1 in {args.poll_sample}  "
@@ -538,12 +585,13 @@ def main() -> None:
                 ctx = multiprocessing.get_context("spawn")
                 inbox, outbox, ready = PipeInbox(ctx), ctx.Queue(), ctx.Event()
                 poller = ctx.Process(target=poll_loop,
-                                     args=(es_url, inbox.reader, outbox, *poll_args, ready),
+                                     args=(es_url, ALIAS, inbox.reader, outbox, *poll_args,
+                                           ready),
                                      daemon=True)
             else:
                 inbox, outbox, ready = queue.Queue(), queue.Queue(), threading.Event()
                 poller = threading.Thread(target=poll_loop,
-                                          args=(es_url, inbox, outbox, *poll_args, ready),
+                                          args=(es_url, ALIAS, inbox, outbox, *poll_args, ready),
                                           daemon=True)
             if args.poller != "none":
                 poller.start()
@@ -599,12 +647,13 @@ def main() -> None:
             assert worker.terminate() == 0
             if args.keep_log is not None:
                 args.keep_log.write_bytes(log_path.read_bytes())
-            steps, acked = decompose(log_path, seen)
+            steps, acked, columns = decompose(log_path, seen)
         finally:
             worker.ensure_dead()
             if isinstance(poller, multiprocessing.process.BaseProcess) and poller.is_alive():
                 poller.kill()
         expected, missing, extra, wrong = compare(coord, es)
+        elasticsearch_index.drop_alias_and_indices(es, ALIAS)
         raw.append(raw_overwrite_rate(es, nodes, len(raw)))
         es.close()
         coord.close()
@@ -661,6 +710,47 @@ def main() -> None:
     print()
     print("file rename lag, step by step (ms; the node-lane batch that carried each rename):")
     print(table(["step", "p50", "p90", "p99", "mean", "mean, slowest 1 %"], steps))
+    results = {
+        "bench": "bench_rename_load", "at": now_utc(), "label": args.label,
+        "server": server_kind, "rate": args.rate, "clients": args.clients,
+        "seconds": args.seconds, "dir_share": args.dir_share,
+        "load_average": {"before": load_before, "end_of_load": load_during,
+                         "after": load_average()},
+        "lag_ms": [x * 1000 for x in lags], "lag_to_ack_ms": [x * 1000 for x in acked],
+        "steps_ms": {k: [x * 1000 for x in v] for k, v in columns.items()},
+        "busy_s": busy_s, "ideal_s": ideal, "busy_over_ideal": busy_s / ideal,
+        "raw_docs_per_s": raw, "file_renames": load.file_renames,
+        "dir_renames": len(load.dir_renames),
+        "index_vs_postgresql": {"documents": expected, "missing": missing, "extra": extra,
+                                "wrong": wrong},
+    }
+    if args.results is not None:
+        write_results(args.results, results)
+    if args.plot is not None:
+        draw(args.plot, [results, *(read_results(p) for p in args.before)])
+
+
+def draw(kind: str, runs: list[dict[str, Any]]) -> None:
+    """The lag distributions of ``runs``, pooled by label, to bench/plots/."""
+    series: dict[str, list[float]] = {}
+    counts: dict[str, int] = {}
+    for run in runs:
+        series.setdefault(run["label"], []).extend(run["lag_ms"])
+        counts[run["label"]] = counts.get(run["label"], 0) + 1
+    named = {f"{label}, {counts[label]} run{'s' if counts[label] > 1 else ''}": xs
+             for label, xs in series.items()}
+    rate = runs[0]["rate"]
+    if kind == "lone":
+        path = lag_distributions(
+            named, PLOTS_DIR / "lone_rename_lag.png",
+            title=f"lone file rename, commit returned -> realtime GET sees it, {rate:g}/s",
+            goals_ms={"goal p50 10 ms": 10, "goal p99 25 ms": 25})
+    else:
+        path = lag_distributions(
+            named, PLOTS_DIR / "rename_load_lag.png",
+            title=f"file rename lag under the rename-heavy load ({rate:g} renames/s)",
+            goals_ms={"goal p99 150 ms": 150})
+    print(f"plot: {path}")
 
 
 if __name__ == "__main__":

@@ -509,6 +509,7 @@ class Coordinator(NamespaceCommands):
         contents: bool = True,
         shard: str | None = None,
         copied: bool = False,
+        timings: dict[str, float] | None = None,
     ) -> tuple[list[Event], int]:
         """Events safe to consume after cursor ``after`` (None: from the start; ``"horizon"``:
         from the oldest event compaction kept; ``"now"``: none, and the end of the log),
@@ -517,7 +518,8 @@ class Coordinator(NamespaceCommands):
         Waits up to ``wait`` seconds for writers in flight; ``on_slow(writers)`` is
         called once if that lasts ``report_after`` seconds; ``contents=False`` reads file
         contents as null; ``copied=True`` is the change feed's read (a namespace moved
-        here reads on through its copied events). See ``coordinator.event_reader``.
+        here reads on through its copied events); ``timings`` gets the seconds the
+        gap-safe bound took (``bound``). See ``coordinator.event_reader``.
 
         Each server has its own log, with positions of its own: the log read is the one
         of the server of ``namespaces`` (all on one), or of the server named ``shard``
@@ -527,7 +529,7 @@ class Coordinator(NamespaceCommands):
             return read_events(
                 engine, after, limit, namespaces=namespaces, partition=partition,
                 until=until, wait=wait, on_slow=on_slow, report_after=report_after,
-                contents=contents, copied=copied,
+                contents=contents, copied=copied, timings=timings,
             )
         except DBAPIError as exc:
             raise translate(exc) from exc

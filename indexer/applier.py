@@ -6,7 +6,8 @@ For a batch read with ``read_events(after=checkpoint)`` and its cursor ``C``
 (every event ``<= C`` has committed, none above it was read), let ``V`` be the
 position of the batch's last event. Work comes in two parts, each applied from
 ONE REPEATABLE READ snapshot taken after the batch was read (so it contains every
-change ``<= C``, and maybe later ones):
+change ``<= C``, and maybe later ones; a node part read by one statement takes that
+statement's own snapshot, in autocommit):
 
 * **nodes** (``apply_nodes``): each node an event names (created, written,
   moved, deleted): its current row and path at external version ``V``, or a
@@ -302,9 +303,16 @@ class Applier:
         check = self._checker(stop)
         t0 = time.monotonic()
         with self.engine.connect() as raw:
-            conn = raw.execution_options(isolation_level="REPEATABLE READ")
-            with conn.begin():
+            if len(plan.namespaces) == 1:
+                # One namespace of at most ID_CHUNK nodes is one statement: its own
+                # snapshot is the one snapshot, taken after the batch was read, in
+                # autocommit (no BEGIN and COMMIT round trips on a lone change's path).
+                conn = raw.execution_options(isolation_level="AUTOCOMMIT")
                 ready = list(self._node_actions(conn, plan, version, check))
+            else:
+                conn = raw.execution_options(isolation_level="REPEATABLE READ")
+                with conn.begin():
+                    ready = list(self._node_actions(conn, plan, version, check))
         if timings is not None:
             timings["read_nodes"] = time.monotonic() - t0
         return NodeActions(plan, version, ready)

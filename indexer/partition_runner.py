@@ -111,10 +111,12 @@ class PartitionRunner:
     """Applies one partition's events, in order: the node lane in its own thread,
     subtrees and sweeps in the partition's ``SubtreeLane``.
 
-    The node lane pipelines: while batch N's bulk request is in flight (a sender
-    thread), it reads batch N+1 and fetches its nodes, and sends that too (at most
-    ``node_bulks_in_flight`` requests). A file rename then waits for one read, one
-    fetch and one request, not also for the rest of the request before it. Safe
+    The node lane pipelines while the log is busy: while batch N's bulk request is in
+    flight (a sender thread), it reads batch N+1 and fetches its nodes, and sends that
+    too (at most ``node_bulks_in_flight`` requests). A file rename then waits for one
+    read, one fetch and one request, not also for the rest of the request before it.
+    A lone change (a short batch after a read that found nothing) is one read and one
+    request: the lane then waits for the next wake-up instead of reading again. Safe
     because every write carries an external version from a snapshot taken after
     its batch was read (``indexer.applier``): the two requests may be applied in
     either order. What is ordered is the bookkeeping: batches are settled strictly
@@ -131,6 +133,9 @@ class PartitionRunner:
         self.partition = partition
         self.label = worker.label(partition)
         self.wake = threading.Event()
+        #: Wall-clock time of the last notification that woke this runner (0: none yet):
+        #: logged with the batch read after it, so a lag can be split at the wake-up.
+        self.notified_at = 0.0
         self.stop = threading.Event()
         self.crashed: BaseException | None = None
         #: What is saved: every event up to it is fully applied (both lanes).
@@ -138,6 +143,8 @@ class PartitionRunner:
         #: When the current run of held-back reads began (None: not held back).
         self._held_since: float | None = None
         self._held_this_read = False
+        #: Whether the last read found events of this partition (the log is busy).
+        self._read_found = False
         #: Where the node lane reads on from (>= acked_cursor).
         self.read_cursor = 0
         #: Every event up to it has its nodes acknowledged by Elasticsearch and its
@@ -243,7 +250,12 @@ class PartitionRunner:
         self.worker.read_waits.report_held_back(
             self.partition, time.monotonic() - self._held_since, writers)
 
-    def _read(self) -> tuple[list[Event], int]:
+    def notified(self) -> None:
+        """A notification named this runner's partition: wake it (and note when)."""
+        self.notified_at = time.time()
+        self.wake.set()
+
+    def _read(self, timings: dict[str, float]) -> tuple[list[Event], int]:
         w = self.worker
         started = time.monotonic()
         self._held_this_read = False
@@ -254,6 +266,7 @@ class PartitionRunner:
                 wait=w.config.read_wait, on_slow=partial(self._held_back, started),
                 report_after=w.config.read_report_after,
                 contents=False,  # documents are built from PostgreSQL's rows
+                timings=timings,
             )
         except CursorExpired as exc:
             if not self._adopt_rebuilt_checkpoint(exc):
@@ -323,12 +336,16 @@ class PartitionRunner:
             return self._settle(block=True) or settled
         read_started = time.monotonic()
         read_at = time.time()
-        events, cursor = self._read()
+        timings: dict[str, float] = {"read_at": read_at, "notified_at": self.notified_at}
+        events, cursor = self._read(timings)
         if cursor <= self.read_cursor:
             # Nothing new: the runner waits for a wake-up, which a notification or an
-            # answer to a request in flight (its done callback) gives.
-            return settled
+            # answer to a request in flight (its done callback) gives. (What was settled
+            # above was settled before this read: nothing is left for another step.)
+            self._read_found = False
+            return False
         after = self.read_cursor
+        found_before, self._read_found = self._read_found, bool(events)
         if not events:  # only holes: the cursor moves once the batches before are settled
             self._in_flight.append(_NodeBatch(after, cursor, 0, 0, None, None, {},
                                               read_started, 0))
@@ -340,12 +357,9 @@ class PartitionRunner:
             # writes that takes the database's CPU from the partitions that have work.
             # (--once keeps reading until it reaches its target.)
             return w.config.once
-        # Partitions with nothing of their own read too, so their checkpoints keep up with
-        # this one's (``wait_indexed`` waits for every partition).
-        w.wake_all(but=self)
         version = events[-1].position
         plan = plan_batch(events)
-        timings: dict[str, float] = {"read": time.monotonic() - read_started, "read_at": read_at}
+        timings["read"] = time.monotonic() - read_started
         nodes = w.applier.read_nodes(plan, version, self.stop, timings)
         work = SubtreeWork.from_plan(plan, after=after, cursor=cursor, version=version)
         self.priority.busy()
@@ -362,7 +376,13 @@ class PartitionRunner:
         ))
         self.read_cursor = cursor
         self._settle(block=False)
-        return True
+        # Read the next batch while this one is in flight only if the log is busy: the
+        # read before this one found events too, or this one stopped at ``batch_events``.
+        # Else this read took everything up to its bound, and whatever commits later
+        # notifies after its commit, so after this step's ``wake.clear()``: the wake-up
+        # (or this request's answer) comes, and a lone change costs one read, not a
+        # second one beside its request, taking the CPU from it.
+        return found_before or len(events) >= w.config.batch_events
 
     def _send_nodes(self, nodes: NodeActions, timings: dict[str, float]) -> BulkStats:
         """A sender thread: one batch's node documents to Elasticsearch."""
@@ -377,6 +397,7 @@ class PartitionRunner:
         batch after it too and sends the node lane back to ``acked_cursor``, then
         raises (``_retrying`` backs off and goes on). True if any batch was settled."""
         settled = False
+        wrote = False
         while self._in_flight:
             head = self._in_flight[0]
             stats = BulkStats()
@@ -397,10 +418,17 @@ class PartitionRunner:
             self.acked_cursor = head.cursor
             settled = True
             if head.future is not None:
+                wrote = True
                 self._log_batch(head, stats)
                 self.worker.index_health.index_answered(stats)
         if settled:
             self.publish_checkpoint()
+        if wrote:
+            # Partitions with nothing of their own read too, so their checkpoints keep up
+            # with this one's (``wait_indexed`` waits for every partition). Woken once
+            # the request was answered, not when it was read: their reads and checkpoint
+            # writes would take the CPU from this batch's node fetch and request.
+            self.worker.wake_all(but=self)
         return settled
 
     def _drop_in_flight(self) -> None:
@@ -427,10 +455,12 @@ class PartitionRunner:
             already_newer=stats.already_newer, rejected=stats.rejected,
             overridden=stats.overridden, subtree_work=batch.work is not None,
             read_seconds=round(t.get("read", 0.0), 4),
+            bound_seconds=round(t.get("bound", 0.0), 4),
             nodes_seconds=round(t.get("read_nodes", 0.0), 4),
             bulk_seconds=round(t.get("bulk", 0.0), 4),
             es_took_seconds=round(t.get("es_took", 0.0), 4),
             in_flight=batch.in_flight, seconds=round(seconds, 4),
+            notified_at=round(t.get("notified_at", 0.0), 4),
             read_at=round(t.get("read_at", 0.0), 4), sent_at=round(t.get("sent_at", 0.0), 4),
             acked_at=round(t.get("acked_at", 0.0), 4), settled_at=round(time.time(), 4))
 

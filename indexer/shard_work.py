@@ -147,7 +147,7 @@ class ShardWork:
         for p in wanted:
             runner = self.runners.get(p)
             if runner is not None:
-                runner.wake.set()
+                runner.notified()
 
     # ------------------------------------------------------------ setup
 

@@ -30,8 +30,8 @@ why they are safe):
    index". Any error: capped exponential backoff, the same work again.
 3. Latency: ``LISTEN pathkeeper_events`` (``indexer.wakeup``): each notification
    names the partition hashes of the namespaces its transaction wrote, and wakes
-   only those partitions' runners; a runner that read events wakes the others, so
-   the checkpoints of partitions with nothing of their own keep up with it
+   only those partitions' runners; a runner whose request was answered wakes the
+   others, so the checkpoints of partitions with nothing of their own keep up with it
    (``wait_indexed`` waits for every partition) without each of them chasing a busy
    log on its own; an APScheduler interval job (``max_instances=1``,
    ``coalesce=True``) wakes every runner, as the polling fallback, and rebalances.
