@@ -81,7 +81,16 @@ from sqlalchemy import Connection, Engine
 
 from coordinator import Event, Node
 
-from .bulk import CHUNK_BYTES, BulkStats, Rejected, send, send_request
+from .bulk import (
+    CHUNK_BYTES,
+    PASS_CHUNK_BYTES,
+    BulkStats,
+    Rejected,
+    encoded_chunks,
+    send,
+    send_chunks,
+    send_request,
+)
 from .contract import MAX_BATCH_AGE, delete_action, index_action, is_indexed, stale_under_query
 from .errors import IndexerError
 from .live_nodes import fetch_nodes, may_have_left, node_exists, stream_subtree_versions
@@ -354,14 +363,15 @@ class Applier:
         check = self._checker(stop)
         size = chunk_size or self.chunk_size
         pause = yield_to or (lambda: None)
+        work.timings = {}
         t0 = time.monotonic()
         with self.engine.connect() as raw:
             conn = raw.execution_options(isolation_level="REPEATABLE READ")
             with conn.begin():
                 # Closed here, whatever ends the sending, while the connection is open:
                 # it closes the subtree's server-side cursor.
-                with closing(self._subtree_actions(conn, work, check, size, pause)) as actions:
-                    stats = self._send(actions, chunk_size=size)
+                with closing(self._subtree_actions(conn, work, check)) as actions:
+                    stats = self._send_pass(actions, size, pause, check, work.timings)
                 t1 = t2 = time.monotonic()
                 sweeps = self._sweeps(conn, work)
                 if sweeps:
@@ -374,7 +384,7 @@ class Applier:
                     t2 = time.monotonic()
                     stats += self._send(self._sweep_actions(conn, sweeps, work.version, check))
         t3 = time.monotonic()
-        work.timings = {"rewrite": t1 - t0, "refresh": t2 - t1, "sweep": t3 - t2}
+        work.timings.update({"rewrite": t1 - t0, "refresh": t2 - t1, "sweep": t3 - t2})
         work.swept = sum(len(paths) for paths in sweeps.values())
         return stats
 
@@ -404,6 +414,27 @@ class Applier:
                 sweeps[ns] = paths
         return sweeps
 
+    def _send_pass(
+        self, actions: Iterator[dict[str, Any]], chunk_size: int, pause: Callable[[], None],
+        check: Callable[[], None], timings: dict[str, float],
+    ) -> BulkStats:
+        """A subtree pass's actions, read, built and encoded on a thread of their own
+        (``prefetched``: the next requests are ready while these are in flight; that
+        thread is the only user of the pass's connection until it has stopped), sent
+        ``bulk.IN_FLIGHT`` requests at a time (``send_chunks`` says why their order
+        does not matter), each after ``pause`` and ``check``."""
+
+        def before_request() -> None:
+            pause()  # between two bulk requests of this pass
+            check()
+
+        chunks = prefetched(encoded_chunks(actions, chunk_size, PASS_CHUNK_BYTES), 1)
+        try:
+            return send_chunks(self.es, chunks, self.on_reject, before_request=before_request,
+                               alive=self.alive, timings=timings)
+        finally:
+            chunks.close()
+
     def _send(self, actions: Iterable[dict[str, Any]], chunk_size: int | None = None) -> BulkStats:
         def reject(r: Rejected) -> None:
             self.on_reject(r)
@@ -430,10 +461,8 @@ class Applier:
                 yield from self._write_or_delete(ns, ids, fetch_nodes(conn, ns, ids), version)
 
     def _subtree_actions(
-        self, conn: Connection, work: SubtreeWork, check: Callable[[], None], chunk: int,
-        pause: Callable[[], None],
+        self, conn: Connection, work: SubtreeWork, check: Callable[[], None],
     ) -> Generator[dict[str, Any], None, None]:
-        sent = 0
         for ns, w in work.namespaces.items():
             if not w.moves:
                 continue
@@ -446,9 +475,6 @@ class Applier:
                         if i % self.stream_chunk == 0:
                             check()
                         if w.written.get(node.id, 0) < version and is_indexed(node):
-                            if sent % chunk == 0:
-                                pause()  # between two bulk requests of this pass
-                            sent += 1
                             yield index_action(self.alias, node, version)
 
     def _sweep_actions(

@@ -183,6 +183,8 @@ class SubtreeLane:
             indexed=stats.indexed, deleted=stats.deleted,
             already_newer=stats.already_newer, rejected=stats.rejected,
             rewrite_seconds=round(work.timings.get("rewrite", 0.0), 4),
+            rewrite_requests=int(work.timings.get("requests", 0)),
+            rewrite_es_took=round(work.timings.get("es_took", 0.0), 4),
             refresh_seconds=round(work.timings.get("refresh", 0.0), 4),
             sweep_seconds=round(work.timings.get("sweep", 0.0), 4),
             seconds=round(seconds, 4))
