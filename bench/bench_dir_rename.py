@@ -27,8 +27,9 @@ rewrite's parts one after the other on the same subtree: PostgreSQL's read alone
 read with documents built and encoded, and the requests (wall time and Elasticsearch's
 own ``took``).
 
-``--results FILE`` writes the figures as JSON; ``--before FILE`` (a results file of a run
-on older code) puts both in ``bench/plots/dir_rename_vs_raw.png``.
+``--results FILE`` writes the figures as JSON; ``--before FILE...`` (results files of runs
+on older code) puts them beside this run in ``bench/plots/dir_rename_vs_raw.png``, one bar
+per run; ``--plot-only FILE...`` draws that from results files without measuring.
 """
 
 from __future__ import annotations
@@ -149,16 +150,23 @@ def breakdown(coord: Coordinator, es: SearchEngine, top_path: str) -> dict[str, 
     return parts
 
 
-def plot(results: dict[str, Any], before: dict[str, Any] | None) -> Path:
-    measures: dict[str, dict[str, float]] = {"directory rename / raw overwrite": {}}
-    for label, res in (("before", before), ("after", results)):
-        if res is not None:
-            measures["directory rename / raw overwrite"][
-                f"{label} ({res['when']})"] = res["ratio"]
+def plot(runs: list[dict[str, Any]]) -> Path:
+    """Median ratio of each run, the k-th run of each label (before, after) side by
+    side as pair k, and every round of each label pooled."""
+    measures: dict[str, dict[str, float]] = {}
+    seen: dict[str, int] = {}
+    pooled: dict[str, list[float]] = {}
+    for r in runs:
+        label = r["label"] or "run"
+        seen[label] = seen.get(label, 0) + 1
+        measures.setdefault(f"run pair {seen[label]}", {})[label] = float(r["ratio"])
+        pooled.setdefault(label, []).extend(r["ratios"])
+    if len(runs) > 2:
+        measures["all rounds pooled"] = {label: median(xs) for label, xs in pooled.items()}
     return ratios_to_ceiling(
         measures, PLOTS_DIR / "dir_rename_vs_raw.png",
-        title=f"{results['documents']:,}-document directory rename: time to visible / "
-              "raw streaming_bulk overwrite (same run)",
+        title=f"{runs[-1]['documents']:,}-document directory rename, commit to searchable,\n"
+              "/ raw streaming_bulk overwrite of the same documents (same run), median",
         goal=1.3, ylabel="time / raw overwrite time (lower is better)")
 
 
@@ -169,10 +177,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--breakdown", action="store_true")
     parser.add_argument("--results", type=Path, help="write the figures here (JSON)")
-    parser.add_argument("--before", type=Path, help="a results file of older code: plotted")
+    parser.add_argument("--before", type=Path, nargs="*", default=[],
+                        help="results files of runs on older code: plotted before this one")
+    parser.add_argument("--plot-only", type=Path, nargs="*",
+                        help="measure nothing: plot these results files (and --before's)")
     parser.add_argument("--label", default="", help="a name for this run in the results")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    if args.plot_only is not None:
+        runs = [read_results(p) for p in [*args.before, *args.plot_only]]
+        print(f"plot: {plot(runs)}")
+        return
     print(f"bench_dir_rename {now_utc()}  load before: {load_average()}", flush=True)
     with migrated_cluster("bench_dir_rename") as (_pg, database_url), \
             search_server() as es_url:
@@ -240,8 +255,7 @@ def main() -> None:
     if args.results:
         write_results(args.results, results)
     if args.results or args.before:
-        before = read_results(args.before) if args.before else None
-        print(f"plot: {plot(results, before)}")
+        print(f"plot: {plot([*(read_results(p) for p in args.before), results])}")
 
 
 if __name__ == "__main__":

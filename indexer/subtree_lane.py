@@ -108,6 +108,7 @@ class SubtreeLane:
     #: -> worker's bulk acknowledged" from 215 to 165 ms (median), busy / ideal the
     #: same (1.08-1.11), and flat out still caught up within 5 s. With 250 (on a box
     #: loaded by other sessions) the lane fell to ~900 documents/s under file renames.
+    #: A pass keeps ``bulk.IN_FLIGHT`` of these requests in flight (bench_dir_rename.py).
     CHUNK_SIZE = 500
 
     def __init__(self, runner: LaneRunner) -> None:
