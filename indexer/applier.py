@@ -38,8 +38,9 @@ event up to that version, and any later event would have led to a higher one:
 Elasticsearch's external versioning ("keep the write with the greater version")
 ends with the document as PostgreSQL has it, whatever order the writes arrive
 in. That is why the two parts can run in different threads (``indexer.partition_runner``:
-the node lane never waits for a big subtree) and why several batches' subtree
-work can be merged into one pass with at most one refresh and one sweep.
+the node lane never waits for a big subtree), why several batches' subtree
+work can be merged into one pass with at most one refresh and one sweep, and why
+a pass may keep several bulk requests in flight at once (``bulk.send_chunks``).
 
 **Which version a subtree document gets.** Not ``V``: a descendant is written at
 the position of the last move (among those being applied) of a directory on its
@@ -83,6 +84,7 @@ from coordinator import Event, Node
 
 from .bulk import (
     CHUNK_BYTES,
+    IN_FLIGHT,
     PASS_CHUNK_BYTES,
     BulkStats,
     Rejected,
@@ -351,6 +353,7 @@ class Applier:
         *,
         chunk_size: int | None = None,
         yield_to: Callable[[], None] | None = None,
+        in_flight: Callable[[], int] | None = None,
     ) -> BulkStats:
         """Rewrite the moved subtrees of ``work``, then (one refresh, one sweep)
         reconcile what may be left under stale paths, if anything can be. Call it only
@@ -359,7 +362,9 @@ class Applier:
 
         ``yield_to`` is called before each bulk request of ``chunk_size`` actions and
         before the refresh: the worker uses it to let the node lane's small, latency-
-        bound batches go first (``indexer.subtree_lane.SubtreeLane``)."""
+        bound batches go first (``indexer.subtree_lane.SubtreeLane``); ``in_flight``,
+        asked before each request, how many may be in flight (default
+        ``bulk.IN_FLIGHT``)."""
         check = self._checker(stop)
         size = chunk_size or self.chunk_size
         pause = yield_to or (lambda: None)
@@ -371,7 +376,8 @@ class Applier:
                 # Closed here, whatever ends the sending, while the connection is open:
                 # it closes the subtree's server-side cursor.
                 with closing(self._subtree_actions(conn, work, check)) as actions:
-                    stats = self._send_pass(actions, size, pause, check, work.timings)
+                    stats = self._send_pass(actions, size, pause, check, in_flight,
+                                            work.timings)
                 t1 = t2 = time.monotonic()
                 sweeps = self._sweeps(conn, work)
                 if sweeps:
@@ -416,12 +422,13 @@ class Applier:
 
     def _send_pass(
         self, actions: Iterator[dict[str, Any]], chunk_size: int, pause: Callable[[], None],
-        check: Callable[[], None], timings: dict[str, float],
+        check: Callable[[], None], in_flight: Callable[[], int] | None,
+        timings: dict[str, float],
     ) -> BulkStats:
         """A subtree pass's actions, read, built and encoded on a thread of their own
         (``prefetched``: the next requests are ready while these are in flight; that
         thread is the only user of the pass's connection until it has stopped), sent
-        ``bulk.IN_FLIGHT`` requests at a time (``send_chunks`` says why their order
+        up to ``in_flight()`` requests at a time (``send_chunks`` says why their order
         does not matter), each after ``pause`` and ``check``."""
 
         def before_request() -> None:
@@ -430,8 +437,10 @@ class Applier:
 
         chunks = prefetched(encoded_chunks(actions, chunk_size, PASS_CHUNK_BYTES), 1)
         try:
-            return send_chunks(self.es, chunks, self.on_reject, before_request=before_request,
-                               alive=self.alive, timings=timings)
+            return send_chunks(self.es, chunks, self.on_reject,
+                               in_flight=in_flight or IN_FLIGHT,
+                               before_request=before_request, alive=self.alive,
+                               timings=timings)
         finally:
             chunks.close()
 

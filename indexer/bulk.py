@@ -300,13 +300,14 @@ def send_chunks(
     chunks: Iterable[list[Encoded]],
     on_reject: Callable[[Rejected], None],
     *,
-    in_flight: int = IN_FLIGHT,
+    in_flight: int | Callable[[], int] = IN_FLIGHT,
     before_request: Callable[[], None] | None = None,
     alive: Alive | None = None,
     timings: dict[str, float] | None = None,
 ) -> BulkStats:
     """``send`` for chunks already encoded (``encoded_chunks``), with up to ``in_flight``
-    ``_bulk`` requests in flight at once, each on a thread (and a connection) of its own;
+    ``_bulk`` requests in flight at once (a number, or a function asked before each
+    request: at most ``IN_FLIGHT``), each on a thread (and a connection) of its own;
     ``before_request`` is called in the caller's thread before each request is sent (a
     pause for more urgent requests, a check that may raise to give up). Answers are
     sorted out in the caller's thread in the order of the chunks, as ``send`` does: the
@@ -341,11 +342,16 @@ def send_chunks(
             _sort_out(stats, conflicts, action, 200 <= status < 300, item, on_reject)
         _reject_too_large(stats, refused, on_reject)
 
+    threads = IN_FLIGHT if callable(in_flight) else max(1, in_flight)
+
+    def limit() -> int:
+        return max(1, min(threads, in_flight() if callable(in_flight) else in_flight))
+
     # Leaving the pool waits for its threads, whatever ended the loop: no request of
     # this call outlives it.
-    with ThreadPoolExecutor(max(1, in_flight), thread_name_prefix="bulk") as pool:
+    with ThreadPoolExecutor(threads, thread_name_prefix="bulk") as pool:
         for chunk in chunks:
-            while len(pending) >= in_flight:
+            while len(pending) >= limit():
                 settle_oldest()
             if before_request is not None:
                 before_request()

@@ -82,6 +82,18 @@ def test_a_subtree_pass_keeps_two_requests_in_flight(
            for k, d in index_docs(es, alias, "f").items()}
     assert got == expected_docs(coord, "f")
 
+    # While the node lane is busy the lane asks for one at a time: so it goes.
+    coord.rename("f", "/moved", "again")
+    events, cursor2 = coord.read_events(after=cursor)
+    plan = plan_batch(events)
+    version = events[-1].position
+    watch = OverlapWatch(es, hold=0.5)
+    applier = Applier(coord.engine, cast(SearchEngine, watch), alias, lambda r: None)
+    applier.apply_nodes(plan, version)
+    work = SubtreeWork.from_plan(plan, after=cursor, cursor=cursor2, version=version)
+    applier.apply_subtrees(work, chunk_size=500, in_flight=lambda: 1)
+    assert watch.most == 1
+
 
 def test_renames_inside_a_directory_during_its_rewrite_end_as_postgresql_has_them(
     coord: Coordinator, es: SearchEngine, alias: str, database_url: str, es_url: str
