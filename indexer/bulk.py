@@ -351,10 +351,10 @@ def send_chunks(
     # this call outlives it.
     with ThreadPoolExecutor(threads, thread_name_prefix="bulk") as pool:
         for chunk in chunks:
-            while len(pending) >= limit():
-                settle_oldest()
             if before_request is not None:
                 before_request()
+            while len(pending) >= limit():  # asked last: how many may be in flight now
+                settle_oldest()
             refused: list[dict[str, Any]] = []
             pending.append((pool.submit(send_halving, es, chunk, refused,
                                         require_alias=True), refused))

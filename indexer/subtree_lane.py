@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Protocol
 
 from . import metrics
@@ -54,14 +55,16 @@ class NodeLanePriority:
         with self._cond:
             self._cond.wait_for(lambda: self._busy <= 0, timeout=self.cap)
 
-    def subtree_requests(self) -> int:
+    def subtree_requests(self, since: float = float("-inf")) -> int:
         """How many bulk requests the subtree lane may keep in flight now:
-        ``bulk.IN_FLIGHT`` while the node lane is quiet (no request of its own in flight
-        nor sent in the last ``quiet`` seconds: a lone directory rename), else one, so
+        ``bulk.IN_FLIGHT`` while the node lane is quiet (no request of its own in flight,
+        nor sent in the last ``quiet`` seconds after ``since``, the pass's start: the
+        request that handed a lone directory rename over does not count), else one, so
         one of the search server's two write threads stays free for the node lane's next
         small request (a rename-heavy load)."""
         with self._cond:
-            quiet = self._busy <= 0 and time.monotonic() - self._last_sent > self.quiet
+            recent = time.monotonic() - self._last_sent <= self.quiet
+            quiet = self._busy <= 0 and not (recent and self._last_sent >= since)
         return IN_FLIGHT if quiet else 1
 
 
@@ -186,7 +189,7 @@ class SubtreeLane:
         stats = w.applier.apply_subtrees(
             work, self.runner.stop, chunk_size=self.CHUNK_SIZE,
             yield_to=self.runner.priority.wait_idle,
-            in_flight=self.runner.priority.subtree_requests,
+            in_flight=partial(self.runner.priority.subtree_requests, time.monotonic()),
         )
         seconds = time.monotonic() - started
         metrics.BATCH_SECONDS.labels(w.consumer).observe(seconds)

@@ -127,8 +127,8 @@ def test_renames_inside_a_directory_during_its_rewrite_end_as_postgresql_has_the
                         own.move("c", node.id, f"/out/m{k}-{i}")
                     elif pick < 0.9:  # a directory inside it renamed: a subtree of its own
                         own.rename("c", subdirs[k % len(subdirs)], f"d{k}-{i}")
-                    else:  # a new file in it
-                        own.create_file("c", f"{own.get('c', subdirs[0]).path}/new{k}-{i}",
+                    else:  # a new file in it (in a directory no client renames)
+                        own.create_file("c", f"{own.get('c', subdirs[-1]).path}/new{k}-{i}",
                                         "new")
                     if not own.wait_indexed(big_seq, 0.0, consumer=consumer):
                         with lock:

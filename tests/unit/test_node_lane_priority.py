@@ -17,5 +17,6 @@ def test_two_in_flight_only_while_the_node_lane_is_quiet() -> None:
     assert priority.subtree_requests() == 1  # a node-lane request in flight
     priority.idle()
     assert priority.subtree_requests() == 1  # answered, but the lane may send again soon
+    assert priority.subtree_requests(since=time.monotonic()) == 2  # sent before the pass
     time.sleep(0.1)
     assert priority.subtree_requests() == 2
