@@ -39,8 +39,9 @@ event up to that version, and any later event would have led to a higher one:
 Elasticsearch's external versioning ("keep the write with the greater version")
 ends with the document as PostgreSQL has it, whatever order the writes arrive
 in. That is why the two parts can run in different threads (``indexer.partition_runner``:
-the node lane never waits for a big subtree) and why several batches' subtree
-work can be merged into one pass with at most one refresh and one sweep.
+the node lane never waits for a big subtree), why several batches' subtree
+work can be merged into one pass with at most one refresh and one sweep, and why
+a pass may keep several bulk requests in flight at once (``bulk.send_chunks``).
 
 **Which version a subtree document gets.** Not ``V``: a descendant is written at
 the position of the last move (among those being applied) of a directory on its
@@ -82,7 +83,17 @@ from sqlalchemy import Connection, Engine
 
 from coordinator import Event, Node
 
-from .bulk import CHUNK_BYTES, BulkStats, Rejected, send, send_request
+from .bulk import (
+    CHUNK_BYTES,
+    IN_FLIGHT,
+    PASS_CHUNK_BYTES,
+    BulkStats,
+    Rejected,
+    encoded_chunks,
+    send,
+    send_chunks,
+    send_request,
+)
 from .contract import MAX_BATCH_AGE, RENDERED, delete_action, rendered_action, stale_under_query
 from .errors import IndexerError
 from .live_nodes import (
@@ -357,6 +368,7 @@ class Applier:
         *,
         chunk_size: int | None = None,
         yield_to: Callable[[], None] | None = None,
+        in_flight: Callable[[], int] | None = None,
     ) -> BulkStats:
         """Rewrite the moved subtrees of ``work``, then (one refresh, one sweep)
         reconcile what may be left under stale paths, if anything can be. Call it only
@@ -365,18 +377,22 @@ class Applier:
 
         ``yield_to`` is called before each bulk request of ``chunk_size`` actions and
         before the refresh: the worker uses it to let the node lane's small, latency-
-        bound batches go first (``indexer.subtree_lane.SubtreeLane``)."""
+        bound batches go first (``indexer.subtree_lane.SubtreeLane``); ``in_flight``,
+        asked before each request, how many may be in flight (default
+        ``bulk.IN_FLIGHT``)."""
         check = self._checker(stop)
         size = chunk_size or self.chunk_size
         pause = yield_to or (lambda: None)
+        work.timings = {}
         t0 = time.monotonic()
         with self.engine.connect() as raw:
             conn = raw.execution_options(isolation_level="REPEATABLE READ")
             with conn.begin():
                 # Closed here, whatever ends the sending, while the connection is open:
                 # it closes the subtree's server-side cursor.
-                with closing(self._subtree_actions(conn, work, check, size, pause)) as actions:
-                    stats = self._send(actions, chunk_size=size)
+                with closing(self._subtree_actions(conn, work, check)) as actions:
+                    stats = self._send_pass(actions, size, pause, check, in_flight,
+                                            work.timings)
                 t1 = t2 = time.monotonic()
                 sweeps = self._sweeps(conn, work)
                 if sweeps:
@@ -389,7 +405,7 @@ class Applier:
                     t2 = time.monotonic()
                     stats += self._send(self._sweep_actions(conn, sweeps, work.version, check))
         t3 = time.monotonic()
-        work.timings = {"rewrite": t1 - t0, "refresh": t2 - t1, "sweep": t3 - t2}
+        work.timings.update({"rewrite": t1 - t0, "refresh": t2 - t1, "sweep": t3 - t2})
         work.swept = sum(len(paths) for paths in sweeps.values())
         return stats
 
@@ -418,6 +434,30 @@ class Applier:
             if paths:
                 sweeps[ns] = paths
         return sweeps
+
+    def _send_pass(
+        self, actions: Iterator[dict[str, Any]], chunk_size: int, pause: Callable[[], None],
+        check: Callable[[], None], in_flight: Callable[[], int] | None,
+        timings: dict[str, float],
+    ) -> BulkStats:
+        """A subtree pass's actions, read, built and encoded on a thread of their own
+        (``prefetched``: the next requests are ready while these are in flight; that
+        thread is the only user of the pass's connection until it has stopped), sent
+        up to ``in_flight()`` requests at a time (``send_chunks`` says why their order
+        does not matter), each after ``pause`` and ``check``."""
+
+        def before_request() -> None:
+            pause()  # between two bulk requests of this pass
+            check()
+
+        chunks = prefetched(encoded_chunks(actions, chunk_size, PASS_CHUNK_BYTES), 1)
+        try:
+            return send_chunks(self.es, chunks, self.on_reject,
+                               in_flight=in_flight or IN_FLIGHT,
+                               before_request=before_request, alive=self.alive,
+                               timings=timings)
+        finally:
+            chunks.close()
 
     def _send(self, actions: Iterable[dict[str, Any]], chunk_size: int | None = None) -> BulkStats:
         def reject(r: Rejected) -> None:
@@ -449,10 +489,8 @@ class Applier:
                 yield from self._write_or_delete(conn, ns, ids, version)
 
     def _subtree_actions(
-        self, conn: Connection, work: SubtreeWork, check: Callable[[], None], chunk: int,
-        pause: Callable[[], None],
+        self, conn: Connection, work: SubtreeWork, check: Callable[[], None],
     ) -> Generator[dict[str, Any], None, None]:
-        sent = 0
         for ns, w in work.namespaces.items():
             if not w.moves:
                 continue
@@ -465,9 +503,6 @@ class Applier:
                         if i % self.stream_chunk == 0:
                             check()
                         if entry is not None and w.written.get(node_id, 0) < version:
-                            if sent % chunk == 0:
-                                pause()  # between two bulk requests of this pass
-                            sent += 1
                             yield rendered_action(self.alias, ns, node_id, version, entry)
 
     def _sweep_actions(

@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +52,8 @@ Alive = Callable[[str, str], bool]
 
 CHUNK_ACTIONS = 1000
 CHUNK_BYTES = 8 * 1024 * 1024
+#: Bytes of one request of a subtree pass at most (its actions are counted too).
+PASS_CHUNK_BYTES = 1024 * 1024
 #: The status of a request larger than the server takes (``http.max_content_length``).
 REQUEST_TOO_LARGE = 413
 
@@ -286,6 +290,85 @@ def _reject_too_large(
         stats.rejected += 1
         on_reject(too_large(action))
     refused.clear()
+
+
+#: Requests one ``send_chunks`` call keeps in flight. Two: the search server indexes a
+#: shard's part of a bulk request on one of its write threads (two on two cores), so a
+#: second request keeps the other busy while the first is answered and the next one is
+#: read and encoded; a third would only queue in the server (bench_dir_rename.py).
+IN_FLIGHT = 2
+
+
+def send_chunks(
+    es: SearchEngine,
+    chunks: Iterable[list[Encoded]],
+    on_reject: Callable[[Rejected], None],
+    *,
+    in_flight: int | Callable[[], int] = IN_FLIGHT,
+    before_request: Callable[[], None] | None = None,
+    alive: Alive | None = None,
+    timings: dict[str, float] | None = None,
+) -> BulkStats:
+    """``send`` for chunks already encoded (``encoded_chunks``), with up to ``in_flight``
+    ``_bulk`` requests in flight at once (a number, or a function asked before each
+    request: at most ``IN_FLIGHT``), each on a thread (and a connection) of its own;
+    ``before_request`` is called in the caller's thread before each request is sent (a
+    pause for more urgent requests, a check that may raise to give up). Answers are
+    sorted out in the caller's thread in the order of the chunks, as ``send`` does: the
+    same counts, dead letters and conflicts, and ``Retryable`` on the first transient
+    item. Elasticsearch's own time (``took``, summed) and the requests sent go to
+    ``timings["es_took"]`` and ``timings["requests"]``.
+
+    Why the requests may be applied in any order: every action carries its external
+    version (``version_type=external``: an event's position), and the server keeps the
+    write with the highest version whatever order writes arrive in (``indexer.applier``
+    has the argument); two requests of one call are no different from the two lanes, or
+    two workers, writing side by side. The call returns only once every request it sent
+    was answered, so a caller that moves a checkpoint after it never passes a write not
+    yet acknowledged; on any error it first waits for the requests in flight to end,
+    then raises (the caller applies the whole work again: idempotent, the writes already
+    made answer 409)."""
+    stats = BulkStats()
+    conflicts: list[dict[str, Any]] = []
+    took = 0
+    requests = 0
+    pending: deque[tuple[Future[tuple[list[tuple[dict[str, Any], dict[str, Any]]], int]],
+                         list[dict[str, Any]]]] = deque()
+
+    def settle_oldest() -> None:
+        nonlocal took
+        future, refused = pending.popleft()
+        answered, ms = future.result()
+        took += ms
+        for action, item in answered:
+            _op, info = next(iter(item.items()))
+            status = int(info.get("status", 500))
+            _sort_out(stats, conflicts, action, 200 <= status < 300, item, on_reject)
+        _reject_too_large(stats, refused, on_reject)
+
+    threads = IN_FLIGHT if callable(in_flight) else max(1, in_flight)
+
+    def limit() -> int:
+        return max(1, min(threads, in_flight() if callable(in_flight) else in_flight))
+
+    # Leaving the pool waits for its threads, whatever ended the loop: no request of
+    # this call outlives it.
+    with ThreadPoolExecutor(threads, thread_name_prefix="bulk") as pool:
+        for chunk in chunks:
+            if before_request is not None:
+                before_request()
+            while len(pending) >= limit():  # asked last: how many may be in flight now
+                settle_oldest()
+            refused: list[dict[str, Any]] = []
+            pending.append((pool.submit(send_halving, es, chunk, refused,
+                                        require_alias=True), refused))
+            requests += 1
+        while pending:
+            settle_oldest()
+    if timings is not None:
+        timings["es_took"] = took / 1000
+        timings["requests"] = requests
+    return _settle(es, stats, conflicts, alive)
 
 
 def send_request(

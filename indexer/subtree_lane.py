@@ -12,10 +12,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Protocol
 
 from . import metrics
 from .applier import Applier, SubtreeWork
+from .bulk import IN_FLIGHT
 from .index_health import IndexHealth
 from .logs import log
 
@@ -32,14 +34,17 @@ class NodeLanePriority:
     so a steady stream of small batches cannot starve it: the node lane's reads,
     which wait on PostgreSQL, leave it room anyway)."""
 
-    def __init__(self, cap: float = 0.25) -> None:
+    def __init__(self, cap: float = 0.25, quiet: float = 0.2) -> None:
         self.cap = cap
+        self.quiet = quiet
         self._cond = threading.Condition()
         self._busy = 0  # node-lane requests in flight (the lane pipelines them)
+        self._last_sent = float("-inf")  # when the node lane last sent a request
 
     def busy(self) -> None:
         with self._cond:
             self._busy += 1
+            self._last_sent = time.monotonic()
 
     def idle(self) -> None:
         with self._cond:
@@ -49,6 +54,18 @@ class NodeLanePriority:
     def wait_idle(self) -> None:
         with self._cond:
             self._cond.wait_for(lambda: self._busy <= 0, timeout=self.cap)
+
+    def subtree_requests(self, since: float = float("-inf")) -> int:
+        """How many bulk requests the subtree lane may keep in flight now:
+        ``bulk.IN_FLIGHT`` while the node lane is quiet (no request of its own in flight,
+        nor sent in the last ``quiet`` seconds after ``since``, the pass's start: the
+        request that handed a lone directory rename over does not count), else one, so
+        one of the search server's two write threads stays free for the node lane's next
+        small request (a rename-heavy load)."""
+        with self._cond:
+            recent = time.monotonic() - self._last_sent <= self.quiet
+            quiet = self._busy <= 0 and not (recent and self._last_sent >= since)
+        return IN_FLIGHT if quiet else 1
 
 
 class LaneWorker(Protocol):
@@ -108,6 +125,7 @@ class SubtreeLane:
     #: -> worker's bulk acknowledged" from 215 to 165 ms (median), busy / ideal the
     #: same (1.08-1.11), and flat out still caught up within 5 s. With 250 (on a box
     #: loaded by other sessions) the lane fell to ~900 documents/s under file renames.
+    #: A pass keeps up to ``bulk.IN_FLIGHT`` of these in flight (``NodeLanePriority``).
     CHUNK_SIZE = 500
 
     def __init__(self, runner: LaneRunner) -> None:
@@ -171,6 +189,7 @@ class SubtreeLane:
         stats = w.applier.apply_subtrees(
             work, self.runner.stop, chunk_size=self.CHUNK_SIZE,
             yield_to=self.runner.priority.wait_idle,
+            in_flight=partial(self.runner.priority.subtree_requests, time.monotonic()),
         )
         seconds = time.monotonic() - started
         metrics.BATCH_SECONDS.labels(w.consumer).observe(seconds)
@@ -183,6 +202,8 @@ class SubtreeLane:
             indexed=stats.indexed, deleted=stats.deleted,
             already_newer=stats.already_newer, rejected=stats.rejected,
             rewrite_seconds=round(work.timings.get("rewrite", 0.0), 4),
+            rewrite_requests=int(work.timings.get("requests", 0)),
+            rewrite_es_took=round(work.timings.get("es_took", 0.0), 4),
             refresh_seconds=round(work.timings.get("refresh", 0.0), 4),
             sweep_seconds=round(work.timings.get("sweep", 0.0), 4),
             seconds=round(seconds, 4))

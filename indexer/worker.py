@@ -67,6 +67,7 @@ from coordinator.indexing import consumer_for
 from coordinator.shard_map import ShardMap, SingleShard
 
 from . import checkpoints, metrics
+from .bulk import IN_FLIGHT
 from .contract import DEFAULT_ALIAS, IndexShape
 from .elasticsearch_index import IndexMissing, MappingOutdated
 from .index_health import IndexHealth
@@ -146,7 +147,10 @@ class Worker:
         shards = self.shard_map.shards()
         self.es = open_search(
             config.es_url, request_timeout=config.es_request_timeout, max_retries=0,
-            retry_on_timeout=False, connections_per_node=max(10, 2 * n * len(shards)),
+            retry_on_timeout=False,
+            # Per partition: the node lane's requests in flight and the subtree lane's.
+            connections_per_node=max(
+                10, (config.node_bulks_in_flight + IN_FLIGHT) * n * len(shards)),
             **config.es_options,
         )
         self.index_health = IndexHealth(self.es, config.alias, self.consumer)

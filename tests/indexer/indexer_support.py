@@ -335,3 +335,15 @@ def one_request_then_gone() -> Callable[..., Any]:
         raise SearchServerGone("the search server went away mid-pass")
 
     return send
+
+
+def one_chunk_then_gone() -> Callable[..., Any]:
+    """The same for ``indexer.bulk.send_chunks``, which a subtree pass calls (patch it in
+    as ``applier_module.send_chunks``): the first request really sent, then
+    ``SearchServerGone``."""
+
+    def send_chunks(es: SearchEngine, chunks: Any, reject: Any, **options: Any) -> Any:
+        bulk.send_chunks(es, itertools.islice(chunks, 1), reject, **options)
+        raise SearchServerGone("the search server went away mid-pass")
+
+    return send_chunks

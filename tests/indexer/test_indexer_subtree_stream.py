@@ -15,7 +15,7 @@ from indexer_support import (
     expected_docs,
     index_docs,
     last_position,
-    one_request_then_gone,
+    one_chunk_then_gone,
     run_once,
 )
 
@@ -56,7 +56,7 @@ def test_a_subtree_pass_that_fails_while_sending_closes_its_stream_first(
             finished.append("stream closed")
 
     monkeypatch.setattr(applier_module, "stream_subtree_entries", watched_stream)
-    monkeypatch.setattr(applier_module, "send", one_request_then_gone())
+    monkeypatch.setattr(applier_module, "send_chunks", one_chunk_then_gone())
     try:
         app.apply_subtrees(work, chunk_size=2)
     except SearchServerGone:
