@@ -26,7 +26,12 @@ run, seconds apart).
 ``--stream N`` instead runs one import of N lines generated lazily (never held in memory,
 never written to a file), and reports its time per phase and memory: this process's peak
 RSS (``getrusage``), and, sampled every second, this process's RSS and the private memory
-(``RssAnon``) of the database's backends, to show that memory stays flat as lines stream in.
+(``RssAnon``) of the database's backends, to show that memory stays flat as lines stream in
+(the largest backend's peak per phase: the server's side of the bound).
+
+``--results FILE`` writes what was measured as JSON (``plots.write_results``); with
+``--before FILE`` (the results of a run on older code) the import / schema floor ratios of
+both runs are drawn side by side in ``bench/plots/import_vs_floor.png``.
 """
 
 from __future__ import annotations
@@ -43,9 +48,11 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from common import load_average, median, migrated_cluster, now_utc, table
+from plots import PLOTS_DIR, ratios_to_ceiling, read_results, write_results
 
 from coordinator import Coordinator
 from coordinator.db import libpq_url
@@ -307,8 +314,9 @@ def kib_of(pid: int | str, field: str) -> int:
     return 0
 
 
-def run_stream(url: str, nodes: int) -> None:
-    """One import of ``nodes`` lazily generated lines; time per phase, memory sampled."""
+def run_stream(url: str, nodes: int) -> dict[str, Any]:
+    """One import of ``nodes`` lazily generated lines; time per phase, memory sampled.
+    Returns what it measured (for ``--results``)."""
     samples: list[tuple[float, str, int, int, int]] = []  # t, phase, lines, self, backends
     current = [ImportProgress("read", 0, 0)]  # the last progress the import reported
     done = threading.Event()
@@ -358,9 +366,22 @@ def run_stream(url: str, nodes: int) -> None:
     print(table(["lines read", "this process RSS", "largest backend RssAnon"],
                 [[f"{s[2]:,}", f"{s[3] / 1024:.0f}", f"{s[4] / 1024:.0f}"]
                  for s in reading[::step]]))
+    backend_peaks: dict[str, float] = {}
+    for s in samples:
+        backend_peaks[s[1]] = max(backend_peaks.get(s[1], 0.0), s[4] / 1024)
+    print("\nlargest backend's RssAnon by phase (MB, peak of the samples):")
+    print(table(["phase", "MB"], [[k, f"{v:.0f}"] for k, v in backend_peaks.items()]))
     if samples:
         print(f"whole import: this process RSS max {max(s[3] for s in samples) / 1024:.0f} MB,"
               f" backends' RssAnon max {max(s[4] for s in samples) / 1024:.0f} MB")
+    return {
+        "lines": nodes, "seconds": took, "rows_per_s": nodes / took,
+        "client_peak_rss_mb": peak / 1024,
+        "backend_peak_rssanon_mb": max((s[4] for s in samples), default=0) / 1024,
+        "backend_peak_rssanon_mb_by_phase": backend_peaks,
+        "phases_s": {name: end - at for (name, at), end in zip(phases, ends, strict=True)},
+        "load_end": load_average(),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -371,13 +392,21 @@ def main(argv: list[str] | None = None) -> int:
                     help="also: what each part of nodes' schema costs the schema floor")
     ap.add_argument("--stream", type=int, metavar="N",
                     help="instead: one import of N lazily generated lines, memory measured")
+    ap.add_argument("--results", type=Path, metavar="FILE",
+                    help="write the measurements as JSON to FILE")
+    ap.add_argument("--before", type=Path, metavar="FILE",
+                    help="results of a run on older code: plot both (import / floor)")
     args = ap.parse_args(argv)
+    results: dict[str, Any] = {"started": now_utc(), "load_start": load_average(),
+                               "nodes": args.nodes, "rounds": args.rounds}
     print(f"bench_import {now_utc()}, {os.cpu_count()} CPUs, load {load_average()}, "
           f"python {sys.version.split()[0]}", flush=True)
     if args.stream:
         with migrated_cluster() as (_pg, url):
-            run_stream(url, args.stream)
+            results["stream"] = run_stream(url, args.stream)
         print(f"done {now_utc()}, load {load_average()}")
+        if args.results:
+            write_results(args.results, results)
         return 0
     with tempfile.TemporaryDirectory(prefix="pathkeeper-import-") as tmp, \
             migrated_cluster() as (_pg, url):
@@ -388,6 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         root, floor_nodes, events = floor_rows(rows)
         rates: dict[str, list[float]] = {what: [] for what in VARIANTS}
         ratios: dict[str, list[float]] = {"raw": [], "floor": []}
+        per_round: list[dict[str, Any]] = []
         with Coordinator.connect(url) as coord:
             # Warm-up (not counted): plans, caches, the first autovacuum of new tables.
             small = Path(tmp) / "warm.jsonl"
@@ -420,6 +450,10 @@ def main(argv: list[str] | None = None) -> int:
                 print("    import by phase: " + ", ".join(
                     f"{name} {secs:.2f} s" for name, secs in phases.items() if secs >= 0.005),
                     flush=True)
+                per_round.append({"seconds": took, "floor_nodes_s": floor_nodes_part,
+                                  "import_phases_s": phases, "load": [load, load_average()],
+                                  "import_over_floor": ratios["floor"][-1],
+                                  "import_over_raw": ratios["raw"][-1]})
         print()
         print(table(
             ["what", "median rows/s", "min", "max"],
@@ -429,10 +463,38 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nimport / raw COPY (median of per-round ratios): {median(ratios['raw']):.2f}")
         print(f"import / schema floor (median of per-round ratios): "
               f"{median(ratios['floor']):.2f}")
+        results.update({
+            "rounds_measured": per_round,
+            "median_rows_per_s": {what: median(rates[what]) for what in VARIANTS},
+            "import_over_floor": median(ratios["floor"]),
+            "import_over_raw": median(ratios["raw"]),
+        })
         if args.breakdown:
             breakdown(url, floor_nodes, events, root, args.rounds)
     print(f"done {now_utc()}, load {load_average()}")
+    results["load_end"] = load_average()
+    if args.results:
+        write_results(args.results, results)
+    if args.before and args.results:
+        plot_against_floor(read_results(args.before), results)
     return 0
+
+
+def plot_against_floor(before: dict[str, Any], after: dict[str, Any]) -> Path:
+    """import / schema floor of two runs (each against the floor of its own run), per
+    round and the median, in ``bench/plots/import_vs_floor.png``."""
+    measures: dict[str, dict[str, float]] = {}
+    for label, run in (("before", before), ("after", after)):
+        measures.setdefault("median", {})[label] = float(run["import_over_floor"])
+        for i, rnd in enumerate(run.get("rounds_measured", []), 1):
+            measures.setdefault(f"round {i}", {})[label] = float(rnd["import_over_floor"])
+    path = ratios_to_ceiling(
+        measures, PLOTS_DIR / "import_vs_floor.png", goal=0.9,
+        title=f"import / schema floor, {after.get('nodes', 0):,} nodes "
+              "(each run against its own floor)",
+        ylabel="import rows/s / schema floor rows/s")
+    print(f"plot: {path}")
+    return path
 
 
 if __name__ == "__main__":
