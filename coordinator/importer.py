@@ -122,13 +122,34 @@ class ImportProgress:
 ProgressFn = Callable[[ImportProgress], None]
 
 
+_scan_json = json.JSONDecoder().scan_once
+
+
+def loads_line(raw: bytes | str) -> Any:
+    """``json.loads(raw)``, faster for the usual line. A line that starts with ``{`` is
+    UTF-8 to ``json.loads`` too (its encoding detection looks at byte order marks and NUL
+    bytes only), so it is decoded as such and handed to the decoder's scanner directly,
+    skipping that detection and two passes for whitespace: half of ``json.loads``' time
+    a line. Anything else, or anything that fails, goes through ``json.loads`` itself, so
+    every result and every error is its own."""
+    try:
+        text_ = raw.decode("utf-8", "surrogatepass") if isinstance(raw, bytes) else raw
+        if text_[:1] == "{":
+            obj, end = _scan_json(text_, 0)
+            if end == len(text_) or not text_[end:].strip(" \t\n\r"):
+                return obj
+    except (ValueError, StopIteration, RecursionError):
+        pass
+    return json.loads(raw)
+
+
 def parse_line(
     raw: bytes | str, max_depth: int, max_content_bytes: int = paths.MAX_CONTENT_BYTES
 ) -> tuple[str, str, str, str, str | None, str, int]:
     """One input line as (path, parent_path, name, kind, content, metadata JSON, depth);
     raises a ``CoordinatorError`` saying what is wrong with it."""
     try:
-        obj = json.loads(raw)
+        obj = loads_line(raw)
     except UnicodeDecodeError:
         raise InvalidImport("not valid UTF-8") from None
     except ValueError as exc:
