@@ -52,7 +52,6 @@ from typing import Any
 
 import psycopg
 from common import load_average, median, migrated_cluster, now_utc, table
-from plots import PLOTS_DIR, ratios_to_ceiling, read_results, write_results
 
 from coordinator import Coordinator
 from coordinator.db import libpq_url
@@ -406,6 +405,7 @@ def main(argv: list[str] | None = None) -> int:
             results["stream"] = run_stream(url, args.stream)
         print(f"done {now_utc()}, load {load_average()}")
         if args.results:
+            from plots import write_results
             write_results(args.results, results)
         return 0
     with tempfile.TemporaryDirectory(prefix="pathkeeper-import-") as tmp, \
@@ -473,6 +473,8 @@ def main(argv: list[str] | None = None) -> int:
             breakdown(url, floor_nodes, events, root, args.rounds)
     print(f"done {now_utc()}, load {load_average()}")
     results["load_end"] = load_average()
+    # Imported here: matplotlib would add ~50 MB to the RSS that --stream reports.
+    from plots import read_results, write_results
     if args.results:
         write_results(args.results, results)
     if args.before and args.results:
@@ -483,6 +485,7 @@ def main(argv: list[str] | None = None) -> int:
 def plot_against_floor(before: dict[str, Any], after: dict[str, Any]) -> Path:
     """import / schema floor of two runs (each against the floor of its own run), per
     round and the median, in ``bench/plots/import_vs_floor.png``."""
+    from plots import PLOTS_DIR, ratios_to_ceiling
     measures: dict[str, dict[str, float]] = {}
     for label, run in (("before", before), ("after", after)):
         measures.setdefault("median", {})[label] = float(run["import_over_floor"])
