@@ -122,7 +122,8 @@ class ImportProgress:
 ProgressFn = Callable[[ImportProgress], None]
 
 
-_scan_json = json.JSONDecoder().scan_once
+# The decoder's scanner (the C one): an attribute its __init__ sets, not in the stubs.
+_scan_json: Callable[[str, int], tuple[Any, int]] = vars(json.JSONDecoder())["scan_once"]
 
 
 def loads_line(raw: bytes | str) -> Any:
