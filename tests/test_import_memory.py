@@ -102,6 +102,21 @@ def test_queued_trigger_memory_does_not_grow_with_the_import(
     check_log_explains_table(coord, "large")
 
 
+def test_a_slice_is_read_through_the_rank_index(coord: Coordinator, ns: str) -> None:
+    """Each slice reads its own rows, not the whole table: with a scan of the table per
+    slice, an import of 10,000,000 lines would read it 200 times."""
+    plans: list[str] = []
+
+    def explain(p: ImportProgress) -> None:
+        if p.phase == "events":  # the slices' table is there, with its index
+            plans.extend(str(r[0]) for r in conn.execute(text(
+                "EXPLAIN SELECT * FROM pk_import_new WHERE rank BETWEEN 1001 AND 2000")))
+
+    with coord.engine.begin() as conn:
+        Importer(conn, ns, slice_rows=1000, progress=explain).run(tree_lines(160 * 101))
+    assert any("pk_import_new_rank_idx" in line for line in plans), plans
+
+
 def test_a_sliced_import_is_the_same_import(coord: Coordinator, ns: str) -> None:
     """Slices of two rows: the same nodes, the same events (parents before children, one
     contiguous run of positions) as an import in one statement."""
