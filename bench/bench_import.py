@@ -26,7 +26,17 @@ run, seconds apart).
 ``--stream N`` instead runs one import of N lines generated lazily (never held in memory,
 never written to a file), and reports its time per phase and memory: this process's peak
 RSS (``getrusage``), and, sampled every second, this process's RSS and the private memory
-(``RssAnon``) of the database's backends, to show that memory stays flat as lines stream in.
+(``RssAnon``) of the database's backends, to show that memory stays flat as lines stream in
+(the largest backend's peak per phase: the server's side of the bound).
+
+``--code-before DIR`` (a checkout of older code) adds a fourth variant to each round: the
+same import run by that code, so older and newer code are measured against the same floor
+in one run, rounds alternating. With it, both imports run in a process of their own
+(``python -c``, that checkout's code on its path), timed inside it after a warm-up import.
+
+``--results FILE`` writes what was measured as JSON (``plots.write_results``); with
+``--before FILE`` (the results of a run on older code) the import / schema floor ratios of
+both runs are drawn side by side in ``bench/plots/import_vs_floor.png``.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ import json
 import os
 import random
 import resource
+import subprocess
 import sys
 import tempfile
 import threading
@@ -43,9 +54,10 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import psycopg
-from common import load_average, median, migrated_cluster, now_utc, table
+from common import ROOT, load_average, median, migrated_cluster, now_utc, table
 
 from coordinator import Coordinator
 from coordinator.db import libpq_url
@@ -55,6 +67,7 @@ FILES_PER_DIR = 99
 VARIANTS = ["import", "raw", "floor"]
 LABELS = {
     "import": "import_nodes (nodes + events, all checks)",
+    "before": "import_nodes of --code-before",
     "raw": "raw COPY, plain table (the issue's ceiling)",
     "floor": "schema floor: COPY into nodes + events",
 }
@@ -271,6 +284,42 @@ def run_import(coord: Coordinator, path: Path, rnd: int,
     return took, result.created
 
 
+# One import in a process of its own, from the checkout on its path: prints its seconds,
+# nodes created and seconds per phase as JSON.
+IMPORT_ALONE = """
+import json, sys, time
+from coordinator import Coordinator
+url, ns, path = sys.argv[1:4]
+marks = []
+def progress(p):
+    if not marks or marks[-1][0] != p.phase:
+        marks.append((p.phase, time.perf_counter()))
+with Coordinator.connect(url) as coord:
+    coord.create_namespace(ns)
+    coord.import_nodes(ns, [json.dumps({"path": "/warm-up", "kind": "dir"})])
+    t = time.perf_counter()
+    marks.append(("read", t))
+    with open(path, "rb") as f:
+        result = coord.import_nodes(ns, f, progress=progress)
+    took = time.perf_counter() - t
+ends = [at for _, at in marks[1:]] + [t + took]
+phases = {name: end - at for (name, at), end in zip(marks, ends)}
+print(json.dumps({"seconds": took, "created": result.created, "phases": phases}))
+"""
+
+
+def run_import_alone(code: Path, url: str, path: Path, ns: str,
+                     phases: dict[str, float] | None = None) -> tuple[float, int]:
+    """``run_import`` by the code of checkout ``code``, in a process of its own."""
+    out = subprocess.run(
+        [sys.executable, "-c", IMPORT_ALONE, url, ns, str(path)], cwd=code, check=True,
+        env={**os.environ, "PYTHONPATH": str(code)}, capture_output=True, text=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    if phases is not None:
+        phases.update(got["phases"])
+    return float(got["seconds"]), int(got["created"])
+
+
 def stream_lines(nodes: int) -> Iterator[bytes]:
     """``nodes`` JSON lines in ``make_input``'s shape (top directories, directories of 99
     files), generated one at a time, parents first: nothing of the input is kept."""
@@ -307,8 +356,9 @@ def kib_of(pid: int | str, field: str) -> int:
     return 0
 
 
-def run_stream(url: str, nodes: int) -> None:
-    """One import of ``nodes`` lazily generated lines; time per phase, memory sampled."""
+def run_stream(url: str, nodes: int) -> dict[str, Any]:
+    """One import of ``nodes`` lazily generated lines; time per phase, memory sampled.
+    Returns what it measured (for ``--results``)."""
     samples: list[tuple[float, str, int, int, int]] = []  # t, phase, lines, self, backends
     current = [ImportProgress("read", 0, 0)]  # the last progress the import reported
     done = threading.Event()
@@ -358,9 +408,22 @@ def run_stream(url: str, nodes: int) -> None:
     print(table(["lines read", "this process RSS", "largest backend RssAnon"],
                 [[f"{s[2]:,}", f"{s[3] / 1024:.0f}", f"{s[4] / 1024:.0f}"]
                  for s in reading[::step]]))
+    backend_peaks: dict[str, float] = {}
+    for s in samples:
+        backend_peaks[s[1]] = max(backend_peaks.get(s[1], 0.0), s[4] / 1024)
+    print("\nlargest backend's RssAnon by phase (MB, peak of the samples):")
+    print(table(["phase", "MB"], [[k, f"{v:.0f}"] for k, v in backend_peaks.items()]))
     if samples:
         print(f"whole import: this process RSS max {max(s[3] for s in samples) / 1024:.0f} MB,"
               f" backends' RssAnon max {max(s[4] for s in samples) / 1024:.0f} MB")
+    return {
+        "lines": nodes, "seconds": took, "rows_per_s": nodes / took,
+        "client_peak_rss_mb": peak / 1024,
+        "backend_peak_rssanon_mb": max((s[4] for s in samples), default=0) / 1024,
+        "backend_peak_rssanon_mb_by_phase": backend_peaks,
+        "phases_s": {name: end - at for (name, at), end in zip(phases, ends, strict=True)},
+        "load_end": load_average(),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -371,13 +434,24 @@ def main(argv: list[str] | None = None) -> int:
                     help="also: what each part of nodes' schema costs the schema floor")
     ap.add_argument("--stream", type=int, metavar="N",
                     help="instead: one import of N lazily generated lines, memory measured")
+    ap.add_argument("--code-before", type=Path, metavar="DIR",
+                    help="also import with the code of this checkout, each round")
+    ap.add_argument("--results", type=Path, metavar="FILE",
+                    help="write the measurements as JSON to FILE")
+    ap.add_argument("--before", type=Path, metavar="FILE",
+                    help="results of a run on older code: plot both (import / floor)")
     args = ap.parse_args(argv)
+    results: dict[str, Any] = {"started": now_utc(), "load_start": load_average(),
+                               "nodes": args.nodes, "rounds": args.rounds}
     print(f"bench_import {now_utc()}, {os.cpu_count()} CPUs, load {load_average()}, "
           f"python {sys.version.split()[0]}", flush=True)
     if args.stream:
         with migrated_cluster() as (_pg, url):
-            run_stream(url, args.stream)
+            results["stream"] = run_stream(url, args.stream)
         print(f"done {now_utc()}, load {load_average()}")
+        if args.results:
+            from plots import write_results
+            write_results(args.results, results)
         return 0
     with tempfile.TemporaryDirectory(prefix="pathkeeper-import-") as tmp, \
             migrated_cluster() as (_pg, url):
@@ -386,8 +460,11 @@ def main(argv: list[str] | None = None) -> int:
         rows = raw_rows(lines)
         print(f"input: {len(lines):,} lines, {path.stat().st_size / 1e6:.1f} MB", flush=True)
         root, floor_nodes, events = floor_rows(rows)
-        rates: dict[str, list[float]] = {what: [] for what in VARIANTS}
+        variants = VARIANTS + (["before"] if args.code_before else [])
+        rates: dict[str, list[float]] = {what: [] for what in variants}
         ratios: dict[str, list[float]] = {"raw": [], "floor": []}
+        before_ratios: list[float] = []
+        per_round: list[dict[str, Any]] = []
         with Coordinator.connect(url) as coord:
             # Warm-up (not counted): plans, caches, the first autovacuum of new tables.
             small = Path(tmp) / "warm.jsonl"
@@ -396,22 +473,34 @@ def main(argv: list[str] | None = None) -> int:
             run_raw_copy(url, rows[:5000], 1000)
             for rnd in range(args.rounds):
                 load = load_average()
-                order = VARIANTS[rnd % 3:] + VARIANTS[:rnd % 3]
+                order = variants[rnd % len(variants):] + variants[:rnd % len(variants)]
                 took: dict[str, float] = {}
                 phases: dict[str, float] = {}
                 for what in order:
-                    if what == "import":
+                    if what == "import" and args.code_before:
+                        took[what], created = run_import_alone(ROOT, url, path, f"imp{rnd}",
+                                                               phases)
+                        assert created == args.nodes, created
+                    elif what == "import":
                         took[what], created = run_import(coord, path, rnd, phases)
+                        assert created == args.nodes, created
+                    elif what == "before":
+                        took[what], created = run_import_alone(
+                            args.code_before, url, path, f"before{rnd}")
                         assert created == args.nodes, created
                     elif what == "raw":
                         took[what] = run_raw_copy(url, rows, rnd)
                     else:
                         took[what], floor_nodes_part = run_schema_floor(
                             url, floor_nodes, events, root, f"floor{rnd}")
-                for what in VARIANTS:
+                for what in variants:
                     rates[what].append(args.nodes / took[what])
                 for ceiling in ratios:
                     ratios[ceiling].append(took[ceiling] / took["import"])
+                if args.code_before:
+                    before_ratios.append(took["floor"] / took["before"])
+                    print(f"  round {rnd + 1}: import by --code-before {took['before']:.2f} s,"
+                          f" its / floor {before_ratios[-1]:.2f}", flush=True)
                 print(f"  round {rnd + 1}: import {took['import']:.2f} s, raw COPY "
                       f"{took['raw']:.2f} s, schema floor {took['floor']:.2f} s (nodes "
                       f"{floor_nodes_part:.2f} s); import / raw "
@@ -420,19 +509,69 @@ def main(argv: list[str] | None = None) -> int:
                 print("    import by phase: " + ", ".join(
                     f"{name} {secs:.2f} s" for name, secs in phases.items() if secs >= 0.005),
                     flush=True)
+                per_round.append({"seconds": took, "floor_nodes_s": floor_nodes_part,
+                                  "import_phases_s": phases, "load": [load, load_average()],
+                                  "import_over_floor": ratios["floor"][-1],
+                                  "import_over_raw": ratios["raw"][-1]})
+                if args.code_before:
+                    per_round[-1]["before_over_floor"] = before_ratios[-1]
         print()
         print(table(
             ["what", "median rows/s", "min", "max"],
             [[LABELS[what], f"{median(rates[what]):,.0f}", f"{min(rates[what]):,.0f}",
-              f"{max(rates[what]):,.0f}"] for what in VARIANTS],
+              f"{max(rates[what]):,.0f}"] for what in variants],
         ))
         print(f"\nimport / raw COPY (median of per-round ratios): {median(ratios['raw']):.2f}")
         print(f"import / schema floor (median of per-round ratios): "
               f"{median(ratios['floor']):.2f}")
+        if args.code_before:
+            print(f"import by --code-before / schema floor (same rounds): "
+                  f"{median(before_ratios):.2f}")
+            results["before_over_floor"] = median(before_ratios)
+            results["code_before"] = str(args.code_before)
+        results.update({
+            "rounds_measured": per_round,
+            "median_rows_per_s": {what: median(rates[what]) for what in variants},
+            "import_over_floor": median(ratios["floor"]),
+            "import_over_raw": median(ratios["raw"]),
+        })
         if args.breakdown:
             breakdown(url, floor_nodes, events, root, args.rounds)
     print(f"done {now_utc()}, load {load_average()}")
+    results["load_end"] = load_average()
+    # Imported here: matplotlib would add ~50 MB to the RSS that --stream reports.
+    from plots import read_results, write_results
+    if args.results:
+        write_results(args.results, results)
+    if args.before and args.results:
+        plot_against_floor(read_results(args.before), results)
+    elif args.code_before and args.results:
+        plot_against_floor(results, results, before_key="before_over_floor")
     return 0
+
+
+def plot_against_floor(before: dict[str, Any], after: dict[str, Any],
+                       before_key: str = "import_over_floor") -> Path:
+    """import / schema floor before and after, per round and the median, in
+    ``bench/plots/import_vs_floor.png``: two runs (each against its own floor), or one
+    run of ``--code-before`` (``before_key="before_over_floor"``: both against the same
+    floor, round by round)."""
+    from plots import PLOTS_DIR, ratios_to_ceiling
+    measures: dict[str, dict[str, float]] = {}
+    for label, run, key in (("before", before, before_key),
+                            ("after", after, "import_over_floor")):
+        measures.setdefault("median", {})[label] = float(run[key])
+        for i, rnd in enumerate(run.get("rounds_measured", []), 1):
+            measures.setdefault(f"round {i}", {})[label] = float(rnd[key])
+    same = before is after
+    path = ratios_to_ceiling(
+        measures, PLOTS_DIR / "import_vs_floor.png", goal=0.9,
+        title=f"import / schema floor, {after.get('nodes', 0):,} nodes "
+              + ("(both codes against the same floor, one run)" if same
+                 else "(each run against its own floor)"),
+        ylabel="import rows/s / schema floor rows/s")
+    print(f"plot: {path}")
+    return path
 
 
 if __name__ == "__main__":
