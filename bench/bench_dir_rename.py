@@ -51,8 +51,8 @@ from coordinator import Coordinator, Node
 from coordinator.indexing import consumer_for
 from indexer import elasticsearch_index
 from indexer.bulk import encode, send_halving
-from indexer.contract import index_action, is_indexed, under_path_query
-from indexer.live_nodes import stream_subtree_versions, walk_nodes
+from indexer.contract import index_action, is_indexed, rendered_action, under_path_query
+from indexer.live_nodes import stream_subtree_entries, walk_nodes
 from indexer.logs import fields_of
 from indexer.search_client import open_search
 from indexer.search_engine import SearchEngine
@@ -129,13 +129,16 @@ def breakdown(coord: Coordinator, es: SearchEngine, top_path: str) -> dict[str, 
         conn = raw.execution_options(isolation_level="REPEATABLE READ")
         with conn.begin():
             t0 = time.perf_counter()
-            with closing(stream_subtree_versions(conn, top, 10**12, {top.id: 10**12})) as s:
+            with closing(stream_subtree_entries(conn, ALIAS, top, 10**12,
+                                                {top.id: 10**12})) as s:
                 rows = sum(1 for _ in s)
-            parts["PostgreSQL read (rows to Node)"] = time.perf_counter() - t0
+            parts["PostgreSQL read (rendered entries)"] = time.perf_counter() - t0
             t0 = time.perf_counter()
-            with closing(stream_subtree_versions(conn, top, 10**12, {top.id: 10**12})) as s:
+            with closing(stream_subtree_entries(conn, ALIAS, top, 10**12,
+                                                {top.id: 10**12})) as s:
                 encoded = [(a, encode(a)) for a in (
-                    index_action(ALIAS, node, v) for node, v in s if is_indexed(node))]
+                    rendered_action(ALIAS, NS, node_id, v, entry)
+                    for node_id, v, entry in s if entry is not None)]
             parts["read + build + encode"] = time.perf_counter() - t0
     took = 0
     t0 = time.perf_counter()
