@@ -181,6 +181,22 @@ def state_nodes(
     return snapshot_nodes(engine, namespaces)
 
 
+def state_count(
+    source: str,
+    engine: Engine,
+    until: int,
+    namespaces: Sequence[str] | None,
+    progress: Progress,
+) -> int:
+    """How many documents ``state_nodes`` would give (a dry run): from the log, the
+    fold's own count in PostgreSQL, every live node but the roots (nothing streamed);
+    from a snapshot, by reading it."""
+    if source != "events":
+        return sum(1 for _ in snapshot_nodes(engine, namespaces))
+    with fold_log(engine, until, namespaces, progress) as folder:
+        return sum(n - 1 for n in folder.counts.values() if n > 0)  # each has its root
+
+
 def snapshot_nodes(engine: Engine, namespaces: Sequence[str] | None) -> Iterator[Node]:
     """Every indexed node in one REPEATABLE READ snapshot of ``nodes`` (reindex's
     source). The caller takes its bound BEFORE iterating (the snapshot opens here)."""

@@ -196,6 +196,28 @@ def test_replay_of_an_import_then_renames_folded_in_parts_equals_postgresql(
     assert verify_index(coord, es, alias=alias).ok
 
 
+def test_a_dry_run_of_replay_counts_in_postgresql(
+    coord: Coordinator, es: SearchEngine, alias: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dry run's count is the fold's own (roots left out, as the index leaves them),
+    counted by PostgreSQL: no folded node is streamed into Python."""
+    for ns in ("a", "b"):
+        coord.create_namespace(ns)
+        random_ops(coord, ns, 30, seed=5)
+    coord.create_namespace("empty")
+    expected = expected_index(coord)
+
+    def streamed(self: setfold.FoldedNamespace) -> Any:
+        raise AssertionError("a dry run streamed the folded nodes")
+
+    monkeypatch.setattr(setfold.FoldedNamespace, "nodes", streamed)
+    result = rebuild(coord, es, source="events", alias=alias, dry_run=True)
+    assert result.dry_run and result.documents == len(expected) > 10
+    assert rebuild(coord, es, source="events", alias=alias, dry_run=True,
+                   namespaces=["a"]).documents == sum(
+        1 for d in expected.values() if d["namespace"] == "a")
+
+
 def test_a_second_rebuild_of_the_same_alias_is_refused(
     coord: Coordinator, es: SearchEngine, alias: str
 ) -> None:
