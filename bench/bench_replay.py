@@ -657,9 +657,18 @@ def scenario_part(args: argparse.Namespace, es: SearchEngine, scenario: str,
         report(f"[{scenario}] MEDIAN of {len(rounds)}: replay / raw bulk", f"{docs:,} docs",
                f"{median([r['replay']['seconds'] for r in rounds]):.1f} / "
                f"{median([r['raw']['seconds'] for r in rounds]):.1f}", f"{ratio:.2f}")
+        # replay --dry-run beside PostgreSQL merely reading the same events (COPY).
+        read_s, _, _ = raw_read(url, SCENARIO_NS[scenario])
+        coord = Coordinator.connect(url)
+        dry = rebuild(coord, es, source="events", alias=alias, dry_run=True)
+        coord.close()
+        report(f"[{scenario}] replay --dry-run / raw read of the log",
+               f"{dry.documents:,} docs", f"{dry.seconds:.1f} / {read_s:.1f}",
+               f"(load {load_average().split()[0]})")
         for i in elasticsearch_index.alias_targets(es, alias):
             es.delete_index(i)
     return {"events": n, "docs": docs, "rounds": rounds, "median_ratio": ratio,
+            "dry_run_seconds": dry.seconds, "raw_read_seconds": read_s,
             "sizes": {"import_nodes": args.import_nodes, "renames": args.renames}
             if scenario == "import" else {"docs": args.docs, "events": args.events}}
 
