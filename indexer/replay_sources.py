@@ -71,11 +71,14 @@ def _fold(engine: Engine, until: int, namespaces: Sequence[str] | None,
 
 
 def _noted(folded: SetFold, progress: Progress) -> None:
-    """Count a fold's events and tell its base and anomalies."""
-    progress.advance(folded.events)
-    if folded.part is not None and folded.part.index > 0:
-        pass  # the base was told with the first part
-    elif folded.base.snapshot_id is not None:
+    """Count a fold's events and tell its base and anomalies. A later part folds during
+    the load, whose counter is of documents: it is told, not counted."""
+    part = folded.part
+    if part is not None and part.index > 0:
+        progress.note(f"folded part {part.index + 1} of {part.of}: {folded.events} events")
+    else:
+        progress.advance(folded.events)
+    if (part is None or part.index == 0) and folded.base.snapshot_id is not None:
         progress.note(f"started from snapshot {folded.base.snapshot_id} "
                       f"(position {folded.base.position}) plus {folded.events} events")
     if folded.anomalies.count:

@@ -16,6 +16,7 @@ from coordinator import Coordinator
 from indexer import elasticsearch_index, replay_sources, setfold
 from indexer.errors import ReplayError
 from indexer.log_scan import current_bound
+from indexer.progress import Progress
 from indexer.replay import rebuild
 from indexer.replay_lease import ReplayBusy, ReplayLease
 from indexer.search_client import open_search
@@ -186,8 +187,11 @@ def test_replay_of_an_import_then_renames_folded_in_parts_equals_postgresql(
 
     monkeypatch.setattr(setfold, "fold", recorded)
     monkeypatch.setattr(replay_sources, "fold_parts", lambda engine: 3)
-    result = rebuild(coord, es, source="events", alias=alias)
+    progress = Progress(enabled=False)
+    result = rebuild(coord, es, source="events", alias=alias, progress=progress)
     assert calls == [setfold.FoldPart(i, 3) for i in range(3)]
+    # The parts folded during the load are not counted as loaded documents.
+    assert progress.summary.counts["documents"] == result.documents
     expected = expected_index(coord)
     assert len(expected) > 250  # 300 files and their directories, less one deleted
     assert result.swapped and result.documents == len(expected)
