@@ -47,7 +47,7 @@ from coordinator import Coordinator
 from coordinator.db import sqlalchemy_url
 from coordinator.migrate import upgrade
 from coordinator.results import POSITION_BLOCK
-from indexer import elasticsearch_index, setfold
+from indexer import elasticsearch_index, replay_sources, setfold
 from indexer.contract import index_action, is_indexed
 from indexer.log_scan import current_bound
 from indexer.progress import Progress
@@ -628,9 +628,11 @@ def scenario_part(args: argparse.Namespace, es: SearchEngine, scenario: str,
         es.delete_index("bench-warmup")
         alias = f"bench-{scenario}"
         rounds: list[dict[str, Any]] = []
+        variants = ["raw", "replay", *(["replay_whole"] if args.compare_whole else [])]
         for r in range(args.rounds):
             row: dict[str, Any] = {"round": r + 1}
-            for what in (("raw", "replay") if r % 2 == 0 else ("replay", "raw")):
+            k = r % len(variants)
+            for what in variants[k:] + variants[:k]:  # each first in turn
                 load = load_average().split()[0]
                 if what == "raw":
                     got, secs = raw_bulk_file(es, path, "bench-raw")
@@ -639,19 +641,30 @@ def scenario_part(args: argparse.Namespace, es: SearchEngine, scenario: str,
                     report(f"[{scenario}] raw bulk, round {r + 1}", f"{got:,} docs",
                            f"{secs:.1f}", f"{got / secs:,.0f} docs/s (load {load})")
                 else:
-                    rep = replay_timed(url, es, alias)
+                    # replay_whole: the whole fold before the load, as before parts.
+                    parts = replay_sources.PART_EVENTS
+                    if what == "replay_whole":
+                        replay_sources.PART_EVENTS = 2**62
+                    try:
+                        rep = replay_timed(url, es, alias)
+                    finally:
+                        replay_sources.PART_EVENTS = parts
                     rep["loadavg"] = float(load)
-                    row["replay"] = rep
-                    report(f"[{scenario}] replay end to end, round {r + 1}",
+                    row[what] = rep
+                    report(f"[{scenario}] {what.replace('_', ', ')} fold, round {r + 1}"
+                           if what == "replay_whole" else
+                           f"[{scenario}] replay end to end, round {r + 1}",
                            f"{n:,} ev -> {rep['docs']:,} docs", f"{rep['seconds']:.1f}",
                            f"{rep['docs'] / rep['seconds']:,.0f} docs/s: fold "
                            f"{rep['fold']:.1f} + load {rep['load']:.1f} + tail "
                            f"{rep['tail']:.1f} + other {rep['other']:.1f} s, RSS peak "
                            f"{rep['rss_peak_mib']:.0f} MiB (load {load})")
-            row["ratio"] = ((row["replay"]["docs"] / row["replay"]["seconds"])
-                            / (row["raw"]["docs"] / row["raw"]["seconds"]))
-            report(f"[{scenario}] replay / raw bulk, round {r + 1}", "", "",
-                   f"{row['ratio']:.2f} (goal {GOAL})")
+            raw_rate = row["raw"]["docs"] / row["raw"]["seconds"]
+            for what in variants[1:]:
+                key = "ratio" if what == "replay" else "ratio_whole"
+                row[key] = row[what]["docs"] / row[what]["seconds"] / raw_rate
+                report(f"[{scenario}] {what} / raw bulk, round {r + 1}", "", "",
+                       f"{row[key]:.2f} (goal {GOAL})")
             rounds.append(row)
         ratio = median([r["ratio"] for r in rounds])
         report(f"[{scenario}] MEDIAN of {len(rounds)}: replay / raw bulk", f"{docs:,} docs",
@@ -667,7 +680,12 @@ def scenario_part(args: argparse.Namespace, es: SearchEngine, scenario: str,
                f"(load {load_average().split()[0]})")
         for i in elasticsearch_index.alias_targets(es, alias):
             es.delete_index(i)
+    whole = median([r["ratio_whole"] for r in rounds]) if args.compare_whole else None
+    if whole is not None:
+        report(f"[{scenario}] MEDIAN of {len(rounds)}: replay with the whole fold first / "
+               "raw bulk", "", "", f"{whole:.2f}")
     return {"events": n, "docs": docs, "rounds": rounds, "median_ratio": ratio,
+            "median_ratio_whole": whole,
             "dry_run_seconds": dry.seconds, "raw_read_seconds": read_s,
             "sizes": {"import_nodes": args.import_nodes, "renames": args.renames}
             if scenario == "import" else {"docs": args.docs, "events": args.events}}
@@ -697,6 +715,9 @@ def scenarios_main(args: argparse.Namespace, report: Callable[..., None]) -> Non
     for run in runs:
         for scenario, got in run["scenarios"].items():
             measures.setdefault(labels[scenario], {})[run["label"]] = got["median_ratio"]
+            if got.get("median_ratio_whole") is not None:
+                measures[labels[scenario]][f"{run['label']}: whole fold first"] = (
+                    got["median_ratio_whole"])
     ratios_to_ceiling(measures, PLOTS_DIR / args.plot, goal=GOAL,
                       title="replay end to end / raw bulk of the same documents "
                             "(medians, same node, same run)")
@@ -733,6 +754,9 @@ def main() -> None:
     parser.add_argument("--results", type=Path, help="--scenario: write the results here")
     parser.add_argument("--before", type=Path,
                         help="--scenario: an earlier run's results, drawn beside these")
+    parser.add_argument("--compare-whole", action="store_true",
+                        help="--scenario: also replay with the whole fold before the load "
+                             "(as before the fold in parts), in every round")
     parser.add_argument("--label", default="now", help="--scenario: this run's name")
     parser.add_argument("--plot", default="replay_vs_raw.png",
                         help="--scenario: the PNG written in bench/plots/")
