@@ -641,10 +641,10 @@ def scenario_part(args: argparse.Namespace, es: SearchEngine, scenario: str,
                     report(f"[{scenario}] raw bulk, round {r + 1}", f"{got:,} docs",
                            f"{secs:.1f}", f"{got / secs:,.0f} docs/s (load {load})")
                 else:
-                    # replay_whole: the whole fold before the load, as before parts.
+                    # replay_whole: the whole fold before the load (the default).
                     parts = replay_sources.PART_EVENTS
-                    if what == "replay_whole":
-                        replay_sources.PART_EVENTS = 2**62
+                    replay_sources.PART_EVENTS = (0 if what == "replay_whole"
+                                                  else args.part_events)
                     try:
                         rep = replay_timed(url, es, alias)
                     finally:
@@ -754,9 +754,12 @@ def main() -> None:
     parser.add_argument("--results", type=Path, help="--scenario: write the results here")
     parser.add_argument("--before", type=Path,
                         help="--scenario: an earlier run's results, drawn beside these")
+    parser.add_argument("--part-events", type=int, default=0,
+                        help="--scenario: replay's fold in parts of this many events "
+                             "(PATHKEEPER_REPLAY_FOLD_PART_EVENTS); 0: the whole fold")
     parser.add_argument("--compare-whole", action="store_true",
-                        help="--scenario: also replay with the whole fold before the load "
-                             "(as before the fold in parts), in every round")
+                        help="--scenario: also replay with the whole fold before the load, "
+                             "in every round (beside --part-events)")
     parser.add_argument("--label", default="now", help="--scenario: this run's name")
     parser.add_argument("--plot", default="replay_vs_raw.png",
                         help="--scenario: the PNG written in bench/plots/")

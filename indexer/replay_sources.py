@@ -2,12 +2,17 @@
 (replay, ``indexer.setfold``) or one REPEATABLE READ snapshot of the live ``nodes``
 rows (reindex).
 
-A long log is folded in parts (``setfold.FoldPart``, by node id), one after the other on
-a thread of their own, while the documents of the parts already folded load: the load
-starts after the first part's fold instead of the whole fold (which was a third of a
-replay of 100,000 nodes over 1,000,000 events). The parts read one exported snapshot, so
-their union is the one fold's state (``indexer.setfold`` has the argument); at most two
-parts' temporary tables exist at once (the one loading, the next folding).
+With ``PATHKEEPER_REPLAY_FOLD_PART_EVENTS`` set, a long log is folded in parts
+(``setfold.FoldPart``, by node id), one after the other on a thread of their own, while
+the documents of the parts already folded load: the load starts after the first part's
+fold instead of the whole fold. The parts read one exported snapshot, so their union is
+the one fold's state (``indexer.setfold`` has the argument); at most two parts'
+temporary tables exist at once (the one loading, the next folding). It is off by
+default: it pays only where PostgreSQL has CPU the load does not use (its own server).
+With PostgreSQL, the search node and replay on the same two cores, the later parts'
+aggregates took that CPU from the load, which grew by what the fold saved (and the parts'
+extra scans): replay of 100,000 nodes over 1,000,000 events at 0.60 of the raw bulk in
+parts against 0.69 whole, side by side (``bench/README.md``).
 """
 
 from __future__ import annotations
@@ -29,16 +34,19 @@ from .live_nodes import owned_namespaces, walk_nodes
 from .progress import Progress
 from .setfold import FoldPart, SetFold
 
-#: Events of the log per part of a replay's fold (estimated from the table's statistics):
-#: a part's aggregate takes about a second on these machines, a scan of the whole log
-#: (the parts' extra cost) a tenth of that. ``PATHKEEPER_REPLAY_FOLD_PART_EVENTS``.
-PART_EVENTS = int(os.environ.get("PATHKEEPER_REPLAY_FOLD_PART_EVENTS", "250000"))
+#: Events of the log per part of a replay's fold (estimated from the table's statistics),
+#: ``PATHKEEPER_REPLAY_FOLD_PART_EVENTS``; 0 (the default): the whole fold at once. Each
+#: part costs one more scan of the log (about a tenth of a 250,000-event part's aggregate).
+PART_EVENTS = int(os.environ.get("PATHKEEPER_REPLAY_FOLD_PART_EVENTS", "0"))
 MAX_PARTS = 8
 
 
 def fold_parts(engine: Engine) -> int:
     """How many parts a replay's fold runs in: one per ``PART_EVENTS`` events of the log
-    (PostgreSQL's estimate of the table's rows), at most ``MAX_PARTS``."""
+    (PostgreSQL's estimate of the table's rows), at most ``MAX_PARTS``; one if
+    ``PART_EVENTS`` is 0."""
+    if PART_EVENTS <= 0:
+        return 1
     with engine.connect() as conn:
         rows = conn.execute(text(
             "SELECT reltuples FROM pg_class WHERE oid = CAST('events' AS regclass)"
