@@ -36,6 +36,8 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
+from pathlib import Path
 from typing import Any
 
 from common import load_average, median, migrated_cluster, now_utc, table
@@ -45,7 +47,7 @@ from coordinator import Coordinator
 from coordinator.db import sqlalchemy_url
 from coordinator.migrate import upgrade
 from coordinator.results import POSITION_BLOCK
-from indexer import elasticsearch_index, setfold
+from indexer import elasticsearch_index, replay_sources, setfold
 from indexer.contract import index_action, is_indexed
 from indexer.log_scan import current_bound
 from indexer.progress import Progress
@@ -531,6 +533,198 @@ def replay_part(
     coord.close()
 
 
+#: The issue's two logs: (a) an import-heavy one, (b) a churn-heavy one.
+SCENARIOS = ("import", "churn")
+SCENARIO_NS = {"import": "ia", "churn": "ch"}
+GOAL = 0.8  # replay end to end at this share of the raw bulk rate of its documents
+
+
+def import_log(url: str, ns: str, nodes: int, renames: int) -> int:
+    """(a): one import of ``nodes`` lines (``bench_import``'s tree: top directories,
+    directories of 99 files) through ``Coordinator.import_nodes``, then ``renames`` file
+    renames through the Coordinator, in groups of 1,000 (one transaction each); returns
+    the events written."""
+    from bench_import import stream_lines
+
+    from coordinator.commands import Rename
+
+    coord = Coordinator.connect(url)
+    coord.create_namespace(ns)
+    t = time.monotonic()
+    result = coord.import_nodes(ns, stream_lines(nodes), timeout=3600)
+    print(f"[import] {result.created:,} nodes imported in {time.monotonic() - t:.1f}s",
+          flush=True)
+    with coord.engine.connect() as conn:
+        files = [str(p) for (p,) in conn.execute(text(
+            "SELECT name FROM nodes WHERE namespace = :ns AND kind = 'file' "
+            "ORDER BY id LIMIT :k"), {"ns": ns, "k": renames})]
+        ids = [str(i) for (i,) in conn.execute(text(
+            "SELECT id FROM nodes WHERE namespace = :ns AND kind = 'file' "
+            "ORDER BY id LIMIT :k"), {"ns": ns, "k": renames})]
+    t = time.monotonic()
+    group = coord.settings.max_group_ops
+    for start in range(0, len(ids), group):
+        coord.apply(ns, [Rename(ref=i, name=f"r_{name}")
+                         for i, name in zip(ids[start:start + group],
+                                            files[start:start + group], strict=True)])
+    print(f"[import] {len(ids):,} renames in {time.monotonic() - t:.1f}s", flush=True)
+    coord.close()
+    engine = create_engine(sqlalchemy_url(url))
+    with engine.connect() as conn:
+        n = int(conn.execute(text("SELECT count(*) FROM events WHERE namespace = :ns"),
+                             {"ns": ns}).scalar_one())
+    engine.dispose()
+    return n
+
+
+def scenario_log(args: argparse.Namespace, url: str, scenario: str) -> int:
+    """Write the scenario's log into the (empty) database; returns its events."""
+    ns = SCENARIO_NS[scenario]
+    t = time.monotonic()
+    if scenario == "import":
+        n = import_log(url, ns, args.import_nodes, args.renames)
+    else:
+        dirs = max(1, args.docs // 100)
+        n = generate(url, ns, dirs, args.docs - dirs, args.events - 1 - args.docs)
+    engine = create_engine(sqlalchemy_url(url))
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM ANALYZE events"))  # a log at rest, as autovacuum leaves it
+    engine.dispose()
+    print(f"[{scenario}] log of {n:,} events ready in {time.monotonic() - t:.0f}s; "
+          f"load {load_average()}", flush=True)
+    return n
+
+
+def replay_timed(url: str, es: SearchEngine, alias: str) -> dict[str, float]:
+    """Replay end to end into a new index behind ``alias``, with its phases."""
+    coord = Coordinator.connect(url)
+    progress = PhaseTimes()
+    with progress, PeakRss() as rss:
+        result = rebuild(coord, es, source="events", alias=alias, progress=progress)
+        end = time.monotonic()
+    coord.close()
+    phases = {"fold": progress.seconds("fold events", end),
+              "load": progress.seconds("load documents", end),
+              "tail": progress.seconds("catch up", end)}
+    phases["other"] = result.seconds - sum(phases.values())
+    return {"seconds": result.seconds, "docs": result.documents, **phases,
+            "rss_peak_mib": rss.peak}
+
+
+def scenario_part(args: argparse.Namespace, es: SearchEngine, scenario: str,
+                  report: Callable[..., None]) -> dict[str, Any]:
+    """One scenario in a database of its own: its log, the documents replay writes (as a
+    file of bulk actions, the raw bulk's input), then ``--rounds`` rounds of raw bulk and
+    replay end to end, the order swapped every round; medians of each and of the ratio
+    replay docs/s / raw docs/s."""
+    with migrated_cluster(f"bench_replay_{scenario}") as (_pg, url), \
+            tempfile.TemporaryDirectory() as tmp:
+        n = scenario_log(args, url, scenario)
+        path = os.path.join(tmp, "actions.jsonl")
+        docs = write_actions(url, SCENARIO_NS[scenario], path)
+        print(f"[{scenario}] {docs:,} documents, {os.path.getsize(path) / 2**20:.0f} MiB of "
+              "bulk actions", flush=True)
+        raw_bulk_file(es, path, "bench-warmup", limit=50_000)  # the node's JIT, untimed
+        es.delete_index("bench-warmup")
+        alias = f"bench-{scenario}"
+        rounds: list[dict[str, Any]] = []
+        variants = ["raw", "replay", *(["replay_whole"] if args.compare_whole else [])]
+        for r in range(args.rounds):
+            row: dict[str, Any] = {"round": r + 1}
+            k = r % len(variants)
+            for what in variants[k:] + variants[:k]:  # each first in turn
+                load = load_average().split()[0]
+                if what == "raw":
+                    got, secs = raw_bulk_file(es, path, "bench-raw")
+                    es.delete_index("bench-raw")
+                    row["raw"] = {"seconds": secs, "docs": got, "loadavg": float(load)}
+                    report(f"[{scenario}] raw bulk, round {r + 1}", f"{got:,} docs",
+                           f"{secs:.1f}", f"{got / secs:,.0f} docs/s (load {load})")
+                else:
+                    # replay_whole: the whole fold before the load (the default).
+                    parts = replay_sources.PART_EVENTS
+                    replay_sources.PART_EVENTS = (0 if what == "replay_whole"
+                                                  else args.part_events)
+                    try:
+                        rep = replay_timed(url, es, alias)
+                    finally:
+                        replay_sources.PART_EVENTS = parts
+                    rep["loadavg"] = float(load)
+                    row[what] = rep
+                    report(f"[{scenario}] {what.replace('_', ', ')} fold, round {r + 1}"
+                           if what == "replay_whole" else
+                           f"[{scenario}] replay end to end, round {r + 1}",
+                           f"{n:,} ev -> {rep['docs']:,} docs", f"{rep['seconds']:.1f}",
+                           f"{rep['docs'] / rep['seconds']:,.0f} docs/s: fold "
+                           f"{rep['fold']:.1f} + load {rep['load']:.1f} + tail "
+                           f"{rep['tail']:.1f} + other {rep['other']:.1f} s, RSS peak "
+                           f"{rep['rss_peak_mib']:.0f} MiB (load {load})")
+            raw_rate = row["raw"]["docs"] / row["raw"]["seconds"]
+            for what in variants[1:]:
+                key = "ratio" if what == "replay" else "ratio_whole"
+                row[key] = row[what]["docs"] / row[what]["seconds"] / raw_rate
+                report(f"[{scenario}] {what} / raw bulk, round {r + 1}", "", "",
+                       f"{row[key]:.2f} (goal {GOAL})")
+            rounds.append(row)
+        ratio = median([r["ratio"] for r in rounds])
+        report(f"[{scenario}] MEDIAN of {len(rounds)}: replay / raw bulk", f"{docs:,} docs",
+               f"{median([r['replay']['seconds'] for r in rounds]):.1f} / "
+               f"{median([r['raw']['seconds'] for r in rounds]):.1f}", f"{ratio:.2f}")
+        # replay --dry-run beside PostgreSQL merely reading the same events (COPY).
+        read_s, _, _ = raw_read(url, SCENARIO_NS[scenario])
+        coord = Coordinator.connect(url)
+        dry = rebuild(coord, es, source="events", alias=alias, dry_run=True)
+        coord.close()
+        report(f"[{scenario}] replay --dry-run / raw read of the log",
+               f"{dry.documents:,} docs", f"{dry.seconds:.1f} / {read_s:.1f}",
+               f"(load {load_average().split()[0]})")
+        for i in elasticsearch_index.alias_targets(es, alias):
+            es.delete_index(i)
+    whole = median([r["ratio_whole"] for r in rounds]) if args.compare_whole else None
+    if whole is not None:
+        report(f"[{scenario}] MEDIAN of {len(rounds)}: replay with the whole fold first / "
+               "raw bulk", "", "", f"{whole:.2f}")
+    return {"events": n, "docs": docs, "rounds": rounds, "median_ratio": ratio,
+            "median_ratio_whole": whole,
+            "dry_run_seconds": dry.seconds, "raw_read_seconds": read_s,
+            "sizes": {"import_nodes": args.import_nodes, "renames": args.renames}
+            if scenario == "import" else {"docs": args.docs, "events": args.events}}
+
+
+def scenarios_main(args: argparse.Namespace, report: Callable[..., None]) -> None:
+    """``--scenario``: the issue's logs, replay against the raw bulk; results as JSON and
+    the plot of replay / raw bulk, before (``--before``) and now."""
+    from plots import PLOTS_DIR, ratios_to_ceiling, read_results, write_results
+
+    chosen = list(SCENARIOS) if args.scenario == "both" else [args.scenario]
+    given = os.environ.get("ES_URL")
+    # With ES_URL, that node (the ceiling and replay on the same one), none started here.
+    with nullcontext() if given else new_local_search() as search:
+        url = given if search is None else search.url
+        assert url is not None
+        es = open_search(url, request_timeout=600)
+        results: dict[str, Any] = {"when": now_utc(), "label": args.label,
+                                   "scenarios": {}}
+        for scenario in chosen:
+            results["scenarios"][scenario] = scenario_part(args, es, scenario, report)
+        es.close()
+    if args.results:
+        write_results(args.results, results)
+    runs = [read_results(args.before)] if args.before else []
+    runs.append(results)
+    labels = {"import": "(a) import 600k + renames", "churn": "(b) churn 100k / 1M events"}
+    measures: dict[str, dict[str, float]] = {}
+    for run in runs:
+        for scenario, got in run["scenarios"].items():
+            measures.setdefault(labels[scenario], {})[run["label"]] = got["median_ratio"]
+            if got.get("median_ratio_whole") is not None:
+                measures[labels[scenario]]["whole fold first (same run)"] = (
+                    got["median_ratio_whole"])
+    ratios_to_ceiling(measures, PLOTS_DIR / args.plot, goal=GOAL,
+                      title="replay end to end / raw bulk of the same documents "
+                            "(medians, same node, same run)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=1_000_000)
@@ -552,6 +746,25 @@ def main() -> None:
     parser.add_argument("--skip-fold", action="store_true", help="skip the fold part")
     parser.add_argument("--verify-only", action="store_true",
                         help="skip the fold/replay/reindex parts")
+    parser.add_argument("--scenario", choices=[*SCENARIOS, "both"],
+                        help="the issue's logs: (a) import, (b) churn; replay end to end "
+                             "against the raw bulk of its documents (nothing else runs)")
+    parser.add_argument("--import-nodes", type=int, default=600_000,
+                        help="--scenario import: nodes of the one import")
+    parser.add_argument("--renames", type=int, default=100_000,
+                        help="--scenario import: file renames after it")
+    parser.add_argument("--results", type=Path, help="--scenario: write the results here")
+    parser.add_argument("--before", type=Path,
+                        help="--scenario: an earlier run's results, drawn beside these")
+    parser.add_argument("--part-events", type=int, default=0,
+                        help="--scenario: replay's fold in parts of this many events "
+                             "(PATHKEEPER_REPLAY_FOLD_PART_EVENTS); 0: the whole fold")
+    parser.add_argument("--compare-whole", action="store_true",
+                        help="--scenario: also replay with the whole fold before the load, "
+                             "in every round (beside --part-events)")
+    parser.add_argument("--label", default="now", help="--scenario: this run's name")
+    parser.add_argument("--plot", default="replay_vs_raw.png",
+                        help="--scenario: the PNG written in bench/plots/")
     parser.add_argument("--verify-child", nargs=4, metavar=("URL", "ES", "ALIAS", "NS"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -570,6 +783,11 @@ def main() -> None:
         rows.append(list(row))
         print("  ".join(str(c) for c in row), flush=True)
 
+    if args.scenario:
+        scenarios_main(args, report)
+        print(table(["what", "size", "seconds", "rate"], rows))
+        print(f"load average at the end {load_average()}")
+        return
     if args.fold_only:
         with migrated_cluster("bench_replay") as (_pg, url):
             fold_part(args, url, report)

@@ -86,7 +86,7 @@ from .replay_loader import (
     create_building_index,
     record_left_out,
 )
-from .replay_sources import state_actions
+from .replay_sources import state_actions, state_count
 from .replay_tail import catch_up, worker_batch_apply
 from .search_engine import SearchEngine
 
@@ -164,12 +164,12 @@ def rebuild(
         if until is not None and until > bound:
             progress.note(f"--until {until} is past the safe end of the log; using {bound}")
         result = RebuildResult(source, alias, None, v0, v0, dry_run=dry_run)
-        actions = state_actions(stack, source, engine, v0, namespaces, progress)
         if dry_run:
-            result.documents = sum(1 for _ in actions(alias))
+            result.documents = state_count(source, engine, v0, namespaces, progress)
             result.seconds = time.monotonic() - started
             progress.count("documents", result.documents)
             return result
+        actions = state_actions(stack, source, engine, v0, namespaces, progress)
         assert until is not None
         # Named before the cleanup, so a new index never reuses a deleted one's name.
         name = elasticsearch_index.next_index_name(es, alias)
@@ -325,11 +325,11 @@ def rebuild_namespaces(
     with ReplayLease(engine, alias), ExitStack() as stack:
         v0 = current_bound(engine)
         result = RebuildResult(source, alias, None, v0, v0, dry_run=dry_run)
-        actions = state_actions(stack, source, engine, v0, wanted, progress)
         if dry_run:
-            result.documents = sum(1 for _ in actions(alias))
+            result.documents = state_count(source, engine, v0, wanted, progress)
             result.seconds = time.monotonic() - started
             return result
+        actions = state_actions(stack, source, engine, v0, wanted, progress)
         targets = elasticsearch_index.alias_targets(es, alias)
         if not targets:
             raise ReplayError(f"alias {alias!r} does not exist: run a full replay")

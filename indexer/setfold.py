@@ -45,6 +45,18 @@ A fold starts from the newest stored snapshot at or below its ``until``
 the events after it are folded over them exactly as above (a snapshot's node is like a
 ``created`` at the snapshot's position).
 
+A fold may be one ``FoldPart`` of several (replay folds the next part while the last one
+loads): the live nodes whose id hashes to the part, from the events of those nodes plus
+the tree events (``created``, ``moved``, ``deleted``) of every directory and the
+namespaces' events. That is the whole fold restricted to the part's nodes: parents are
+always directories (the schema's foreign key), so a file is a leaf and its events change
+no other node; every directory's parent, name, creation and deletion are folded in every
+part, so the tree of final parents, hence life and paths, is the whole fold's, and a
+node of the part has all of its own events. (Every ``created``, ``moved`` and ``deleted``
+event names its node's kind: ``coordinator.events``.) A directory of another part is
+walked but not returned; its other fields (metadata, version) may be partial there.
+Parts read one exported snapshot (``fold(snapshot=)``), so together they are one cut.
+
 Inconsistent logs (events on a node that does not exist, a node created twice, events
 after a delete) are counted as anomalies, from the same aggregate, as far as one pass
 can tell; unlike a sequential fold this one does not replay the log's intermediate
@@ -330,8 +342,9 @@ AGG_SETTINGS: dict[str, str] = {
 }
 
 
-def agg_sql(table: str, ns_filter: str, parts: int) -> str:
-    """``AGG_SQL`` into the temporary ``table``, split into ``parts`` by node id."""
+def agg_sql(table: str, ns_filter: str, parts: int, spread: int = 1) -> str:
+    """``AGG_SQL`` into the temporary ``table``, split into ``parts`` by node id (by the
+    hash divided by ``spread``: independent of a ``FoldPart`` of ``spread`` parts)."""
     if parts <= 1:
         return f"CREATE TEMPORARY TABLE {table} AS " + AGG_SQL.format(
             ns_filter=ns_filter, part_filter="")
@@ -339,7 +352,8 @@ def agg_sql(table: str, ns_filter: str, parts: int) -> str:
     return f"CREATE TEMPORARY TABLE {table} AS SELECT * FROM (" + "\nUNION ALL\n".join(
         f"SELECT * FROM ({AGG_SQL.format(ns_filter=ns_filter, part_filter=part)}) p{k}"
         for k in range(parts)
-        for part in [f"AND (coalesce(uuid_hash(node_id), 0) & 2147483647) % {parts} = {k}"]
+        for part in [f"AND {_part_hash('node_id')} % {parts} = {k}" if spread == 1
+                     else f"AND ({_part_hash('node_id')} / {spread}) % {parts} = {k}"]
     ) + ") parts"
 
 #: The bind parameters ``AGG_SQL`` takes from ``coordinator.events``: ``t_<type>`` for
@@ -388,7 +402,7 @@ CREATE TEMPORARY TABLE {state} AS
 WITH s AS (
     SELECT n.* FROM log_snapshot_nodes n JOIN {gen} g
       ON g.namespace = n.namespace AND g.since IS NULL
-    WHERE {snap}
+    WHERE {snap} {snap_part}
 ), j AS (
     SELECT coalesce(a.namespace, s.namespace) AS namespace, coalesce(a.node_id, s.id) AS id,
            a.l_pos, a.parent_id, a.name, a.kind, a.w_pos, a.content, a.m_pos, a.metadata,
@@ -468,7 +482,7 @@ JOIN {gen} g ON g.namespace = a.namespace
 LEFT JOIN log_snapshot_nodes s
        ON g.since IS NULL AND {snap_s} AND s.namespace = a.namespace
       AND s.id = a.node_id
-WHERE a.ns_created IS NULL AND a.ns_dropped IS NULL
+WHERE a.ns_created IS NULL AND a.ns_dropped IS NULL {owned}
   -- nodes of an earlier generation of the namespace are gone with it, whatever they did
   AND a.last_pos > coalesce(g.since, -1)
   AND (a.unknown > 0 OR a.c_count > 1 OR a.last_pos > a.d_pos
@@ -497,6 +511,36 @@ class FoldedNamespace:
         return self.fold._stream(self.namespace, order_by_id=True)
 
 
+def _part_hash(column: str) -> str:
+    """SQL: the non-negative hash of a node id that splits folds into parts (a row without
+    a node id hashes to 0)."""
+    return f"(coalesce(uuid_hash({column}), 0) & 2147483647)"
+
+
+@dataclass(frozen=True)
+class FoldPart:
+    """Part ``index`` (from 0) of a fold split into ``of`` parts by node id."""
+
+    index: int
+    of: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.index < self.of:
+            raise ValueError(f"no part {self.index} of {self.of}")
+
+    def owns(self, column: str) -> str:
+        """SQL: the node id in ``column`` is one of this part's."""
+        return f"{_part_hash(column)} % {self.of} = {self.index}"
+
+    def events(self) -> str:
+        """SQL filter of ``events`` rows: this part's nodes, every directory's tree
+        events, the namespaces' events (see the module's docstring)."""
+        return (f"AND ({self.owns('node_id')} "
+                "OR type IN (:t_namespace_created, :t_namespace_dropped) "
+                "OR (type IN (:t_created, :t_moved, :t_deleted) "
+                "AND payload ->> 'kind' = 'dir'))")
+
+
 class SetFold:
     """The log folded as of ``position`` into a temporary table of a dedicated session.
 
@@ -505,8 +549,11 @@ class SetFold:
     temporary tables go with the session, also when the process is killed.
     """
 
-    def __init__(self, conn: Connection, position: int, base: FoldStart, owns_conn: bool) -> None:
+    def __init__(self, conn: Connection, position: int, base: FoldStart, owns_conn: bool,
+                 part: FoldPart | None = None) -> None:
         self.conn = conn
+        #: Only this part's nodes are returned (``FoldPart``); None: every node.
+        self.part = part
         self.position = position
         self.base = base
         self.owns_conn = owns_conn
@@ -540,7 +587,7 @@ class SetFold:
             self._sorted = True
         sql = (
             "SELECT id, parent_id, name, kind, content, metadata, version, path "
-            f"FROM {self.tables['nodes']} WHERE namespace = :ns"
+            f"FROM {self.tables['nodes']} WHERE namespace = :ns {self._owned('id')}"
             + (" ORDER BY id" if order_by_id else "")
         )
         # The caller may idle between fetches (loading Elasticsearch): not a hung client.
@@ -550,6 +597,10 @@ class SetFold:
                 yield node_of(namespace, r, r.path)
         finally:
             conn.rollback()  # read only: nothing to keep, and no snapshot held after
+
+    def _owned(self, column: str) -> str:
+        """SQL: ``AND`` the node id in ``column`` is returned by this fold."""
+        return "" if self.part is None else f"AND {self.part.owns(column)}"
 
     # ------------------------------------------------------------------ life
 
@@ -583,6 +634,7 @@ def fold_into(
     namespaces: Sequence[str] | None = None,
     use_snapshots: bool = True,
     owns_conn: bool = False,
+    part: FoldPart | None = None,
 ) -> SetFold:
     """Fold the log as of ``until`` (a safe position, or the caller's snapshot defines
     what exists) on ``conn``, in the transaction the caller began or in a new one.
@@ -593,7 +645,7 @@ def fold_into(
     its read of ``nodes``. Returns with the transaction still open (the caller commits).
     """
     base = pick_base(conn, until, use_snapshots)
-    fold = SetFold(conn, until, base, owns_conn)
+    fold = SetFold(conn, until, base, owns_conn, part)
     own = fold.own_bases = moved_in(conn, base, until, namespaces)
     t = fold.tables
     params: dict[str, Any] = {
@@ -612,6 +664,8 @@ def fold_into(
         events_filter += " AND " + OWNED_EVENT_SQL.format(e="events")
     if own:
         events_filter += " " + _OWN_START
+    if part is not None:
+        events_filter += " " + part.events()
     owned = "AND " + OWNED_NAMESPACE_SQL.format(ns="n.namespace") if placed else ""
     snap = _snapshot_rows("n.", bool(own))
     if not re.fullmatch(r"\d+\s*(kB|MB|GB)?", WORK_MEM):
@@ -635,7 +689,8 @@ def fold_into(
              for name in AGG_SETTINGS}
     for name, value in AGG_SETTINGS.items():
         conn.execute(text(f"SET LOCAL {name} = {value}"))
-    conn.execute(text(agg_sql(t["agg"], events_filter, PARALLEL)), params)
+    conn.execute(text(agg_sql(t["agg"], events_filter, PARALLEL,
+                              1 if part is None else part.of)), params)
     conn.execute(text("SET LOCAL enable_sort = on"))
     # The later statements read the fold's temporary tables, which workers cannot; and a
     # caller's statements after the fold in this transaction (verify) stay as they were.
@@ -647,7 +702,8 @@ def fold_into(
     conn.execute(text(f"ANALYZE {t['agg']} (namespace, node_id, ns_created, c_pos, d_pos)"))
     conn.execute(text(GEN_SQL.format(**t, ns_filter=_ns_filter(namespaces, "n.namespace"),
                                      snap=snap, owned=owned)), params)
-    conn.execute(text(STATE_SQL.format(**t, snap=snap)), params)
+    snap_part = "" if part is None else f"AND (n.kind = 'dir' OR {part.owns('n.id')})"
+    conn.execute(text(STATE_SQL.format(**t, snap=snap, snap_part=snap_part)), params)
     conn.execute(text(f"ANALYZE {t['state']} (namespace, id, parent_id)"))
     conn.execute(text(STATE_PATHS_SQL.format(**t, shallow=SHALLOW)), params)
     deeper = conn.execute(text(
@@ -658,10 +714,12 @@ def fold_into(
         conn.execute(text(f"ANALYZE {t['state']}"))
         conn.execute(text(DEEP_STATE_PATHS_SQL.format(**t, shallow=SHALLOW)), params)
     fold.events = int(
-        conn.execute(text(f"SELECT coalesce(sum(n), 0) FROM {t['agg']}")).scalar_one()
+        conn.execute(text(f"SELECT coalesce(sum(n), 0) FROM {t['agg']} "
+                          f"WHERE true {fold._owned('node_id')}")).scalar_one()
     )
     for ns, count in conn.execute(text(
-        f"SELECT namespace, count(*) FROM {t['nodes']} GROUP BY namespace"
+        f"SELECT namespace, count(*) FROM {t['nodes']} WHERE true {fold._owned('id')} "
+        "GROUP BY namespace"
     )):
         fold.counts[str(ns)] = int(count)
     for (ns,) in conn.execute(text(f"SELECT namespace FROM {t['gen']}")):
@@ -674,7 +732,8 @@ def fold_into(
 def _anomalies(conn: Connection, fold: SetFold, params: dict[str, Any]) -> None:
     t = fold.tables
     snap_s = _snapshot_rows("s.", bool(fold.own_bases))
-    for r in conn.execute(text(ANOMALY_SQL.format(**t, snap_s=snap_s)), params):
+    owned = fold._owned("a.node_id")
+    for r in conn.execute(text(ANOMALY_SQL.format(**t, snap_s=snap_s, owned=owned)), params):
         where = f"namespace {r.namespace} node {r.node_id}"
         if r.unknown:
             fold.anomalies.add(f"{where}: {r.unknown} events of unknown type or version")
@@ -691,8 +750,8 @@ def _anomalies(conn: Connection, fold: SetFold, params: dict[str, Any]) -> None:
     # Events in namespaces that do not exist:
     for r in conn.execute(text(
         f"SELECT a.namespace, min(a.node_id::text) AS node, count(*) AS n FROM {t['agg']} a "
-        f"WHERE NOT EXISTS (SELECT FROM {t['agg']} b WHERE b.namespace = a.namespace "
-        "AND b.ns_created IS NOT NULL) "
+        f"WHERE true {owned} AND NOT EXISTS (SELECT FROM {t['agg']} b "
+        "WHERE b.namespace = a.namespace AND b.ns_created IS NOT NULL) "
         f"AND NOT EXISTS (SELECT FROM log_snapshot_nodes s WHERE {snap_s} "
         "AND s.namespace = a.namespace AND s.parent_id IS NULL) "
         "GROUP BY a.namespace LIMIT 100"
@@ -706,16 +765,25 @@ def fold(
     until: int,
     namespaces: Sequence[str] | None = None,
     use_snapshots: bool = True,
+    part: FoldPart | None = None,
+    snapshot: str | None = None,
 ) -> SetFold:
     """Fold the log as of ``until`` (a safe position) on a new dedicated connection;
-    the caller closes the result (``with fold(...) as f:``)."""
+    the caller closes the result (``with fold(...) as f:``). Only ``part``'s nodes, if
+    given; in the exported ``snapshot`` (``pg_export_snapshot()`` of a transaction still
+    open), if given, so that several parts read one cut."""
+    if snapshot is not None and not re.fullmatch(r"[0-9A-Fa-f]+-[0-9A-Fa-f]+(-[0-9]+)?",
+                                                 snapshot):
+        raise ValueError(f"not an exported snapshot: {snapshot!r}")
     conn = engine.connect()
     try:
         conn.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))
+        if snapshot is not None:
+            conn.execute(text(f"SET TRANSACTION SNAPSHOT '{snapshot}'"))
         # A long statement on a big log: not a hung client.
         conn.execute(text("SET LOCAL idle_in_transaction_session_timeout = 0"))
         result = fold_into(conn, until=until, namespaces=namespaces,
-                           use_snapshots=use_snapshots, owns_conn=True)
+                           use_snapshots=use_snapshots, owns_conn=True, part=part)
         conn.commit()  # the temporary tables stay; the snapshot is released
         return result
     except BaseException:

@@ -3,17 +3,20 @@ no empty search, and ``--until`` reproduces a past state."""
 
 from __future__ import annotations
 
+import json
 import threading
 from contextlib import closing
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 from tree_checks import writer_holding_its_block
 
 from coordinator import Coordinator
-from indexer import elasticsearch_index
+from indexer import elasticsearch_index, replay_sources, setfold
 from indexer.errors import ReplayError
 from indexer.log_scan import current_bound
+from indexer.progress import Progress
 from indexer.replay import rebuild
 from indexer.replay_lease import ReplayBusy, ReplayLease
 from indexer.search_client import open_search
@@ -155,6 +158,68 @@ def test_until_rebuilds_a_past_state_beside_the_live_index(
     nxt = rebuild(coord, es, source="events", alias=alias)
     assert result.index not in nxt.cleaned_up and es.index_exists(result.index)
     assert current_bound(coord.engine) >= past
+
+
+def test_replay_of_an_import_then_renames_folded_in_parts_equals_postgresql(
+    coord: Coordinator, es: SearchEngine, alias: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An import-heavy log (an import's event per node, then renames, moves, a directory
+    renamed, one deleted, a directory's metadata) replayed with its fold in parts, the
+    next part folding while the one before loads: the index equals PostgreSQL."""
+    coord.create_namespace("imp")
+    lines = [json.dumps({"path": f"/top{t}/dir{d}/file{f}.txt", "kind": "file",
+                         "content": f"{t} {d} {f}"})
+             for t in range(3) for d in range(4) for f in range(25)]
+    coord.import_nodes("imp", lines)
+    for d in range(4):
+        for f in range(0, 25, 3):
+            coord.rename("imp", f"/top0/dir{d}/file{f}.txt", f"renamed{f}.txt")
+    coord.move("imp", "/top1/dir0/file1.txt", "/top2/dir3/moved.txt")
+    coord.rename("imp", "/top1/dir2", "dir2b")  # every descendant's path changes
+    coord.delete("imp", "/top2/dir1", recursive=True)
+    coord.set_metadata("imp", "/top1", {"owner": "ops"})
+    calls: list[setfold.FoldPart | None] = []
+    fold = setfold.fold
+
+    def recorded(*args: Any, **kwargs: Any) -> setfold.SetFold:
+        calls.append(kwargs.get("part"))
+        return fold(*args, **kwargs)
+
+    monkeypatch.setattr(setfold, "fold", recorded)
+    monkeypatch.setattr(replay_sources, "fold_parts", lambda engine: 3)
+    progress = Progress(enabled=False)
+    result = rebuild(coord, es, source="events", alias=alias, progress=progress)
+    assert calls == [setfold.FoldPart(i, 3) for i in range(3)]
+    # The parts folded during the load are not counted as loaded documents.
+    assert progress.summary.counts["documents"] == result.documents
+    expected = expected_index(coord)
+    assert len(expected) > 250  # 300 files and their directories, less one deleted
+    assert result.swapped and result.documents == len(expected)
+    got = index_docs(es, alias)
+    assert got == expected, diff_summary(got, expected)
+    assert verify_index(coord, es, alias=alias).ok
+
+
+def test_a_dry_run_of_replay_counts_in_postgresql(
+    coord: Coordinator, es: SearchEngine, alias: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dry run's count is the fold's own (roots left out, as the index leaves them),
+    counted by PostgreSQL: no folded node is streamed into Python."""
+    for ns in ("a", "b"):
+        coord.create_namespace(ns)
+        random_ops(coord, ns, 30, seed=5)
+    coord.create_namespace("empty")
+    expected = expected_index(coord)
+
+    def streamed(self: setfold.FoldedNamespace) -> Any:
+        raise AssertionError("a dry run streamed the folded nodes")
+
+    monkeypatch.setattr(setfold.FoldedNamespace, "nodes", streamed)
+    result = rebuild(coord, es, source="events", alias=alias, dry_run=True)
+    assert result.dry_run and result.documents == len(expected) > 10
+    assert rebuild(coord, es, source="events", alias=alias, dry_run=True,
+                   namespaces=["a"]).documents == sum(
+        1 for d in expected.values() if d["namespace"] == "a")
 
 
 def test_a_second_rebuild_of_the_same_alias_is_refused(

@@ -125,6 +125,77 @@ def test_set_fold_equals_the_sequential_fold_on_random_histories(
                 set_fold(engine, hist.ends[0], nss, snapshots=True)
 
 
+def parts_fold(engine: Engine, until: int, namespaces: list[str], parts: int,
+               snapshots: bool) -> Rows:
+    """The fold in ``parts`` parts by node id (replay's pipelined fold), all in one
+    exported snapshot; their union, each node in exactly one part."""
+    got: Rows = {}
+    with engine.connect() as anchor:
+        anchor.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))
+        snapshot = anchor.execute(text("SELECT pg_export_snapshot()")).scalar_one()
+        for index in range(parts):
+            with setfold.fold(engine, until=until, namespaces=namespaces,
+                              use_snapshots=snapshots, part=setfold.FoldPart(index, parts),
+                              snapshot=snapshot) as f:
+                assert f.anomalies.count == 0, f.anomalies.first
+                for ns, rows in rows_of(f).items():
+                    assert not set(rows) & set(got.get(ns, {}))  # each node in one part
+                    got.setdefault(ns, {}).update(rows)
+                    assert len(f.trees[ns]) == len(rows)
+    return got
+
+
+@settings(max_examples=EXAMPLES, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                 HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(steps=st.lists(step, min_size=1, max_size=60), picks=st.data())
+def test_the_fold_in_parts_equals_the_sequential_fold(
+    coord: Coordinator, plan: str, steps: list[tuple[int, int, int, int]],
+    picks: st.DataObject
+) -> None:
+    """Folded in parts by node id (every part with every directory's tree events), the
+    union of the parts is the whole fold: from the start and from a snapshot."""
+    engine = coord.engine
+    k = next(_examples)
+    nss = [f"p{k}a", f"p{k}b"]
+    hist = build(steps, nss, next_block(engine))
+    insert(engine, hist)
+    end = hist.ends[-1]
+    parts = picks.draw(st.integers(2, 5), label="parts")
+    mid = picks.draw(st.sampled_from(hist.ends), label="until")
+    for until in sorted({mid, end}):
+        expected = reference(hist.events, until, nss)
+        assert parts_fold(engine, until, nss, parts, snapshots=False) == expected
+    at = picks.draw(st.sampled_from(hist.ends), label="snapshot at")
+    take_snapshot(engine, at, wait=10)
+    for until in sorted({at, end}):
+        expected = reference(hist.events, until, nss)
+        assert parts_fold(engine, until, nss, parts, snapshots=True) == expected
+
+
+def test_parts_read_one_cut(coord: Coordinator, ns: str) -> None:
+    """A part folded after a write committed still folds the exported snapshot's state:
+    the parts together are one cut, whatever commits between them."""
+    coord.mkdir(ns, "/d")
+    files = [coord.create_file(ns, f"/d/f{i}", str(i)).node.id for i in range(12)]
+    until = current_bound(coord.engine)
+    expected = set_fold(coord.engine, until, [ns], snapshots=False)
+    with coord.engine.connect() as anchor:
+        anchor.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))
+        snapshot = anchor.execute(text("SELECT pg_export_snapshot()")).scalar_one()
+        # Compaction after a snapshot at the bound deletes the events the parts fold; in
+        # the exported snapshot they are still there, and the snapshot is not.
+        take_snapshot(coord.engine, until, wait=10)
+        compact(coord.engine, timedelta(0), force=True)
+        got: Rows = {ns: {}}
+        for index in range(3):
+            with setfold.fold(coord.engine, until=until, namespaces=[ns],
+                              part=setfold.FoldPart(index, 3), snapshot=snapshot) as f:
+                assert f.base.snapshot_id is None
+                got[ns].update(rows_of(f)[ns])
+    assert got == expected and set(files) <= set(got[ns])
+
+
 def test_set_fold_equals_the_sequential_fold_on_concurrent_histories(
     coord: Coordinator, plan: str
 ) -> None:
