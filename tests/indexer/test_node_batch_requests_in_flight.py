@@ -53,3 +53,16 @@ def test_a_large_node_batch_keeps_two_requests_in_flight(
     assert {d["seq"] for d in docs.values()} == {version}
     assert {k: {f: v for f, v in d.items() if f != "seq"} for k, d in docs.items()} \
         == expected_docs(coord, ns)
+
+
+def test_batches_streaming_at_once_share_the_requests_in_flight(
+    coord: Coordinator, es: SearchEngine, alias: str
+) -> None:
+    # The node lane keeps two batches in flight and partitions share one applier: two
+    # imports' batches streaming at once keep one request each, not four between them.
+    applier = Applier(coord.engine, es, alias, lambda r: None)
+    with applier._node_stream() as first:
+        assert first() == bulk.IN_FLIGHT
+        with applier._node_stream() as second:
+            assert first() == second() == 1
+        assert first() == bulk.IN_FLIGHT
