@@ -387,8 +387,10 @@ def main() -> None:
                              "if it exists: a --cpu run and a rates run make one file)")
     parser.add_argument("--before", type=Path,
                         help="a --results file of a run on older code: plot it beside "
-                             "this run's (bench/plots/indexing_vs_raw.png, "
+                             "this run's (bench/plots/, --plot and "
                              "bench/plots/worker_cpu_per_doc.png)")
+    parser.add_argument("--plot", default="indexing_vs_raw.png",
+                        help="file name (in bench/plots) of the rates against raw bulk")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if os.environ.get("BENCH_LOG"):
@@ -405,7 +407,7 @@ def main() -> None:
             es.close()
             coord.close()
             print(f"load after: {load_average()}")
-            save_and_plot(args.results, args.before, found)
+            save_and_plot(args.results, args.before, found, args.plot)
             return
         raw: list[float] = []
         work: list[float] = []
@@ -489,7 +491,7 @@ def main() -> None:
                       "raw_overwrite": overwrite, "rename_docs": made,
                       "rename_seconds": rename_s},
             "rates_load_after": load_average(),
-        })
+        }, args.plot)
 
 
 def _ratios(rates: dict[str, Any]) -> dict[str, float]:
@@ -504,9 +506,11 @@ _CPU_LABELS = {"create": "(a) initial indexing", "import": "(b) an import",
                "rename": "(c) rename's descendants"}
 
 
-def save_and_plot(results: Path | None, before: Path | None, found: dict[str, Any]) -> None:
+def save_and_plot(results: Path | None, before: Path | None, found: dict[str, Any],
+                  plot: str = "indexing_vs_raw.png") -> None:
     """Merge ``found`` into ``results`` (if given) and draw what both it and ``before``
-    hold: the rates against raw bulk, the CPU per document."""
+    hold: the rates against raw bulk (to ``plot`` in bench/plots), the CPU per
+    document."""
     if results is None:
         return
     merged = read_results(results) if results.exists() else {}
@@ -522,7 +526,7 @@ def save_and_plot(results: Path | None, before: Path | None, found: dict[str, An
             for name, ratio in ratios.items():
                 measures.setdefault(name, {})[run] = ratio
         print("plot:", ratios_to_ceiling(
-            measures, PLOTS_DIR / "indexing_vs_raw.png", goal=0.8,
+            measures, PLOTS_DIR / plot, goal=0.8,
             title="worker rate / raw streaming_bulk on the same node (median of rounds)"))
     with_cpu = {k: v["cpu_us_per_doc"] for k, v in runs.items() if "cpu_us_per_doc" in v}
     if with_cpu:

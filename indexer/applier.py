@@ -74,7 +74,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -89,10 +89,9 @@ from .bulk import (
     PASS_CHUNK_BYTES,
     BulkStats,
     Rejected,
-    encoded_chunks,
     send,
-    send_chunks,
     send_request,
+    send_stream,
 )
 from .contract import MAX_BATCH_AGE, RENDERED, delete_action, rendered_action, stale_under_query
 from .errors import IndexerError
@@ -104,7 +103,6 @@ from .live_nodes import (
     stream_subtree_entries,
 )
 from .plan import BatchPlan, all_sweeps, plan_batch
-from .prefetch import prefetched
 from .search_engine import SearchEngine
 
 ID_CHUNK = 1000
@@ -257,6 +255,9 @@ class Applier:
         #: A conflict against a tombstone restores a node PostgreSQL still has: one
         #: deleted by hand in the index (``bulk.resolve_conflicts``).
         self.alive = partial(node_exists, engine)
+        #: Node-lane batches streaming now (``_node_stream``).
+        self._streams = 0
+        self._streams_lock = threading.Lock()
 
     @staticmethod
     def _checker(stop: threading.Event | None) -> Callable[[], None]:
@@ -340,19 +341,20 @@ class Applier:
         ready = nodes.actions
         if ready is None:
             check = self._checker(stop)
-            with self.engine.connect() as raw:
+            with self.engine.connect() as raw, self._node_stream() as in_flight:
                 conn = raw.execution_options(isolation_level="REPEATABLE READ")
-                with conn.begin():
-                    # The next chunk of nodes is read while Elasticsearch indexes this
-                    # one (an import's batch: tens of thousands of nodes). The reading
-                    # thread is the only user of ``conn`` until it has stopped.
-                    actions = prefetched(
-                        self._node_actions(conn, nodes.plan, nodes.version, check), ID_CHUNK
+                with conn.begin(), closing(
+                    self._node_actions(conn, nodes.plan, nodes.version, check)
+                ) as actions:
+                    # An import's batch (tens of thousands of nodes): the next requests
+                    # are read and encoded while Elasticsearch indexes two. All carry
+                    # the batch's version, and this returns (the batch can be settled)
+                    # only once every one of them was answered (``send_chunks``).
+                    stats = send_stream(
+                        self.es, actions, self.on_reject, chunk_size=self.chunk_size,
+                        max_chunk_bytes=CHUNK_BYTES, in_flight=in_flight,
+                        before_request=check, alive=self.alive, timings=timings,
                     )
-                    try:
-                        stats = self._send(actions)
-                    finally:
-                        actions.close()
         elif len(ready) <= self.chunk_size and _source_bytes(ready) <= CHUNK_BYTES // 2:
             stats = send_request(self.es, ready, self.on_reject, timings, alive=self.alive)
         else:  # large contents: chunks by size too
@@ -450,14 +452,24 @@ class Applier:
             pause()  # between two bulk requests of this pass
             check()
 
-        chunks = prefetched(encoded_chunks(actions, chunk_size, PASS_CHUNK_BYTES), 1)
+        return send_stream(self.es, actions, self.on_reject, chunk_size=chunk_size,
+                           max_chunk_bytes=PASS_CHUNK_BYTES, in_flight=in_flight or IN_FLIGHT,
+                           before_request=before_request, alive=self.alive, timings=timings)
+
+    @contextmanager
+    def _node_stream(self) -> Iterator[Callable[[], int]]:
+        """How many requests a node-lane batch streamed by ``send_nodes`` may keep in
+        flight, asked before each: ``bulk.IN_FLIGHT`` shared by the batches streaming at
+        once (the node lane keeps two batches in flight, and partitions share this
+        applier): one such batch alone takes both of the server's write threads, two
+        take one each, instead of four requests queueing in the server."""
+        with self._streams_lock:
+            self._streams += 1
         try:
-            return send_chunks(self.es, chunks, self.on_reject,
-                               in_flight=in_flight or IN_FLIGHT,
-                               before_request=before_request, alive=self.alive,
-                               timings=timings)
+            yield lambda: max(1, IN_FLIGHT // max(1, self._streams))
         finally:
-            chunks.close()
+            with self._streams_lock:
+                self._streams -= 1
 
     def _send(self, actions: Iterable[dict[str, Any]], chunk_size: int | None = None) -> BulkStats:
         def reject(r: Rejected) -> None:
@@ -482,7 +494,7 @@ class Applier:
 
     def _node_actions(
         self, conn: Connection, plan: BatchPlan, version: int, check: Callable[[], None]
-    ) -> Iterator[dict[str, Any]]:
+    ) -> Generator[dict[str, Any], None, None]:
         for ns, p in plan.namespaces.items():
             for ids in _chunks(sorted(p.nodes), ID_CHUNK):
                 check()

@@ -44,6 +44,7 @@ import orjson
 
 from .contract import RENDERED, bulk_lines, source_of, supersedes
 from .errors import IndexerError
+from .prefetch import prefetched
 from .search_engine import SearchConflict, SearchEngine, SearchNotFound, SearchRefused
 
 #: ``alive(namespace, node_id)``: whether the node exists in PostgreSQL now (read after
@@ -369,6 +370,34 @@ def send_chunks(
         timings["es_took"] = took / 1000
         timings["requests"] = requests
     return _settle(es, stats, conflicts, alive)
+
+
+def send_stream(
+    es: SearchEngine,
+    actions: Iterable[dict[str, Any]],
+    on_reject: Callable[[Rejected], None],
+    *,
+    chunk_size: int,
+    max_chunk_bytes: int,
+    in_flight: int | Callable[[], int] = IN_FLIGHT,
+    before_request: Callable[[], None] | None = None,
+    alive: Alive | None = None,
+    timings: dict[str, float] | None = None,
+) -> BulkStats:
+    """``send_chunks`` for a stream of actions not yet read: they are read, built and
+    encoded into chunks (``encoded_chunks``) on a thread of their own (``prefetched``:
+    the next requests are ready while these are in flight), so reading PostgreSQL,
+    encoding and up to ``in_flight`` requests overlap. Whatever ends the sending, that
+    thread has stopped when this returns (it is the only user of what ``actions`` reads
+    from until then): the caller may then close ``actions``, its cursor and snapshot.
+    Used by a subtree pass and by a node-lane batch too large to read whole (an
+    import's)."""
+    chunks = prefetched(encoded_chunks(actions, chunk_size, max_chunk_bytes), 1)
+    try:
+        return send_chunks(es, chunks, on_reject, in_flight=in_flight,
+                           before_request=before_request, alive=alive, timings=timings)
+    finally:
+        chunks.close()
 
 
 def send_request(

@@ -321,29 +321,46 @@ def run_clients(
 
 
 class SearchServerGone(Exception):
-    """What ``one_request_then_gone`` raises."""
-
-
-def one_request_then_gone() -> Callable[..., Any]:
-    """A stand-in for ``indexer.bulk.send`` as ``indexer.applier`` calls it (patch it
-    in as ``applier_module.send``): one bulk request of the actions really sent, then
-    ``SearchServerGone``, as a search server that goes away in the middle of a pass."""
-
-    def send(es: SearchEngine, actions: Any, reject: Any, chunk_size: int, **options: Any) -> Any:
-        bulk.send(es, itertools.islice(actions, chunk_size), reject, chunk_size=chunk_size,
-                  **options)
-        raise SearchServerGone("the search server went away mid-pass")
-
-    return send
+    """What ``one_chunk_then_gone`` raises."""
 
 
 def one_chunk_then_gone() -> Callable[..., Any]:
-    """The same for ``indexer.bulk.send_chunks``, which a subtree pass calls (patch it in
-    as ``applier_module.send_chunks``): the first request really sent, then
-    ``SearchServerGone``."""
+    """A stand-in for ``indexer.bulk.send_chunks`` as ``bulk.send_stream`` calls it for a
+    subtree pass or a node batch too large to read whole (patch it in as
+    ``bulk.send_chunks``): the first request really sent, then ``SearchServerGone``, as a
+    search server that goes away in the middle of a pass."""
+    real = bulk.send_chunks
 
     def send_chunks(es: SearchEngine, chunks: Any, reject: Any, **options: Any) -> Any:
-        bulk.send_chunks(es, itertools.islice(chunks, 1), reject, **options)
+        real(es, itertools.islice(chunks, 1), reject, **options)
         raise SearchServerGone("the search server went away mid-pass")
 
     return send_chunks
+
+
+class OverlapWatch:
+    """The real search server, each ``_bulk`` request held at its start until another
+    one is in flight too (at most ``hold`` seconds): ``most`` is how many a caller kept
+    in flight at once. Every call reaches the server as it was made."""
+
+    def __init__(self, es: SearchEngine, hold: float = 3.0) -> None:
+        self._es = es
+        self._hold = hold
+        self._cond = threading.Condition()
+        self._active = 0
+        self.most = 0
+
+    def bulk(self, operations: Any, **params: Any) -> dict[str, Any]:
+        with self._cond:
+            self._active += 1
+            self.most = max(self.most, self._active)
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: self.most >= 2, timeout=self._hold)
+        try:
+            return self._es.bulk(operations, **params)
+        finally:
+            with self._cond:
+                self._active -= 1
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._es, name)

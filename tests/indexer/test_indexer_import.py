@@ -17,14 +17,13 @@ from indexer_support import (
     assert_index_matches,
     expected_docs,
     index_docs,
-    one_request_then_gone,
+    one_chunk_then_gone,
     running_worker,
 )
 from sqlalchemy import Connection, text
 
-import indexer.applier as applier_module
 from coordinator import Coordinator
-from indexer import elasticsearch_index, live_nodes
+from indexer import bulk, elasticsearch_index, live_nodes
 from indexer.applier import ID_CHUNK, Applier
 from indexer.contract import search_filters, text_query
 from indexer.live_nodes import fetch_nodes
@@ -168,7 +167,7 @@ def test_a_large_batch_that_fails_while_sending_stops_its_reader_first(
     plan = plan_batch(events)
     elasticsearch_index.ensure_alias(es, alias)
     app = Applier(coord.engine, es, alias, lambda r: None)
-    monkeypatch.setattr(applier_module, "send", one_request_then_gone())
+    monkeypatch.setattr(bulk, "send_chunks", one_chunk_then_gone())
     try:
         app.apply_nodes(plan, events[-1].position)
     except SearchServerGone:

@@ -21,6 +21,7 @@ from indexer_support import (
 
 import indexer.applier as applier_module
 from coordinator import Coordinator
+from indexer import bulk
 from indexer.applier import Applier, SubtreeWork
 from indexer.plan import plan_batch
 from indexer.search_engine import SearchEngine
@@ -56,7 +57,7 @@ def test_a_subtree_pass_that_fails_while_sending_closes_its_stream_first(
             finished.append("stream closed")
 
     monkeypatch.setattr(applier_module, "stream_subtree_entries", watched_stream)
-    monkeypatch.setattr(applier_module, "send_chunks", one_chunk_then_gone())
+    monkeypatch.setattr(bulk, "send_chunks", one_chunk_then_gone())
     try:
         app.apply_subtrees(work, chunk_size=2)
     except SearchServerGone:

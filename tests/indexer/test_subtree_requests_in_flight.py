@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import random
 import threading
-from typing import Any, cast
+from typing import cast
 
 from indexer_support import (
+    OverlapWatch,
     assert_index_matches,
     expected_docs,
     index_docs,
@@ -26,34 +27,6 @@ from indexer.applier import Applier, SubtreeWork
 from indexer.plan import plan_batch
 from indexer.search_engine import SearchEngine
 from pathkeeper.local.bulk_tree import bulk_subtree
-
-
-class OverlapWatch:
-    """The real search server, each ``_bulk`` request held at its start until another
-    one is in flight too (at most ``hold`` seconds): ``most`` is how many a caller kept
-    in flight at once. Every call reaches the server as it was made."""
-
-    def __init__(self, es: SearchEngine, hold: float = 3.0) -> None:
-        self._es = es
-        self._hold = hold
-        self._cond = threading.Condition()
-        self._active = 0
-        self.most = 0
-
-    def bulk(self, operations: Any, **params: Any) -> dict[str, Any]:
-        with self._cond:
-            self._active += 1
-            self.most = max(self.most, self._active)
-            self._cond.notify_all()
-            self._cond.wait_for(lambda: self.most >= 2, timeout=self._hold)
-        try:
-            return self._es.bulk(operations, **params)
-        finally:
-            with self._cond:
-                self._active -= 1
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._es, name)
 
 
 def test_a_subtree_pass_keeps_two_requests_in_flight(
