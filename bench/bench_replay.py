@@ -599,16 +599,18 @@ def replay_timed(url: str, es: SearchEngine, alias: str) -> dict[str, float]:
     """Replay end to end into a new index behind ``alias``, with its phases."""
     coord = Coordinator.connect(url)
     progress = PhaseTimes()
+    cpu = time.process_time()  # this process's CPU: replay's client, not PostgreSQL's
     with progress, PeakRss() as rss:
         result = rebuild(coord, es, source="events", alias=alias, progress=progress)
         end = time.monotonic()
+    cpu = time.process_time() - cpu
     coord.close()
     phases = {"fold": progress.seconds("fold events", end),
               "load": progress.seconds("load documents", end),
               "tail": progress.seconds("catch up", end)}
     phases["other"] = result.seconds - sum(phases.values())
     return {"seconds": result.seconds, "docs": result.documents, **phases,
-            "rss_peak_mib": rss.peak}
+            "rss_peak_mib": rss.peak, "cpu_seconds": cpu}
 
 
 def scenario_part(args: argparse.Namespace, es: SearchEngine, scenario: str,
@@ -658,7 +660,9 @@ def scenario_part(args: argparse.Namespace, es: SearchEngine, scenario: str,
                            f"{rep['docs'] / rep['seconds']:,.0f} docs/s: fold "
                            f"{rep['fold']:.1f} + load {rep['load']:.1f} + tail "
                            f"{rep['tail']:.1f} + other {rep['other']:.1f} s, RSS peak "
-                           f"{rep['rss_peak_mib']:.0f} MiB (load {load})")
+                           f"{rep['rss_peak_mib']:.0f} MiB, client CPU "
+                           f"{rep['cpu_seconds'] / rep['docs'] * 1e6:.0f} us/doc "
+                           f"(load {load})")
             raw_rate = row["raw"]["docs"] / row["raw"]["seconds"]
             for what in variants[1:]:
                 key = "ratio" if what == "replay" else "ratio_whole"
@@ -670,6 +674,10 @@ def scenario_part(args: argparse.Namespace, es: SearchEngine, scenario: str,
         report(f"[{scenario}] MEDIAN of {len(rounds)}: replay / raw bulk", f"{docs:,} docs",
                f"{median([r['replay']['seconds'] for r in rounds]):.1f} / "
                f"{median([r['raw']['seconds'] for r in rounds]):.1f}", f"{ratio:.2f}")
+        cpu_us = median([r["replay"]["cpu_seconds"] / r["replay"]["docs"] * 1e6
+                         for r in rounds])
+        report(f"[{scenario}] MEDIAN of {len(rounds)}: replay client CPU per document", "",
+               "", f"{cpu_us:.1f} us")
         # replay --dry-run beside PostgreSQL merely reading the same events (COPY).
         read_s, _, _ = raw_read(url, SCENARIO_NS[scenario])
         coord = Coordinator.connect(url)

@@ -26,10 +26,8 @@ from typing import Any
 
 from sqlalchemy import Engine, text
 
-from coordinator import Node
-
 from . import setfold
-from .contract import index_action, is_indexed, rendered_action
+from .contract import rendered_action
 from .errors import ReplayError
 from .live_nodes import owned_namespaces, walk_entries
 from .progress import Progress
@@ -129,21 +127,22 @@ class PartsFold:
         return _fold(self.engine, self.until, self.namespaces, FoldPart(index, self.parts),
                      self.snapshot)
 
-    def nodes(self) -> Iterator[Node]:
-        """Every indexed node, part after part; the next part folds meanwhile."""
+    def actions(self, index: str) -> Iterator[dict[str, Any]]:
+        """``folded_actions`` of every part, part after part; the next part folds
+        meanwhile."""
         try:
-            for index in range(1, self.parts + 1):
+            for part in range(1, self.parts + 1):
                 folded = self.current
                 assert folded is not None
-                if index < self.parts:
-                    self.pending = self.pool.submit(self._fold, index)
-                yield from folded_nodes(folded)
+                if part < self.parts:
+                    self.pending = self.pool.submit(self._fold, part)
+                yield from folded_actions(folded, index)
                 self.current = None
                 folded.close()
                 if self.pending is None:
                     break
                 self.current, self.pending = self.pending.result(), None
-                if index == self.parts - 1:
+                if part == self.parts - 1:
                     self.anchor.close()  # the last part has its snapshot
                 _noted(self.current, self.progress)
         finally:
@@ -164,12 +163,13 @@ class PartsFold:
         self.anchor.close()
 
 
-def folded_nodes(folder: SetFold) -> Iterator[Node]:
-    """Every indexed node of a folded log."""
-    for ns in folder.namespaces():
-        for node in folder.trees[ns].nodes():
-            if is_indexed(node):
-                yield node
+def folded_actions(folder: SetFold, index: str) -> Iterator[dict[str, Any]]:
+    """An index action into ``index`` at the fold's position for every indexed node of a
+    folded log, each document rendered by PostgreSQL from the folded rows
+    (``SetFold.entries``)."""
+    seq = folder.position
+    for ns, node_id, entry in folder.entries(index, seq):
+        yield rendered_action(index, ns, node_id, seq, entry)
 
 
 #: A rebuild's documents as index actions into the index named by the argument, each
@@ -188,15 +188,16 @@ def state_actions(
 ) -> StateActions:
     """The index actions of every indexed node as of ``until``, at version ``until``:
     from the log (folded now, before anything is written) or from a snapshot (opened
-    lazily, when the caller starts reading; its documents rendered by PostgreSQL)."""
+    lazily, when the caller starts reading); either way each document rendered by
+    PostgreSQL (``contract.index_entry_sql``), sent as it came."""
     if source == "events":
         parts = fold_parts(engine)
         if parts > 1:
             split = PartsFold(engine, until, namespaces, progress, parts)
             stack.callback(split.close)
-            return lambda index: (index_action(index, n, until) for n in split.nodes())
+            return split.actions
         folder = stack.enter_context(fold_log(engine, until, namespaces, progress))
-        return lambda index: (index_action(index, n, until) for n in folded_nodes(folder))
+        return lambda index: folded_actions(folder, index)
     return lambda index: snapshot_actions(engine, namespaces, index, until)
 
 

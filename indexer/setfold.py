@@ -92,6 +92,7 @@ from coordinator.events import (
 )
 from coordinator.node_rows import node_of
 
+from .contract import index_entry_sql
 from .errors import IndexerError
 
 #: Memory PostgreSQL may use per sort or hash of the fold before it spills to temporary
@@ -545,8 +546,9 @@ class SetFold:
     """The log folded as of ``position`` into a temporary table of a dedicated session.
 
     Its readers use ``namespaces()``, ``trees[ns].nodes()`` / ``.nodes_by_id()``,
-    ``anomalies``, ``events``, ``position``, ``node_count()`` and ``close()``. The
-    temporary tables go with the session, also when the process is killed.
+    ``entries()`` (replay's documents), ``anomalies``, ``events``, ``position``,
+    ``node_count()`` and ``close()``. The temporary tables go with the session, also when
+    the process is killed.
     """
 
     def __init__(self, conn: Connection, position: int, base: FoldStart, owns_conn: bool,
@@ -597,6 +599,28 @@ class SetFold:
                 yield node_of(namespace, r, r.path)
         finally:
             conn.rollback()  # read only: nothing to keep, and no snapshot held after
+
+    def entries(self, index: str, seq: int) -> Iterator[tuple[str, str, bytes]]:
+        """Every indexed node (roots left out), of every namespace, as (namespace, id,
+        its ``_bulk`` index entry into ``index`` at external version ``seq``), rendered
+        by PostgreSQL from the folded rows (``contract.index_entry_sql``): one streamed
+        statement, no ``Node`` per row (replay's load)."""
+        conn = self.conn
+        sql = (
+            "SELECT f.namespace, CAST(f.id AS text) AS id, "
+            + index_entry_sql("CAST(:index AS text)", "f", "f.path", "CAST(:seq AS bigint)",
+                              "f.namespace")
+            # A node without metadata reads as {} (``node_of``), not as null.
+            + " AS entry FROM (SELECT namespace, id, parent_id, name, kind, content, "
+            "COALESCE(metadata, CAST('{}' AS jsonb)) AS metadata, path "
+            f"FROM {self.tables['nodes']} WHERE parent_id IS NOT NULL {self._owned('id')}) f"
+        )
+        conn.execute(text("SET LOCAL idle_in_transaction_session_timeout = 0"))
+        try:
+            for row in streamed(conn, text(sql), {"index": index, "seq": seq}, STREAM_CHUNK):
+                yield row.namespace, row.id, row.entry.encode()
+        finally:
+            conn.rollback()
 
     def _owned(self, column: str) -> str:
         """SQL: ``AND`` the node id in ``column`` is returned by this fold."""
