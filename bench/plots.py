@@ -3,7 +3,8 @@
 A benchmark that plots writes its raw results as JSON first (``write_results``), then
 draws from them, so a run on older code (``--before FILE`` of that benchmark) and a run on
 newer code end up in one picture: before and after, each ratio against its own ceiling
-measured in its own run. The images go to ``bench/plots/`` and are shown in
+measured in its own run. The images go to ``bench/plots/`` (``PLOTS_DIR``), the results
+they were drawn from to ``bench/results/`` (``RESULTS_DIR``), and both are shown in
 ``bench/README.md``.
 
 Two kinds of picture cover what the benchmarks compare:
@@ -27,6 +28,8 @@ matplotlib.use("Agg")  # files only: no display on a server
 import matplotlib.pyplot as plt
 
 PLOTS_DIR = Path(__file__).resolve().parent / "plots"
+#: Where the JSON results behind the plots in bench/README.md are kept.
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
 def write_results(path: Path, results: Mapping[str, Any]) -> Path:
