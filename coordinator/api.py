@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -507,6 +507,7 @@ class Coordinator(NamespaceCommands):
         on_slow: Callable[[list[WriterInFlight]], None] | None = None,
         report_after: float = REPORT_AFTER,
         contents: bool = True,
+        bare_types: Collection[str] = (),
         shard: str | None = None,
         copied: bool = False,
         timings: dict[str, float] | None = None,
@@ -517,7 +518,8 @@ class Coordinator(NamespaceCommands):
         compaction horizon raises ``CursorExpired``, one past the end ``CursorAhead``.
         Waits up to ``wait`` seconds for writers in flight; ``on_slow(writers)`` is
         called once if that lasts ``report_after`` seconds; ``contents=False`` reads file
-        contents as null; ``copied=True`` is the change feed's read (a namespace moved
+        contents as null; ``bare_types``' events come without their payload (an empty
+        object); ``copied=True`` is the change feed's read (a namespace moved
         here reads on through its copied events); ``timings`` gets the seconds the
         gap-safe bound took (``bound``). See ``coordinator.event_reader``.
 
@@ -529,7 +531,7 @@ class Coordinator(NamespaceCommands):
             return read_events(
                 engine, after, limit, namespaces=namespaces, partition=partition,
                 until=until, wait=wait, on_slow=on_slow, report_after=report_after,
-                contents=contents, copied=copied, timings=timings,
+                contents=contents, bare_types=bare_types, copied=copied, timings=timings,
             )
         except DBAPIError as exc:
             raise translate(exc) from exc

@@ -71,7 +71,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -468,8 +468,10 @@ def _clamped(conn: Connection, namespaces: Sequence[str], cursor: int, next_curs
 # carries a content allows null there: a directory's).
 _WITHOUT_CONTENT = (
     "CASE WHEN payload ? 'content' THEN jsonb_set(payload, '{content}', 'null') "
-    "ELSE payload END AS payload"
+    "ELSE payload END"
 )
+# No payload at all for events of the types in :bare (read back as an empty object).
+_BARE = "CASE WHEN type = ANY(CAST(:bare AS text[])) THEN NULL ELSE {payload} END"
 
 
 def read_events(
@@ -484,6 +486,7 @@ def read_events(
     on_slow: Callable[[list[WriterInFlight]], None] | None = None,
     report_after: float = REPORT_AFTER,
     contents: bool = True,
+    bare_types: Collection[str] = (),
     copied: bool = False,
     timings: dict[str, float] | None = None,
 ) -> tuple[list[Event], int]:
@@ -504,6 +507,9 @@ def read_events(
     ``contents=False`` reads every payload's ``content`` as null, for readers that only
     plan from the events (the indexer reads nodes from PostgreSQL): an import's
     transaction is one batch of up to a whole block, 65,536 files' contents otherwise.
+    ``bare_types``: event types whose payload is not read at all (not sent by the server,
+    not decoded; ``payload`` is an empty object), for a reader that handles them from
+    their type and node id alone (the indexer's plan: most events of a load).
 
     Namespaces moved between servers (docs/sharding.md): by default the events this
     server's consumers apply (``OWNED_EVENT_SQL``). ``copied=True`` is the change feed's
@@ -570,7 +576,12 @@ def read_events(
             where.append(Partition.SQL)
             params.update(p_count=partition.count, p_index=partition.index)
         payload = "payload" if contents else _WITHOUT_CONTENT
-        columns = f"position, namespace, type, node_id, {payload}, committed_at"
+        if bare_types:
+            payload = _BARE.format(payload=payload)
+            params["bare"] = list(bare_types)
+        # The node id as text: the string the event carries, without a UUID object per row.
+        columns = ("position, namespace, type, CAST(node_id AS text) AS node_id, "
+                   f"{payload} AS payload, committed_at")
         sql = f"SELECT {columns} FROM events WHERE {' AND '.join(where)} ORDER BY position"
         # The compaction horizon as of the same snapshot as the events, with them: a
         # compaction that committed before the statement shows in it, one that commits
@@ -578,7 +589,8 @@ def read_events(
         # proves, without its round trip when the read is one statement).
         first = f"SELECT {columns}, ({HORIZON_SQL.text}) AS horizon FROM events " \
                 f"WHERE {' AND '.join(where)} ORDER BY position LIMIT :limit"
-        rows: list[Any] = list(conn.execute(text(first), params))
+        # ``all()``: the driver's one fetch of every row, not one ``fetchone`` per row.
+        rows: list[Any] = list(conn.execute(text(first), params).all())
         if len(rows) < limit:
             next_cursor = bound
             if rows:
@@ -600,15 +612,11 @@ def read_events(
             check_horizon(conn, cursor)
         if copied and namespaces is not None:
             next_cursor = _clamped(conn, namespaces, cursor, next_cursor)
+    # Rows unpacked as tuples (the first statement's have the horizon last): no lookup
+    # by column name per field of every event.
     events = [
-        Event(
-            position=int(r.position),
-            namespace=r.namespace,
-            type=r.type,
-            node_id=str(r.node_id) if r.node_id is not None else None,
-            payload=r.payload,
-            committed_at=r.committed_at,
-        )
-        for r in rows
+        Event(position, namespace, type_, node_id, {} if payload is None else payload,
+              committed_at)
+        for position, namespace, type_, node_id, payload, committed_at, *_ in rows
     ]
     return events, next_cursor

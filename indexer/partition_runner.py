@@ -30,7 +30,7 @@ from .applier import Abandoned, Applier, NodeActions, SubtreeWork
 from .bulk import BulkStats
 from .index_health import IndexHealth
 from .logs import log
-from .plan import plan_batch
+from .plan import PAYLOAD_FREE_TYPES, plan_batch
 from .read_waits import ReadWaits
 from .subtree_lane import NodeLanePriority, SubtreeLane
 
@@ -266,6 +266,7 @@ class PartitionRunner:
                 wait=w.config.read_wait, on_slow=partial(self._held_back, started),
                 report_after=w.config.read_report_after,
                 contents=False,  # documents are built from PostgreSQL's rows
+                bare_types=PAYLOAD_FREE_TYPES,  # planned from type and node id alone
                 timings=timings,
             )
         except CursorExpired as exc:

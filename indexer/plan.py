@@ -117,15 +117,16 @@ def all_sweeps(sweep_before: dict[str, int], moved_from: dict[str, int]) -> dict
 #: Event types whose only work is their node's rewrite from its current row: planned
 #: from the stored type and node id alone, the payload never decoded (whatever it holds,
 #: even a version this code cannot read, the node's rewrite is all it asks: the same
-#: as for an unreadable event below). Most events of an import or a create load.
-_NODE_ONLY = frozenset({Created.TYPE, Written.TYPE, MetadataSet.TYPE})
+#: as for an unreadable event below). Most events of an import or a create load: the
+#: worker's read does not even fetch their payloads (``read_events(bare_types=...)``).
+PAYLOAD_FREE_TYPES = frozenset({Created.TYPE, Written.TYPE, MetadataSet.TYPE})
 
 
 def plan_batch(events: Iterable[Event]) -> BatchPlan:
     """The work a batch implies (see module docstring)."""
     plan = BatchPlan()
     for ev in events:
-        if ev.type in _NODE_ONLY and ev.node_id is not None:
+        if ev.type in PAYLOAD_FREE_TYPES and ev.node_id is not None:
             plan.of(ev.namespace).nodes.add(ev.node_id)
             continue
         try:
