@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from nodes_built import count_nodes_built
 from sqlalchemy import Connection, text
 
 from coordinator import Coordinator, Node
@@ -180,14 +181,7 @@ def test_reading_a_batch_builds_no_node_per_document(
     coord.mkdir("n", "/d")
     for i in range(20):
         coord.create_file("n", f"/d/f{i}", f"{i}", metadata={"i": i})
-    built: list[str] = []
-    real = live_nodes.node_of
-
-    def counted(ns: str, row: Any, path: str, with_content: bool = True) -> Node:
-        built.append(path)
-        return real(ns, row, path, with_content)
-
-    monkeypatch.setattr(live_nodes, "node_of", counted)
+    built = count_nodes_built(monkeypatch, live_nodes)
     elasticsearch_index.ensure_alias(es, alias)
     events, _ = coord.read_events(after=0)
     plan = plan_batch(events)
@@ -215,14 +209,7 @@ def test_reindex_builds_no_node_per_document(
     """Reindex's documents come from the snapshot as PostgreSQL rendered them, and the
     rebuilt index holds the reference documents."""
     _tree(coord)
-    built: list[str] = []
-    real = live_nodes.node_of
-
-    def counted(ns: str, row: Any, path: str, with_content: bool = True) -> Node:
-        built.append(path)
-        return real(ns, row, path, with_content)
-
-    monkeypatch.setattr(live_nodes, "node_of", counted)
+    built = count_nodes_built(monkeypatch, live_nodes)
     result = rebuild(coord, es, source="snapshot", alias=alias)
     assert built == []
     monkeypatch.undo()

@@ -11,8 +11,9 @@ import json
 from typing import Any
 
 import pytest
+from nodes_built import count_nodes_built
 
-from coordinator import Coordinator, Node
+from coordinator import Coordinator
 from indexer import replay_sources, setfold
 from indexer.contract import document_for
 from indexer.live_nodes import walk_nodes
@@ -56,14 +57,7 @@ def test_replay_builds_no_node_per_document(
     parts: int, snapshot_halfway: bool,
 ) -> None:
     _history(coord, snapshot_halfway)
-    built: list[str] = []
-    real = setfold.node_of
-
-    def counted(ns: str, row: Any, path: str, with_content: bool = True) -> Node:
-        built.append(path)
-        return real(ns, row, path, with_content)
-
-    monkeypatch.setattr(setfold, "node_of", counted)
+    built = count_nodes_built(monkeypatch, setfold)
     monkeypatch.setattr(replay_sources, "fold_parts", lambda engine: parts)
     result = rebuild(coord, es, source="events", alias=alias)
     assert built == []
