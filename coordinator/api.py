@@ -510,6 +510,7 @@ class Coordinator(NamespaceCommands):
         bare_types: Collection[str] = (),
         shard: str | None = None,
         copied: bool = False,
+        read_ahead: bool = False,
         timings: dict[str, float] | None = None,
     ) -> tuple[list[Event], int]:
         """Events safe to consume after cursor ``after`` (None: from the start; ``"horizon"``:
@@ -520,8 +521,10 @@ class Coordinator(NamespaceCommands):
         called once if that lasts ``report_after`` seconds; ``contents=False`` reads file
         contents as null; ``bare_types``' events come without their payload (an empty
         object); ``copied=True`` is the change feed's read (a namespace moved
-        here reads on through its copied events); ``timings`` gets the seconds the
-        gap-safe bound took (``bound``). See ``coordinator.event_reader``.
+        here reads on through its copied events); ``read_ahead=True`` sends the select
+        with the gap-safe bound's statements, in one round trip (for a reader expecting
+        a lone change); ``timings`` gets the seconds the gap-safe bound took (``bound``).
+        See ``coordinator.event_reader``.
 
         Each server has its own log, with positions of its own: the log read is the one
         of the server of ``namespaces`` (all on one), or of the server named ``shard``
@@ -531,7 +534,8 @@ class Coordinator(NamespaceCommands):
             return read_events(
                 engine, after, limit, namespaces=namespaces, partition=partition,
                 until=until, wait=wait, on_slow=on_slow, report_after=report_after,
-                contents=contents, bare_types=bare_types, copied=copied, timings=timings,
+                contents=contents, bare_types=bare_types, copied=copied,
+                read_ahead=read_ahead, timings=timings,
             )
         except DBAPIError as exc:
             raise translate(exc) from exc

@@ -71,12 +71,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import Connection, Engine, text
 
+from .db import Driver, driver_sql
 from .errors import CursorAhead, CursorExpired, InvalidArgument, Unavailable
 from .event_appender import IMPORT_MARK_CLASS
 from .results import POSITION_BLOCK, Event, Start, block_end
@@ -206,9 +208,9 @@ HOLDERS_SQL = text(
            OR EXISTS (SELECT FROM l m WHERE m.virtualtransaction = h.virtualtransaction
                       AND {_IS_IMPORT_MARK} AND {_IN_SCOPE})
     )
-    SELECT array_agg(DISTINCT w.virtualtransaction),
+    SELECT array_agg(DISTINCT w.virtualtransaction) AS vxids,
            array_agg(DISTINCT CAST(x.transactionid AS text))
-               FILTER (WHERE x.transactionid IS NOT NULL)
+               FILTER (WHERE x.transactionid IS NOT NULL) AS xids
     FROM waited w
     LEFT JOIN l x ON x.virtualtransaction = w.virtualtransaction AND x.{_IS_XID_LOCK}
     """
@@ -322,11 +324,18 @@ def writers_in_flight(engine: Engine) -> list[WriterInFlight]:
 
 
 #: Step 1, and the bound made durable on the synchronous standbys: see docs/failover.md.
+#: With the isolation of the transaction it runs in: a statement read ahead in the
+#: same pipeline is used only under READ COMMITTED (``_bound_and_ahead``).
 LAST_VALUE_SQL = text(
     "SELECT last_value, is_called, CASE WHEN current_setting('synchronous_standby_names')"
-    " <> '' THEN pg_logical_emit_message(true, 'pathkeeper', 'bound') END"
-    " FROM event_position_seq"
+    " <> '' THEN pg_logical_emit_message(true, 'pathkeeper', 'bound') END,"
+    " current_setting('transaction_isolation') FROM event_position_seq"
 )
+#: ``driver_sql`` of the few statements a reader builds (one per kind of read).
+_compiled = lru_cache(maxsize=64)(driver_sql)
+# Steps 1 and 2 as the driver takes them, for their pipeline.
+_LAST_VALUE = driver_sql(LAST_VALUE_SQL)
+_HOLDERS = driver_sql(HOLDERS_SQL)
 
 
 def wait_for_bound(
@@ -360,21 +369,59 @@ def _wait_for_bound_on(
     on_slow: Callable[[list[WriterInFlight]], None] | None,
     report_after: float,
 ) -> int:
+    return _bound_and_ahead(conn, wait, namespaces=namespaces, partition=partition,
+                            on_slow=on_slow, report_after=report_after)[0]
+
+
+def _bound_and_ahead(
+    conn: Connection,
+    wait: float,
+    *,
+    namespaces: Sequence[str] | None,
+    partition: Partition | None,
+    on_slow: Callable[[list[WriterInFlight]], None] | None,
+    report_after: float,
+    ahead: tuple[str, Mapping[str, Any]] | None = None,
+) -> tuple[int, list[Any] | None]:
     """``wait_for_bound`` on ``conn``, which must be in autocommit: each step a
-    statement of its own (the order of steps 1 and 2 is what the argument rests on)."""
-    last_value, is_called, _ = conn.execute(LAST_VALUE_SQL).one()
+    statement of its own (the order of steps 1 and 2 is what the argument rests on).
+
+    Steps 1 and 2 go to the server together (a pipeline: one round trip, where two cost
+    a lone change's read a millisecond more on an idle machine): the server still runs
+    them one after another, in the order sent, each statement reading the sequence and
+    the lock table as they are when it runs, so the list is still taken after the read
+    of the sequence ended. Neither reads through a snapshot; the one implicit
+    transaction around both (one Sync) changes nothing they see. With synchronous
+    standbys the bound's WAL message commits at that Sync, before either answer is
+    returned: durable before it is used, as before.
+
+    Returns the bound, and the rows of ``ahead`` (a statement and its parameters, sent
+    behind steps 1 and 2 in the same round trip) when they may be used: the server ran
+    it after step 2 ended, so in READ COMMITTED its snapshot sees every writer step 2
+    did not list as ended, and with none listed, every event up to the bound is in it.
+    None when step 2 listed writers (the caller waits for them and reads again), or
+    when the pipeline's transaction was not READ COMMITTED (a database whose default
+    isolation is higher runs the pipeline's statements under one snapshot, taken by
+    step 1: the caller reads again, in a transaction of its own)."""
+    driver = Driver(conn)
+    with driver.pipeline():
+        last = driver.send(_LAST_VALUE, {})
+        held = driver.send(_HOLDERS, {
+            "everything": namespaces is None and partition is None,
+            "nss": None if namespaces is None else list(namespaces),
+            "p_count": None if partition is None else partition.count,
+            "p_index": None if partition is None else partition.index,
+        })
+        rows_ahead = None if ahead is None else driver.send(*ahead)
+    last_value, is_called, _, isolation = last.fetchone() or (0, False, None, None)
+    vxids, xids = held.fetchone() or (None, None)
     if not is_called:
-        return 0
+        return 0, None
     bound = int(last_value) + POSITION_BLOCK - 1
-    # A separate statement, hence a list taken after the read above.
-    vxids, xids = conn.execute(HOLDERS_SQL, {
-        "everything": namespaces is None and partition is None,
-        "nss": None if namespaces is None else list(namespaces),
-        "p_count": None if partition is None else partition.count,
-        "p_index": None if partition is None else partition.index,
-    }).one()
     if not vxids:
-        return bound
+        if rows_ahead is None or isolation != "read committed":
+            return bound, None
+        return bound, rows_ahead.fetchall()
     holders, ids = list(vxids), list(xids or [])
     params = {"vxids": holders, "xids": ids}
     started = time.monotonic()
@@ -401,7 +448,7 @@ def _wait_for_bound_on(
         # pg_locks do not take the server's CPU.
         short = now - started < _SHORT_WAIT
         delay = min(delay * 2, _SHORT_WAIT_POLL if short else 0.02)
-    return bound
+    return bound, None
 
 
 def safe_bound(
@@ -488,6 +535,7 @@ def read_events(
     contents: bool = True,
     bare_types: Collection[str] = (),
     copied: bool = False,
+    read_ahead: bool = False,
     timings: dict[str, float] | None = None,
 ) -> tuple[list[Event], int]:
     """Events after ``after`` that are safe to consume, in position order, and the next cursor.
@@ -518,9 +566,15 @@ def read_events(
     ``frozen_at`` (they have no event above it here, and a cursor past it could be past
     the end of the log of the server they moved to).
 
+    ``read_ahead=True`` sends the select with the bound's steps, in their round trip,
+    and uses its rows if no writer was in flight (one round trip for the whole read
+    instead of two): for a reader that expects little (a lone change's wake-up). When
+    writers were in flight the select was wasted, and is sent again after the wait:
+    a reader of a busy log should not ask for it.
+
     ``timings`` (if given) gets ``bound``: the seconds spent finding the safe bound
-    (steps 1-3 of the module docstring, waits included), for a caller that reports
-    where its time goes.
+    (steps 1-3 of the module docstring, waits included), and ``read_ahead``: 1 if the
+    rows read ahead were used, for a caller that reports where its time goes.
     """
     # A batch must be able to hold one event, or a reader would never move on.
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
@@ -542,6 +596,36 @@ def read_events(
         cursor = after or 0
     else:
         raise InvalidArgument(f"after must be a position, None, 'now' or 'horizon', not {after!r}")
+    where = ["position > :after",
+             (COPIED_EVENT_SQL if copied else OWNED_EVENT_SQL).format(e="events")]
+    params: dict[str, Any] = {"after": cursor, "limit": limit}
+    if namespaces is not None:
+        where.append("namespace = ANY(:nss)")
+        params["nss"] = list(namespaces)
+    if partition is not None:
+        where.append(Partition.SQL)
+        params.update(p_count=partition.count, p_index=partition.index)
+    payload = "payload" if contents else _WITHOUT_CONTENT
+    if bare_types:
+        payload = _BARE.format(payload=payload)
+        params["bare"] = list(bare_types)
+    # The node id as text: the string the event carries, without a UUID object per row.
+    columns = ("position, namespace, type, CAST(node_id AS text) AS node_id, "
+               f"{payload} AS payload, committed_at")
+    bounded = " AND ".join([*where, "position <= :bound"])
+    sql = f"SELECT {columns} FROM events WHERE {bounded} ORDER BY position"
+    # The compaction horizon as of the same snapshot as the events, with them: a
+    # compaction that committed before the statement shows in it, one that commits
+    # after deleted nothing it returned (what ``check_horizon`` after the reads
+    # proves, without its round trip when the read is one statement).
+    first = f"SELECT {columns}, ({HORIZON_SQL.text}) AS horizon FROM events " \
+            f"WHERE {bounded} ORDER BY position LIMIT :limit"
+    # Read ahead: the same select with no bound yet, sent behind the bound's steps in
+    # their round trip; the rows past the bound are dropped (``_bound_and_ahead``).
+    ahead = None if not read_ahead else (
+        _compiled(f"SELECT {columns}, ({HORIZON_SQL.text}) AS horizon FROM events "
+                   f"WHERE {' AND '.join(where)} ORDER BY position LIMIT :limit"),
+        params)
     # One connection in autocommit for the whole read: the bound's steps and the select
     # are separate statements as before (each its own snapshot, taken after the one
     # before it ended), without a checkout, a BEGIN and a ROLLBACK in between.
@@ -549,14 +633,16 @@ def read_events(
         # Only events of these namespaces (partition) are read, so imports of others
         # need not be waited for.
         started = time.monotonic()
+        read: list[Any] | None = None
         try:
-            bound: int | None = _wait_for_bound_on(
+            bound, read = _bound_and_ahead(
                 conn, wait, namespaces=namespaces, partition=partition, on_slow=on_slow,
-                report_after=report_after)
+                report_after=report_after, ahead=ahead)
         except BoundTimeout:
             bound = None
         if timings is not None:
             timings["bound"] = time.monotonic() - started
+            timings["read_ahead"] = float(read is not None)
         if bound is None:
             if cursor:
                 check_not_ahead(conn, cursor)
@@ -566,35 +652,21 @@ def read_events(
             bound = min(bound, until)
         if bound <= cursor:
             return [], cursor
-        where = ["position > :after", "position <= :bound",
-                 (COPIED_EVENT_SQL if copied else OWNED_EVENT_SQL).format(e="events")]
-        params: dict[str, Any] = {"after": cursor, "bound": bound, "limit": limit}
-        if namespaces is not None:
-            where.append("namespace = ANY(:nss)")
-            params["nss"] = list(namespaces)
-        if partition is not None:
-            where.append(Partition.SQL)
-            params.update(p_count=partition.count, p_index=partition.index)
-        payload = "payload" if contents else _WITHOUT_CONTENT
-        if bare_types:
-            payload = _BARE.format(payload=payload)
-            params["bare"] = list(bare_types)
-        # The node id as text: the string the event carries, without a UUID object per row.
-        columns = ("position, namespace, type, CAST(node_id AS text) AS node_id, "
-                   f"{payload} AS payload, committed_at")
-        sql = f"SELECT {columns} FROM events WHERE {' AND '.join(where)} ORDER BY position"
-        # The compaction horizon as of the same snapshot as the events, with them: a
-        # compaction that committed before the statement shows in it, one that commits
-        # after deleted nothing it returned (what ``check_horizon`` after the reads
-        # proves, without its round trip when the read is one statement).
-        first = f"SELECT {columns}, ({HORIZON_SQL.text}) AS horizon FROM events " \
-                f"WHERE {' AND '.join(where)} ORDER BY position LIMIT :limit"
-        # ``all()``: the driver's one fetch of every row, not one ``fetchone`` per row.
-        rows: list[Any] = list(conn.execute(text(first), params).all())
-        if len(rows) < limit:
+        params["bound"] = bound
+        if read is None:
+            # ``all()``: the driver's one fetch of every row, not one ``fetchone`` per row.
+            rows: list[Any] = list(conn.execute(text(first), params).all())
+            cut_short = len(rows) >= limit
+        else:
+            # In position order: keep those up to the bound. The read reached the bound
+            # unless it stopped at ``limit`` on a row at or below it.
+            rows = [row for row in read if row.position <= bound]
+            cut_short = len(read) >= limit and read[-1].position <= bound
+        if not cut_short:
             next_cursor = bound
-            if rows:
-                seen = rows[0].horizon
+            seen_in = rows or read
+            if seen_in:
+                seen = seen_in[0].horizon
                 if cursor < (0 if seen is None else int(seen)):
                     raise CursorExpired(cursor, int(seen))
             else:

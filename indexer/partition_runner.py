@@ -267,6 +267,10 @@ class PartitionRunner:
                 report_after=w.config.read_report_after,
                 contents=False,  # documents are built from PostgreSQL's rows
                 bare_types=PAYLOAD_FREE_TYPES,  # planned from type and node id alone
+                # The last read found nothing: this one is most likely a lone change's,
+                # read with the bound in one round trip. A busy log's reads (the last
+                # one found events) are not: writers in flight would waste the select.
+                read_ahead=not self._read_found,
                 timings=timings,
             )
         except CursorExpired as exc:

@@ -34,12 +34,15 @@ def positions(events: list[Event]) -> list[int]:
     return [e.position for e in events]
 
 
-def read_all(coord: Coordinator, after: int | None = None) -> tuple[list[Event], int]:
+def read_all(
+    coord: Coordinator, after: int | None = None, read_ahead: bool = False
+) -> tuple[list[Event], int]:
     """Everything safe to read now, following the cursor to the end."""
     out: list[Event] = []
     cursor = after
     while True:
-        batch, nxt = coord.read_events(after=cursor, limit=500, wait=10.0)
+        batch, nxt = coord.read_events(after=cursor, limit=500, wait=10.0,
+                                       read_ahead=read_ahead)
         out += batch
         if not batch and nxt == (cursor or 0):
             return out, nxt
@@ -55,9 +58,18 @@ def take_position_then(tx: TreeTx, *paths: str) -> None:
     tx.events.flush()
 
 
-def test_transaction_that_took_its_position_first_commits_last(coord: Coordinator) -> None:
+# Each read with the bound's steps first, then the select; and with the select read
+# ahead in the bound's round trip (its rows used only when no writer was in flight).
+READ_AHEAD = pytest.mark.parametrize("read_ahead", [False, True],
+                                     ids=["bound-then-select", "read-ahead"])
+
+
+@READ_AHEAD
+def test_transaction_that_took_its_position_first_commits_last(
+    coord: Coordinator, read_ahead: bool
+) -> None:
     coord.create_namespace("t")
-    _, start = read_all(coord)
+    _, start = read_all(coord, read_ahead=read_ahead)
     a_holds_position = threading.Event()
     a_may_commit = threading.Event()
 
@@ -77,12 +89,12 @@ def test_transaction_that_took_its_position_first_commits_last(coord: Coordinato
     assert b.seq is not None
     # B is committed, but A (lower position) is still open: B must not be handed out,
     # or a reader would move its cursor past A's position and never see A.
-    events, cursor = coord.read_events(after=start, wait=SHORT)
+    events, cursor = coord.read_events(read_ahead=read_ahead, after=start, wait=SHORT)
     assert events == []
     assert cursor == start
     a_may_commit.set()
     worker.join(30)
-    events, cursor = coord.read_events(after=cursor, wait=10.0)
+    events, cursor = coord.read_events(read_ahead=read_ahead, after=cursor, wait=10.0)
     assert [(e.type, e.payload["path"]) for e in events] == [
         ("created", "/a1"), ("created", "/a2"), ("created", "/b")
     ]
@@ -91,12 +103,15 @@ def test_transaction_that_took_its_position_first_commits_last(coord: Coordinato
     assert cursor >= b.seq
 
 
-def test_open_transaction_with_the_newest_id_is_not_skipped(coord: Coordinator) -> None:
+@READ_AHEAD
+def test_open_transaction_with_the_newest_id_is_not_skipped(
+    coord: Coordinator, read_ahead: bool
+) -> None:
     """The open transaction has the newest transaction id (nothing committed after it
     got its id): a snapshot's in-progress list omits such a transaction, and a reader
     that trusted it moved its cursor past the open block and lost its events."""
     coord.create_namespace("t")
-    _, start = read_all(coord)
+    _, start = read_all(coord, read_ahead=read_ahead)
     early = coord.mkdir("t", "/early")
     seen: list[tuple[list[Event], int]] = []
 
@@ -105,27 +120,28 @@ def test_open_transaction_with_the_newest_id_is_not_skipped(coord: Coordinator) 
         take_position_then(tx, "/open")
         # A separate client: the reader waits briefly for the open transaction, then gives
         # up and returns what is already safe (nothing past the open block).
-        seen.append(coord.read_events(after=start, wait=SHORT))
+        seen.append(coord.read_events(read_ahead=read_ahead, after=start, wait=SHORT))
 
     coord.run("t", body)
     events, cursor = seen[0]
     assert positions(events) in ([], [early.seq])
     assert all(e.payload["path"] != "/open" for e in events)
-    events2, _ = coord.read_events(after=cursor, wait=10.0)
+    events2, _ = coord.read_events(read_ahead=read_ahead, after=cursor, wait=10.0)
     assert [e.payload["path"] for e in events + events2] == ["/early", "/open"]
 
 
-def test_group_is_never_split_between_reads(coord: Coordinator) -> None:
+@READ_AHEAD
+def test_group_is_never_split_between_reads(coord: Coordinator, read_ahead: bool) -> None:
     coord.create_namespace("t")
-    _, start = read_all(coord)
+    _, start = read_all(coord, read_ahead=read_ahead)
     with coord.transaction("t") as g:
         for i in range(5):
             g.mkdir(f"/g{i}")
     coord.mkdir("t", "/after")
-    events, cursor = coord.read_events(after=start, limit=1, wait=10.0)
+    events, cursor = coord.read_events(read_ahead=read_ahead, after=start, limit=1, wait=10.0)
     assert [e.payload["path"] for e in events] == [f"/g{i}" for i in range(5)]
     assert len({e.transaction_block for e in events}) == 1
-    events, cursor = coord.read_events(after=cursor, limit=1, wait=10.0)
+    events, cursor = coord.read_events(read_ahead=read_ahead, after=cursor, limit=1, wait=10.0)
     assert [e.payload["path"] for e in events] == ["/after"]
 
 
@@ -146,7 +162,8 @@ def test_rolled_back_transaction_leaves_a_hole_that_never_blocks(coord: Coordina
     assert kept.seq is not None and kept.seq - start > POSITION_BLOCK  # there is a hole
 
 
-def test_write_storm_live_reader_matches_final_read(coord: Coordinator) -> None:
+@READ_AHEAD
+def test_write_storm_live_reader_matches_final_read(coord: Coordinator, read_ahead: bool) -> None:
     """Writers take a position, pause a random while, then commit (or roll back); a live
     reader follows the whole time. It must see exactly what a final full read sees."""
     coord.create_namespace("t")
@@ -182,7 +199,8 @@ def test_write_storm_live_reader_matches_final_read(coord: Coordinator) -> None:
         cursor: int | None = None
         while True:
             done = stop.is_set()  # read once more after the writers finished
-            events, cursor = coord.read_events(after=cursor, limit=7, wait=1.0)
+            events, cursor = coord.read_events(after=cursor, limit=7, wait=1.0,
+                                               read_ahead=read_ahead)
             live.extend(events)
             if done and not events:
                 return
@@ -193,7 +211,7 @@ def test_write_storm_live_reader_matches_final_read(coord: Coordinator) -> None:
     stop.set()
     reading.join(60)
     assert not reading.is_alive()
-    final, _ = read_all(coord)
+    final, _ = read_all(coord, read_ahead=read_ahead)
     assert positions(live) == positions(final)  # nothing skipped, nothing twice, same order
     assert positions(final) == sorted(set(positions(final)))
     firsts = {e.position for e in final if e.type == "created" and e.payload["kind"] == "dir"}
@@ -204,23 +222,25 @@ def test_write_storm_live_reader_matches_final_read(coord: Coordinator) -> None:
     assert len(dirs) == len(set(dirs)) == len(committed)
 
 
-def test_read_events_filters_and_until(coord: Coordinator) -> None:
+@READ_AHEAD
+def test_read_events_filters_and_until(coord: Coordinator, read_ahead: bool) -> None:
     coord.create_namespace("n1")
     coord.create_namespace("n2")
     a = coord.mkdir("n1", "/a")
     coord.mkdir("n2", "/b")
     c = coord.mkdir("n1", "/c")
-    only_n1, _ = coord.read_events(namespaces=["n1"], wait=5.0)
+    only_n1, _ = coord.read_events(read_ahead=read_ahead, namespaces=["n1"], wait=5.0)
     assert [e.type for e in only_n1] == ["namespace_created", "created", "created"]
     assert {e.namespace for e in only_n1} == {"n1"}
-    upto, cursor = coord.read_events(until=a.seq, wait=5.0)
+    upto, cursor = coord.read_events(read_ahead=read_ahead, until=a.seq, wait=5.0)
     assert positions(upto)[-1] == a.seq and cursor == a.seq
     assert c.seq is not None
     from coordinator import Partition
 
-    parts = [coord.read_events(partition=Partition(i, 3), wait=5.0)[0] for i in range(3)]
+    parts = [coord.read_events(partition=Partition(i, 3), wait=5.0, read_ahead=read_ahead)[0]
+             for i in range(3)]
     merged = sorted((e for p in parts for e in p), key=lambda e: e.position)
-    assert positions(merged) == positions(read_all(coord)[0])
+    assert positions(merged) == positions(read_all(coord, read_ahead=read_ahead)[0])
     for p in parts:  # a namespace lives in exactly one partition
         assert all({e.namespace for e in p}.isdisjoint({e.namespace for e in q})
                    for q in parts if q is not p)
