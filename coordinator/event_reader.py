@@ -392,8 +392,8 @@ def _bound_and_ahead(
     the lock table as they are when it runs, so the list is still taken after the read
     of the sequence ended. Neither reads through a snapshot; the one implicit
     transaction around both (one Sync) changes nothing they see. With synchronous
-    standbys the bound's WAL message commits at that Sync, before either answer is
-    returned: durable before it is used, as before.
+    standbys the bound's WAL message commits at that Sync, and the pipeline returns
+    only once the server has answered it: durable before it is used, as before.
 
     Returns the bound, and the rows of ``ahead`` (a statement and its parameters, sent
     behind steps 1 and 2 in the same round trip) when they may be used: the server ran
