@@ -4,6 +4,11 @@ Each action is serialised once, to the bytes of its lines in a ``_bulk`` body
 (``encode``; orjson), and a request is those bytes joined (``stream_answers``): no
 document is turned into objects or serialised again between here and the wire.
 
+Each answer is asked of the server filtered to what is read of it (``ANSWER_FILTER``:
+the time, whether any item failed, each item's op, status and error). An answer that
+says no item failed is counted from the actions' ops alone (``Answer.tally``); only
+one with a failure is sorted out item by item.
+
 Per item:
 
 * 2xx: applied;
