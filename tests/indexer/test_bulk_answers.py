@@ -90,11 +90,14 @@ def test_outcomes_are_counted_through_filtered_answers(es: SearchEngine, alias: 
     nodes = [node(i) for i in range(1, 11)]
     # No errors: counted from the actions' ops, writes and deletes apart.
     first = [index_action(alias, n, 10) for n in nodes]
+    # The last request: deletes only, one of a document never written (a 404 that is
+    # no failure: the answer says errors: false).
     first += [delete_action(alias, "answers", nodes[0].id, 11),
-              delete_action(alias, "answers", nodes[1].id, 11)]
+              delete_action(alias, "answers", nodes[1].id, 11),
+              delete_action(alias, "answers", node(99).id, 11)]
     with answer_bytes(es) as seen:
         stats = send(es, first, _fail, chunk_size=5)
-    assert (stats.indexed, stats.deleted, stats.total) == (10, 2, 12)
+    assert (stats.indexed, stats.deleted, stats.total) == (10, 3, 13)
     assert len(seen) == 3 and all("filter_path=" in target for target, _ in seen)
 
     bad = index_action(alias, node(20), 12)
