@@ -145,8 +145,7 @@ def breakdown(coord: Coordinator, es: SearchEngine, top_path: str) -> dict[str, 
     for i in range(0, len(encoded), 500):
         # At a version below the stored one: every item answers 409, so the index is
         # left as it is; the server still does a version lookup per document.
-        _answered, ms = send_halving(es, encoded[i:i + 500], [])
-        took += ms
+        took += sum(answer.took for answer in send_halving(es, encoded[i:i + 500], []))
     parts["requests of 500, one at a time, wall (409s)"] = time.perf_counter() - t0
     parts["  of which Elasticsearch took"] = took / 1000
     parts["documents"] = float(rows)

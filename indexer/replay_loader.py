@@ -73,22 +73,22 @@ def bulk_index(
         conflicts += len(replaced) - sum(replaced)
         conflicting.clear()
 
-    for action, success, info in stream_answers(
+    for answer in stream_answers(
         es, actions, refused, chunk_size=BULK_CHUNK, max_chunk_bytes=BULK_BYTES,
         max_retries=5, initial_backoff=0.5, max_backoff=10,
     ):
-        item = next(iter(info.values()))
-        if success:
-            ok += 1
-        elif item.get("status") == 409 and alive is not None:
-            conflicting.append(action)
-            if len(conflicting) >= BULK_CHUNK:
-                settle()
-        elif item.get("status") == 404 and next(iter(info)) == "delete":
-            ok += 1  # deleting what is not there: the goal is reached
-        else:
-            raise ReplayError(f"bulk write failed: {info}")
-        progress.advance(1)
+        indexed, deleted, failed = answer.tally()
+        ok += indexed + deleted
+        for action, op, item in failed:
+            if item.get("status") == 409 and alive is not None:
+                conflicting.append(action)
+                if len(conflicting) >= BULK_CHUNK:
+                    settle()
+            elif item.get("status") == 404 and op == "delete":
+                ok += 1  # deleting what is not there: the goal is reached
+            else:
+                raise ReplayError(f"bulk write failed: {({op: item})}")
+        progress.advance(len(answer.actions))
         progress.advance(_left_out(refused, too_large))
     progress.advance(_left_out(refused, too_large))
     settle()

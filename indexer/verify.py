@@ -261,16 +261,18 @@ def repair(
     conflicts: list[tuple[Drift, dict[str, Any]]] = []
     drift_of = {(a["routing"], a["_id"]): d for d, a in zip(drift, actions, strict=True)}
     too_large: list[dict[str, Any]] = []
-    for action, ok, info in stream_answers(es, actions, too_large, chunk_size=PAGE,
-                                           max_chunk_bytes=CHUNK_BYTES, max_retries=5):
-        d = drift_of[(action["routing"], action["_id"])]
-        item = next(iter(info.values()))
-        if ok or (item.get("status") == 404 and "delete" in info):
-            done += 1
-        elif item.get("status") == 409:
-            conflicts.append((d, action))
-        else:
-            raise ReplayError(f"repair of {d} failed: {info}")
+    for answer in stream_answers(es, actions, too_large, chunk_size=PAGE,
+                                 max_chunk_bytes=CHUNK_BYTES, max_retries=5):
+        indexed, deleted, failed = answer.tally()
+        done += indexed + deleted
+        for action, op, item in failed:
+            d = drift_of[(action["routing"], action["_id"])]
+            if item.get("status") == 404 and op == "delete":
+                done += 1
+            elif item.get("status") == 409:
+                conflicts.append((d, action))
+            else:
+                raise ReplayError(f"repair of {d} failed: {({op: item})}")
     # Larger than the search server takes (a drift the worker has not met yet): a dead
     # letter, as the worker would record it, and not repaired.
     left_out = [bulk.too_large(a) for a in too_large]
