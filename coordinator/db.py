@@ -284,6 +284,7 @@ class Driver:
         raw = conn.connection.driver_connection
         assert isinstance(raw, psycopg.Connection)
         self.raw: psycopg.Connection[Any] = raw
+        self._pipelined = False
 
     def closed_by_server(self) -> bool:
         """``closed_by_server`` of this connection (idle, outside any transaction)."""
@@ -293,6 +294,13 @@ class Driver:
         """Execute ``sql`` (compiled by ``driver_sql``); its rows are on the cursor. In a
         ``pipeline`` block the statement is only queued: read the cursor after the block."""
         cur = self.raw.cursor(row_factory=namedtuple_row)
+        if self._pipelined:
+            # psycopg may read an earlier statement's error while this one is queued: it
+            # is raised by ``pipeline``, once the pipeline has ended. Handled here, the
+            # connection's rollback would run inside the aborted pipeline and fail with
+            # PipelineAborted, hiding the error (an unmigrated database's, for one).
+            cur.execute(sql, params)
+            return cur
         with self.errors(sql, params):
             cur.execute(sql, params)
         return cur
@@ -346,7 +354,11 @@ class Driver:
         results on exit (the server still runs them one after another, in order, and
         skips the rest after an error, which is raised here)."""
         with self.errors(None, None), self.raw.pipeline():
-            yield
+            self._pipelined = True
+            try:
+                yield
+            finally:
+                self._pipelined = False
 
     @contextmanager
     def errors(self, sql: str | None, params: Mapping[str, Any] | None) -> Iterator[None]:
