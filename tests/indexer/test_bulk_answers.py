@@ -12,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import urlencode
 
 from elasticsearch import Elasticsearch
+from opensearchpy import OpenSearch
 
 from coordinator import Node
 from indexer import elasticsearch_index
@@ -41,27 +43,40 @@ def node(i: int) -> Node:
 @contextmanager
 def answer_bytes(es: SearchEngine) -> Iterator[list[tuple[str, int]]]:
     """(request target, bytes of the answer as received) of each ``_bulk`` request
-    the client sends meanwhile."""
-    engine: Any = es  # the seam, or the Elasticsearch adapter it hands calls to
+    the client sends meanwhile: a hook on each of the client's connections to the nodes
+    (Elasticsearch's transport or opensearch-py's, whichever the engine is)."""
+    engine: Any = es  # the seam, or the adapter it hands calls to
     client = engine.client
-    assert isinstance(client, Elasticsearch)
     seen: list[tuple[str, int]] = []
-    nodes = list(client.transport.node_pool.all())
-    for conn in nodes:
-        perform = conn.perform_request
+    if isinstance(client, Elasticsearch):
+        conns: list[Any] = list(client.transport.node_pool.all())
 
-        def recording(method: str, target: str, *args: Any, _perform: Any = perform,
-                      **kwargs: Any) -> Any:
-            resp = _perform(method, target, *args, **kwargs)
-            if "_bulk" in target:
-                seen.append((target, len(resp.body)))
-            return resp
+        def hook(perform: Any) -> Any:
+            def recording(method: str, target: str, *args: Any, **kwargs: Any) -> Any:
+                resp = perform(method, target, *args, **kwargs)
+                if "_bulk" in target:
+                    seen.append((target, len(resp.body)))
+                return resp
+            return recording
+    else:
+        assert isinstance(client, OpenSearch)
+        conns = list(client.transport.connection_pool.connections)
 
-        conn.perform_request = recording  # type: ignore[method-assign]
+        def hook(perform: Any) -> Any:
+            def recording(method: str, url: str, params: Any = None, *args: Any,
+                          **kwargs: Any) -> Any:
+                status, headers, data = perform(method, url, params, *args, **kwargs)
+                if "_bulk" in url:
+                    seen.append((f"{url}?{urlencode(params or {})}",
+                                 len(data.encode() if isinstance(data, str) else data)))
+                return status, headers, data
+            return recording
+    for conn in conns:
+        conn.perform_request = hook(conn.perform_request)
     try:
         yield seen
     finally:
-        for conn in nodes:
+        for conn in conns:
             del conn.perform_request
 
 
