@@ -254,7 +254,7 @@ WRITERS_SQL = text(
 #: After how many seconds of waiting ``safe_bound`` reports whom it waits for (``on_slow``).
 REPORT_AFTER = 3.0
 #: A wait for writers in flight this short (seconds) looks again every ``_SHORT_WAIT_POLL``
-#: at most (``_wait_for_bound_on``); a longer one backs off.
+#: at most (``_bound_and_ahead``); a longer one backs off.
 _SHORT_WAIT = 0.05
 _SHORT_WAIT_POLL = 0.002
 
@@ -356,21 +356,8 @@ def wait_for_bound(
     namespaces (of that partition) only: an import marked with a namespace outside them
     may still commit events below it. Only a reader that reads that scope may use it."""
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        return _wait_for_bound_on(conn, wait, namespaces=namespaces, partition=partition,
-                                  on_slow=on_slow, report_after=report_after)
-
-
-def _wait_for_bound_on(
-    conn: Connection,
-    wait: float,
-    *,
-    namespaces: Sequence[str] | None,
-    partition: Partition | None,
-    on_slow: Callable[[list[WriterInFlight]], None] | None,
-    report_after: float,
-) -> int:
-    return _bound_and_ahead(conn, wait, namespaces=namespaces, partition=partition,
-                            on_slow=on_slow, report_after=report_after)[0]
+        return _bound_and_ahead(conn, wait, namespaces=namespaces, partition=partition,
+                                on_slow=on_slow, report_after=report_after)[0]
 
 
 def _bound_and_ahead(
