@@ -239,14 +239,17 @@ def tree_sql(path: str) -> str:
             f"generate_series(2, cardinality(t.parts)) i ORDER BY i)")
 
 
-def document_sql(row: str, path: str, seq: str, namespace: str) -> str:
+def document_sql(row: str, path: str, seq: str, namespace: str, tree: str | None = None
+                 ) -> str:
     """SQL: the JSON (type ``json``) of ``document_for`` for the ``nodes`` row aliased
     ``row`` at the text expression ``path`` as of the bigint expression ``seq``, in the
-    text expression ``namespace``."""
+    text expression ``namespace``; ``tree``: a text[] expression equal to
+    ``tree_sql(path)`` that a caller has at hand cheaper."""
     fields = [
         ("namespace", namespace), ("node_id", f"{row}.id"),
         ("parent_id", f"{row}.parent_id"), ("name", f"{row}.name"),
-        ("kind", f"{row}.kind"), ("path", path), (TREE_FIELD, tree_sql(path)),
+        ("kind", f"{row}.kind"), ("path", path),
+        (TREE_FIELD, tree_sql(path) if tree is None else tree),
         ("metadata", f"{row}.metadata"), ("seq", seq),
     ]
     pairs = ", ".join(f"'{name}', {value}" for name, value in fields)
@@ -254,14 +257,15 @@ def document_sql(row: str, path: str, seq: str, namespace: str) -> str:
             f"'content', COALESCE({row}.content, '')) ELSE json_build_object({pairs}) END")
 
 
-def index_entry_sql(index: str, row: str, path: str, seq: str, namespace: str) -> str:
+def index_entry_sql(index: str, row: str, path: str, seq: str, namespace: str,
+                    tree: str | None = None) -> str:
     """SQL: the text of ``index_action``'s two lines in a ``_bulk`` body (each ending in
     a newline) for the ``nodes`` row ``row``, written to the text expression ``index``;
-    NULL for a namespace root (not indexed)."""
+    NULL for a namespace root (not indexed). ``tree``: as for ``document_sql``."""
     meta = (f"json_build_object('index', json_build_object('_index', {index}, "
             f"'_id', {row}.id, 'routing', {namespace}, 'version', {seq}, "
             "'version_type', 'external'))")
-    document = document_sql(row, path, seq, namespace)
+    document = document_sql(row, path, seq, namespace, tree)
     return (f"CASE WHEN {row}.parent_id IS NULL THEN NULL "
             f"ELSE CAST({meta} AS text) || E'\\n' || CAST({document} AS text) || E'\\n' END")
 

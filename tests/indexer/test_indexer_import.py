@@ -193,7 +193,7 @@ def _plans_of_fetch(conn: Connection, ids: list[str], ns: str) -> tuple[int, int
         assert len(fetch_nodes(conn, ns, ids[k * 100:(k + 1) * 100])) == 100
     generic, custom = conn.execute(text(
         "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
-        "WHERE statement LIKE '%WITH RECURSIVE up%'"
+        "WHERE statement LIKE '%WITH RECURSIVE want AS%'"
     )).one()
     return int(generic), int(custom)
 

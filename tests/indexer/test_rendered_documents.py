@@ -234,7 +234,7 @@ def test_rendered_actions_are_answered_as_any_other(
     ids = sorted(conn.execute(text("SELECT CAST(id AS text) FROM nodes WHERE namespace = 'u' "
                                    "AND parent_id IS NOT NULL")).scalars())
     entries = fetch_entries(conn, alias, "u", ids, 10)
-    actions = [rendered_action(alias, "u", i, 10, e) for i, e in entries.items() if e]
+    actions = [rendered_action(alias, "u", i, 10, e) for i in ids if (e := entries[i])]
     rejected: list[Rejected] = []
     assert send(es, actions, rejected.append, chunk_size=7).indexed == len(ids)
     nodes = fetch_nodes(conn, "u", ids)
