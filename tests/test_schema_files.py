@@ -238,6 +238,39 @@ def test_downgrading_0011_brings_back_the_frozen_functions(pg_cluster: LocalPost
                        ("the downgraded database", "the one migrated to 0010")) == []
 
 
+#: The functions whose UPDATE 0017 changed: below it, each differs from its file.
+_UPDATES_OF_0017 = ("pathkeeper_move", "pathkeeper_rename", "pathkeeper_set_metadata",
+                    "pathkeeper_write")
+
+
+def _with_0017(changed: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``changed`` (the differences a downgrade below 0017 leaves from the files) with
+    0017's: its four functions on both sides."""
+    return sorted({*changed, *((side, name) for name in _UPDATES_OF_0017
+                               for side in ("only in the downgraded database",
+                                            "only in the files"))})
+
+
+def test_downgrading_0017_brings_back_the_updates_of_0016(pg_cluster: LocalPostgres,
+                                                          files_url: str) -> None:
+    down = pg_cluster.create_database(f"pk_schema_down_{next(_ids)}")
+    upgrade(down)
+    downgrade(down, "0016_merge_metadata_function")
+    found = [line for line in differences(catalog(down), catalog(files_url),
+                                          ("the downgraded database", "the files"))
+             if line.startswith("functions: ")]
+    changed = sorted((line.split(": ")[1], line.split("('")[1].split("(")[0])
+                     for line in found)
+    assert changed == _with_0017([]), found
+    with psycopg.connect(down) as conn:
+        for name in _UPDATES_OF_0017:
+            row = conn.execute(f"SELECT pg_get_functiondef('{name}'::regproc)".encode()
+                               ).fetchone()
+            assert row is not None and "(x.namespace, x.id) >= (p_ns, r.id)" not in row[0]
+    upgrade(down)
+    assert differences(catalog(down), catalog(files_url))[:1] == []
+
+
 def test_downgrading_0016_drops_the_merge_and_nothing_else(pg_cluster: LocalPostgres,
                                                          files_url: str) -> None:
     down = pg_cluster.create_database(f"pk_schema_down_{next(_ids)}")
@@ -246,8 +279,9 @@ def test_downgrading_0016_drops_the_merge_and_nothing_else(pg_cluster: LocalPost
     found = [line for line in differences(catalog(down), catalog(files_url),
                                           ("the downgraded database", "the files"))
              if line.startswith("functions: ")]
-    assert [(line.split(": ")[1], line.split("('")[1].split("(")[0]) for line in found] == [
-        ("only in the files", "pathkeeper_merge_metadata")], found
+    changed = sorted((line.split(": ")[1], line.split("('")[1].split("(")[0])
+                     for line in found)
+    assert changed == _with_0017([("only in the files", "pathkeeper_merge_metadata")]), found
 
 
 def test_downgrading_0012_brings_back_the_functions_of_0011(pg_cluster: LocalPostgres,
@@ -265,7 +299,7 @@ def test_downgrading_0012_brings_back_the_functions_of_0011(pg_cluster: LocalPos
              if line.startswith("functions: ")]
     changed = sorted((line.split(": ")[1], line.split("('")[1].split("(")[0])
                      for line in found)
-    assert changed == [("only in the downgraded database", "pathkeeper_create"),
+    assert changed == _with_0017([("only in the downgraded database", "pathkeeper_create"),
                        ("only in the downgraded database", "pathkeeper_lock"),
                        ("only in the downgraded database", "pathkeeper_move"),
                        ("only in the files", "pathkeeper_check_depth"),
@@ -277,7 +311,7 @@ def test_downgrading_0012_brings_back_the_functions_of_0011(pg_cluster: LocalPos
                        ("only in the files", "pathkeeper_merge_metadata"),
                        ("only in the files", "pathkeeper_move"),
                        ("only in the files", "pathkeeper_subtree_extent"),
-                       ("only in the files", "pathkeeper_unfreeze_namespace")], found
+                       ("only in the files", "pathkeeper_unfreeze_namespace")]), found
     with psycopg.connect(down) as conn:
         row = conn.execute(b"SELECT pg_get_functiondef('pathkeeper_move'::regproc)"
                            ).fetchone()
@@ -304,14 +338,14 @@ def test_downgrading_0015_takes_the_fence_out(pg_cluster: LocalPostgres,
              if line.startswith("functions: ")]
     changed = sorted((line.split(": ")[1], line.split("('")[1].split("(")[0])
                      for line in found)
-    assert changed == [("only in the downgraded database", "pathkeeper_create"),
+    assert changed == _with_0017([("only in the downgraded database", "pathkeeper_create"),
                        ("only in the downgraded database", "pathkeeper_lock"),
                        ("only in the files", "pathkeeper_check_placed"),
                        ("only in the files", "pathkeeper_create"),
                        ("only in the files", "pathkeeper_freeze_namespace"),
                        ("only in the files", "pathkeeper_lock"),
                        ("only in the files", "pathkeeper_merge_metadata"),
-                       ("only in the files", "pathkeeper_unfreeze_namespace")], found
+                       ("only in the files", "pathkeeper_unfreeze_namespace")]), found
     with psycopg.connect(down) as conn:
         for name in ("pathkeeper_lock", "pathkeeper_create"):
             row = conn.execute(f"SELECT pg_get_functiondef('{name}'::regproc)".encode()

@@ -100,9 +100,10 @@ BEGIN
             END IF;
         END IF;
         PERFORM pathkeeper_check_name_free(p_ns, dst, p_name, path);
+        -- (namespace, id) also as a row comparison: see pathkeeper_lock.
         UPDATE nodes x SET parent_id = dst, name = p_name, version = x.version + 1,
                            updated_at = now()
-        WHERE x.namespace = p_ns AND x.id = r.id
+        WHERE x.namespace = p_ns AND x.id = r.id AND (x.namespace, x.id) >= (p_ns, r.id)
         RETURNING x.* INTO r;
     ELSE
         path := old_path;

@@ -28,8 +28,9 @@ BEGIN
     changed := p_name <> r.name;
     IF changed THEN
         PERFORM pathkeeper_check_name_free(p_ns, r.parent_id, p_name, path);
+        -- (namespace, id) also as a row comparison: see pathkeeper_lock.
         UPDATE nodes x SET name = p_name, version = x.version + 1, updated_at = now()
-        WHERE x.namespace = p_ns AND x.id = r.id
+        WHERE x.namespace = p_ns AND x.id = r.id AND (x.namespace, x.id) >= (p_ns, r.id)
         RETURNING x.* INTO r;
     END IF;
     id := r.id; parent_id := r.parent_id; name := r.name; kind := r.kind;

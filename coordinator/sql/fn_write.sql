@@ -21,9 +21,10 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'PK006', MESSAGE = format('%s is a directory', path);
     END IF;
     PERFORM pathkeeper_check_version(r.version, p_if_version);
+    -- (namespace, id) also as a row comparison: see pathkeeper_lock.
     UPDATE nodes x SET content = p_content, metadata = COALESCE(p_metadata, x.metadata),
                        version = x.version + 1, updated_at = now()
-    WHERE x.namespace = p_ns AND x.id = r.id
+    WHERE x.namespace = p_ns AND x.id = r.id AND (x.namespace, x.id) >= (p_ns, r.id)
     RETURNING x.* INTO r;
     id := r.id; parent_id := r.parent_id; name := r.name; kind := r.kind;
     version := r.version; content := r.content; metadata := r.metadata;
