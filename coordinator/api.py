@@ -55,7 +55,13 @@ from .errors import (
 )
 from .event_reader import REPORT_AFTER, Partition, WriterInFlight, read_events
 from .events import NamespaceCreated, NamespaceDropped
-from .importer import Importer, ImportResult, ProgressFn, import_timed_out
+from .importer import (
+    Importer,
+    ImportResult,
+    ProgressFn,
+    analyze_if_grown,
+    import_timed_out,
+)
 from .indexing import DEFAULT_CONSUMER, wait_indexed
 from .notifier import Notifier
 from .results import Event, MutationResult, Node, Start
@@ -447,6 +453,9 @@ class Coordinator(NamespaceCommands):
             raise translate(exc) from exc
         if result.created:
             self._wake(shard, ns)
+            with self._engine(shard).connect() as conn:
+                analyze_if_grown(conn.execution_options(isolation_level="AUTOCOMMIT"),
+                                 result.created)
         return result
 
     # ---------------------------------------------------------------- reads

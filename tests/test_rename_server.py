@@ -10,7 +10,7 @@ import time
 import psycopg
 import pytest
 from sqlalchemy import text
-from tree_checks import check_claim_after_call, db_state, event_rows, plans_of
+from tree_checks import buffers_of, check_claim_after_call, db_state, event_rows, plans_of
 
 from coordinator import (
     AlreadyExists,
@@ -24,6 +24,7 @@ from coordinator import (
 )
 from coordinator.db import libpq_url
 from coordinator.single_statement import function_logged_sql
+from pathkeeper.local.bulk_tree import bulk_subtree
 
 
 def test_refusals_are_typed_with_their_messages(coord: Coordinator, ns: str) -> None:
@@ -102,15 +103,6 @@ def test_by_id_the_same_results_and_events_as_by_path_below_the_top(
     assert [path_payload[k] for k in same_keys] == [id_payload[k] for k in same_keys]
 
 
-def _buffers_of(conn: psycopg.Connection[tuple[object, ...]], sql: str,
-                params: tuple[object, ...]) -> int:
-    """Shared buffers one run of ``sql`` touched (the functions it calls included)."""
-    row = conn.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", params).fetchone()
-    assert row is not None
-    plan = row[0][0]["Plan"]
-    return int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"])
-
-
 def test_by_id_reads_no_more_than_by_path_before_statistics(coord: Coordinator) -> None:
     """Before nodes has statistics (a new database, before autovacuum's first analyze)
     a rename by id must still read its row and its ancestors through (namespace, id),
@@ -131,16 +123,16 @@ def test_by_id_reads_no_more_than_by_path_before_statistics(coord: Coordinator) 
             "SELECT reltuples FROM pg_class WHERE relname = 'nodes'").fetchone()
         assert stats is not None and stats[0] < 0  # never analyzed
         call = "SELECT * FROM pathkeeper_rename('t', %s, %s, %s, %s, NULL)"
-        by_path = _buffers_of(conn, call, ("/a/b/f", ["a", "b", "f"], None, "f2"))
-        by_id = _buffers_of(conn, call, (g.id, None, g.id, "g2"))
+        by_path = buffers_of(conn, call, ("/a/b/f", ["a", "b", "f"], None, "f2"))
+        by_id = buffers_of(conn, call, (g.id, None, g.id, "g2"))
     assert by_id <= by_path, (by_id, by_path)
     assert coord.stat("t", g.id).path == "/a/b/g2"
     assert coord.stat("t", f.id).path == "/a/b/f2"
 
 
 def test_writes_by_id_update_through_the_id_with_stale_statistics(coord: Coordinator) -> None:
-    """Statistics from when the namespace was empty (a burst of creates or an import,
-    before autovacuum's next analyze): the planner guessed one row for the namespace and
+    """Statistics from when the namespace was empty (a burst of creates, before
+    autovacuum's next analyze): the planner guessed one row for the namespace and
     updated the row through (namespace, parent_id, name), reading the whole namespace (a
     rename by id took 2.9-4.0 ms in a namespace of 20,000 nodes, 0.8-1.1 ms analyzed).
     A rename and a write by id then touch about as many buffers as after an analyze."""
@@ -149,9 +141,8 @@ def test_writes_by_id_update_through_the_id_with_stale_statistics(coord: Coordin
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("ALTER TABLE nodes SET (autovacuum_enabled = false)")
         conn.execute("ANALYZE nodes")  # the namespace's root only
-    coord.import_nodes("t", (f'{{"path": "/d{i // 100}/f{i}", "kind": "file"}}'
-                             for i in range(2_000)))
-    ids = [coord.stat("t", f"/d3/f{i}").id for i in range(300, 308)]
+    bulk_subtree(coord, "t", "/", "t", dirs=20, files_per_dir=100)  # a burst of creates
+    ids = [coord.stat("t", f"/t/d3/f{i}").id for i in range(8)]
     rename = "SELECT * FROM pathkeeper_rename('t', %s, NULL, %s, %s, NULL)"
     write = "SELECT * FROM pathkeeper_write('t', %s, NULL, %s, 'new', NULL, NULL)"
     with psycopg.connect(url, autocommit=True) as conn:
@@ -161,15 +152,15 @@ def test_writes_by_id_update_through_the_id_with_stale_statistics(coord: Coordin
         # A session's first call reads the catalogs to compile the functions.
         conn.execute(rename, (ids[4], ids[4], "r4"))
         conn.execute(write, (ids[5], ids[5]))
-        stale = (_buffers_of(conn, rename, (ids[0], ids[0], "r0")),
-                 _buffers_of(conn, write, (ids[1], ids[1])))
+        stale = (buffers_of(conn, rename, (ids[0], ids[0], "r0")),
+                 buffers_of(conn, write, (ids[1], ids[1])))
         conn.execute("ANALYZE nodes")  # and plan again, reading the new statistics
         conn.execute(rename, (ids[6], ids[6], "r6"))
         conn.execute(write, (ids[7], ids[7]))
-        analyzed = (_buffers_of(conn, rename, (ids[2], ids[2], "r2")),
-                    _buffers_of(conn, write, (ids[3], ids[3])))
+        analyzed = (buffers_of(conn, rename, (ids[2], ids[2], "r2")),
+                    buffers_of(conn, write, (ids[3], ids[3])))
     assert all(s <= a + 10 for s, a in zip(stale, analyzed, strict=True)), (stale, analyzed)
-    assert coord.stat("t", ids[0]).path == "/d3/r0"
+    assert coord.stat("t", ids[0]).path == "/t/d3/r0"
     assert coord.stat("t", ids[1]).content == "new"
 
 

@@ -9,6 +9,7 @@ from sqlalchemy import Connection, text
 
 from coordinator import Coordinator
 from coordinator import sql as queries
+from pathkeeper.local.bulk_tree import bulk_subtree
 
 
 def _buffers(conn: Connection, query: str, params: dict[str, Any]) -> int:
@@ -22,23 +23,22 @@ def test_by_id_reads_no_more_than_by_path_with_stale_statistics(
     coord: Coordinator, ns: str
 ) -> None:
     """Statistics from when the namespace was empty (before autovacuum's next analyze,
-    after a burst of creates or an import): the planner guessed one row for the
+    after a burst of creates): the planner guessed one row for the
     namespace and scanned it at each level by (namespace, parent_id, name), filtering on
     the id: 19 ms for a stat by id in a namespace of 20,000 nodes, 0.35 ms analyzed."""
     with coord.engine.connect() as conn:
         conn.execute(text("ALTER TABLE nodes SET (autovacuum_enabled = false)"))
         conn.execute(text("ANALYZE nodes"))  # the namespace's root only
         conn.commit()
-    coord.import_nodes(ns, (f'{{"path": "/t/d{i // 100}/f{i}", "kind": "file"}}'
-                            for i in range(2_000)))
-    f = coord.stat(ns, "/t/d7/f777")
+    bulk_subtree(coord, ns, "/", "t", dirs=20, files_per_dir=100)  # a burst of creates
+    f = coord.stat(ns, "/t/d7/f77")
     with coord.engine.connect() as conn:
         reltuples = conn.execute(text(
             "SELECT reltuples FROM pg_class WHERE relname = 'nodes'")).scalar_one()
         assert 0 <= reltuples < 10
         by_id = _buffers(conn, queries.load("q_stat_by_id"), {"ns": ns, "id": f.id})
-        parts = ["t", "d7", "f777"]
+        parts = ["t", "d7", "f77"]
         by_path = _buffers(conn, queries.load("q_stat_by_path"),
                            {"ns": ns, "parts": parts, "n": len(parts)})
     assert by_id <= by_path, (by_id, by_path)
-    assert coord.stat(ns, f.id).path == "/t/d7/f777"
+    assert coord.stat(ns, f.id).path == "/t/d7/f77"

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 from sqlalchemy import text
 
 from coordinator import Coordinator
@@ -297,3 +298,13 @@ def plans_of(coord: Coordinator, function: str) -> tuple[int, int]:
             "WHERE statement LIKE :like"
         ), {"like": f"%{function}(%"}).one()
     return int(row.generic_plans), int(row.custom_plans)
+
+
+def buffers_of(conn: psycopg.Connection[tuple[object, ...]], sql: str,
+               params: tuple[object, ...]) -> int:
+    """Shared buffers one run of ``sql`` touched (the functions it calls included)."""
+    row = conn.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}".encode(),
+                       params).fetchone()
+    assert row is not None
+    plan = row[0][0]["Plan"]
+    return int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"])

@@ -11,6 +11,7 @@ from sqlalchemy import Connection, text
 
 from coordinator import Coordinator
 from indexer import live_nodes
+from pathkeeper.local.bulk_tree import bulk_subtree
 
 FILES = 2_000
 
@@ -30,9 +31,10 @@ def _explained(conn: Connection, ns: str, ids: list[str]) -> dict[str, Any]:
 
 
 def _files(coord: Coordinator, ns: str) -> list[str]:
-    """``FILES`` files imported into directories of 100; 1,000 of their ids."""
-    coord.import_nodes(ns, (f'{{"path": "/t/d{i // 100}/f{i}", "kind": "file"}}'
-                            for i in range(FILES)))
+    """``FILES`` files in directories of 100 under /t, written in one transaction as a
+    burst of creates is (an import would analyze the table after it); 1,000 of their
+    ids."""
+    bulk_subtree(coord, ns, "/", "t", dirs=FILES // 100, files_per_dir=100)
     with coord.engine.connect() as conn:
         return [str(i) for i in conn.execute(text(
             "SELECT id FROM nodes WHERE namespace = :ns AND kind = 'file' ORDER BY id "
