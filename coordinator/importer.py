@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -81,6 +82,8 @@ from .event_appender import IMPORT_MARK_SQL, position_claim_sql
 from .events import Created, payload_sql
 from .results import POSITION_BLOCK
 from .settings import MAX_IMPORT_LINE_BYTES
+
+log = logging.getLogger("pathkeeper.importer")
 
 #: Bad lines reported in full (the rest are counted): enough to fix a file in one go,
 #: few enough that a file of garbage does not produce a garbage-sized answer.
@@ -410,10 +413,20 @@ ANALYZE_IF_GROWN_SQL = """
 
 def analyze_if_grown(conn: Connection, created: int) -> bool:
     """After an import's commit, on ``conn`` (autocommit): ``ANALYZE nodes`` if the
-    import's ``created`` rows are what autovacuum would analyze for; whether it ran."""
-    if not conn.execute(text(ANALYZE_IF_GROWN_SQL), {"created": created}).scalar_one():
+    import's ``created`` rows are what autovacuum would analyze for; whether it was sent.
+
+    The import has committed, so nothing here may fail it: a table another ANALYZE or a
+    vacuum holds is skipped (SKIP_LOCKED: that one is at work on it), and an ANALYZE that
+    fails (cancelled, past the session's statement timeout) is logged and left to
+    autovacuum."""
+    try:
+        if not conn.execute(text(ANALYZE_IF_GROWN_SQL), {"created": created}).scalar_one():
+            return False
+        conn.execute(text("ANALYZE (SKIP_LOCKED) nodes"))
+    except DBAPIError as exc:
+        log.warning("ANALYZE nodes after an import of %d nodes failed, left to autovacuum: %s",
+                    created, str(exc.orig or exc).splitlines()[0])
         return False
-    conn.execute(text("ANALYZE nodes"))
     return True
 
 

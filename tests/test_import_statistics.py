@@ -10,6 +10,7 @@ from tree_checks import buffers_of
 
 from coordinator import Coordinator
 from coordinator.db import libpq_url
+from coordinator.importer import analyze_if_grown
 
 
 def _reltuples(coord: Coordinator) -> float:
@@ -33,6 +34,30 @@ def test_a_large_import_is_analyzed_a_small_one_is_not(coord: Coordinator, ns: s
     assert _reltuples(coord) == created + 1  # the root: every row counted
     coord.import_nodes(ns, _lines("/u", 10))  # 12 rows: below 50 + 10 % of 2,022
     assert _reltuples(coord) == created + 1
+
+
+def test_nothing_after_the_commit_fails_the_import(coord: Coordinator, ns: str,
+                                                  database_url: str) -> None:
+    """The import has committed when its ANALYZE runs: a table another session is
+    analyzing (its lock held) is skipped, an ANALYZE past the session's statement timeout
+    is given up; either way the import returns its result."""
+    with coord.engine.connect() as conn:
+        conn.execute(text("ALTER TABLE nodes SET (autovacuum_enabled = false)"))
+        conn.execute(text("ANALYZE nodes"))
+        conn.commit()
+    url = libpq_url(coord.engine.url.render_as_string(hide_password=False))
+    with psycopg.connect(url) as holder:
+        holder.execute("LOCK TABLE nodes IN SHARE UPDATE EXCLUSIVE MODE")  # as ANALYZE does
+        assert coord.import_nodes(ns, _lines("/t", 2_000)).created == 2_021
+        assert _reltuples(coord) < 10  # skipped, not waited for
+    with Coordinator.connect(database_url, statement_timeout=0.001) as hurried:
+        # The import itself under a timeout of its own; the ANALYZE after it under the
+        # session's millisecond.
+        assert hurried.import_nodes(ns, _lines("/u", 20_000), timeout=600).created == 20_201
+    assert _reltuples(coord) < 10
+    with coord.engine.connect() as conn:  # and run alone, it does analyze
+        assert analyze_if_grown(conn.execution_options(isolation_level="AUTOCOMMIT"), 22_222)
+    assert _reltuples(coord) == 2_021 + 20_201 + 1
 
 
 def test_a_directory_move_right_after_an_import_reads_by_index(coord: Coordinator,
