@@ -238,6 +238,16 @@ def test_downgrading_0011_brings_back_the_frozen_functions(pg_cluster: LocalPost
                        ("the downgraded database", "the one migrated to 0010")) == []
 
 
+def _functions_apart(down: str, files_url: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """How the functions of the database ``down`` differ from the files': the lines of
+    ``differences``, and (side, function name) for each, sorted."""
+    found = [line for line in differences(catalog(down), catalog(files_url),
+                                          ("the downgraded database", "the files"))
+             if line.startswith("functions: ")]
+    return found, sorted((line.split(": ")[1], line.split("('")[1].split("(")[0])
+                         for line in found)
+
+
 #: The functions whose UPDATE 0017 changed: below it, each differs from its file.
 _UPDATES_OF_0017 = ("pathkeeper_move", "pathkeeper_rename", "pathkeeper_set_metadata",
                     "pathkeeper_write")
@@ -256,11 +266,7 @@ def test_downgrading_0017_brings_back_the_updates_of_0016(pg_cluster: LocalPostg
     down = pg_cluster.create_database(f"pk_schema_down_{next(_ids)}")
     upgrade(down)
     downgrade(down, "0016_merge_metadata_function")
-    found = [line for line in differences(catalog(down), catalog(files_url),
-                                          ("the downgraded database", "the files"))
-             if line.startswith("functions: ")]
-    changed = sorted((line.split(": ")[1], line.split("('")[1].split("(")[0])
-                     for line in found)
+    found, changed = _functions_apart(down, files_url)
     assert changed == _with_0017([]), found
     with psycopg.connect(down) as conn:
         for name in _UPDATES_OF_0017:
@@ -276,11 +282,7 @@ def test_downgrading_0016_drops_the_merge_and_nothing_else(pg_cluster: LocalPost
     down = pg_cluster.create_database(f"pk_schema_down_{next(_ids)}")
     upgrade(down)
     downgrade(down, "0015_shard_fence")
-    found = [line for line in differences(catalog(down), catalog(files_url),
-                                          ("the downgraded database", "the files"))
-             if line.startswith("functions: ")]
-    changed = sorted((line.split(": ")[1], line.split("('")[1].split("(")[0])
-                     for line in found)
+    found, changed = _functions_apart(down, files_url)
     assert changed == _with_0017([("only in the files", "pathkeeper_merge_metadata")]), found
 
 
@@ -294,11 +296,7 @@ def test_downgrading_0012_brings_back_the_functions_of_0011(pg_cluster: LocalPos
     down = pg_cluster.create_database(f"pk_schema_down_{next(_ids)}")
     upgrade(down)
     downgrade(down, "0011_functions_from_files")
-    found = [line for line in differences(catalog(down), catalog(files_url),
-                                          ("the downgraded database", "the files"))
-             if line.startswith("functions: ")]
-    changed = sorted((line.split(": ")[1], line.split("('")[1].split("(")[0])
-                     for line in found)
+    found, changed = _functions_apart(down, files_url)
     assert changed == _with_0017([("only in the downgraded database", "pathkeeper_create"),
                        ("only in the downgraded database", "pathkeeper_lock"),
                        ("only in the downgraded database", "pathkeeper_move"),
@@ -333,11 +331,7 @@ def test_downgrading_0015_takes_the_fence_out(pg_cluster: LocalPostgres,
     tables = [line for line in differences(catalog(down), catalog(before))
               if not line.startswith("functions: ")]
     assert tables == []
-    found = [line for line in differences(catalog(down), catalog(files_url),
-                                          ("the downgraded database", "the files"))
-             if line.startswith("functions: ")]
-    changed = sorted((line.split(": ")[1], line.split("('")[1].split("(")[0])
-                     for line in found)
+    found, changed = _functions_apart(down, files_url)
     assert changed == _with_0017([("only in the downgraded database", "pathkeeper_create"),
                        ("only in the downgraded database", "pathkeeper_lock"),
                        ("only in the files", "pathkeeper_check_placed"),
