@@ -5,18 +5,11 @@ by id) are planned for the namespace as it is, not as it was."""
 from __future__ import annotations
 
 import psycopg
-from sqlalchemy import text
-from tree_checks import buffers_of
+from tree_checks import buffers_of, freeze_statistics, nodes_reltuples
 
 from coordinator import Coordinator
 from coordinator.db import libpq_url
 from coordinator.importer import analyze_if_grown
-
-
-def _reltuples(coord: Coordinator) -> float:
-    with coord.engine.connect() as conn:
-        return float(conn.execute(text(
-            "SELECT reltuples FROM pg_class WHERE relname = 'nodes'")).scalar_one())
 
 
 def _lines(top: str, n: int) -> list[str]:
@@ -24,16 +17,13 @@ def _lines(top: str, n: int) -> list[str]:
 
 
 def test_a_large_import_is_analyzed_a_small_one_is_not(coord: Coordinator, ns: str) -> None:
-    with coord.engine.connect() as conn:
-        conn.execute(text("ALTER TABLE nodes SET (autovacuum_enabled = false)"))
-        conn.execute(text("ANALYZE nodes"))  # the namespace's root only
-        conn.commit()
-    assert _reltuples(coord) < 10
+    freeze_statistics(coord)  # the namespace's root only
+    assert nodes_reltuples(coord) < 10
     created = coord.import_nodes(ns, _lines("/t", 2_000)).created
     assert created == 2_021  # the files, 20 directories and /t
-    assert _reltuples(coord) == created + 1  # the root: every row counted
+    assert nodes_reltuples(coord) == created + 1  # the root: every row counted
     coord.import_nodes(ns, _lines("/u", 10))  # 12 rows: below 50 + 10 % of 2,022
-    assert _reltuples(coord) == created + 1
+    assert nodes_reltuples(coord) == created + 1
 
 
 def test_nothing_after_the_commit_fails_the_import(coord: Coordinator, ns: str,
@@ -41,23 +31,20 @@ def test_nothing_after_the_commit_fails_the_import(coord: Coordinator, ns: str,
     """The import has committed when its ANALYZE runs: a table another session is
     analyzing (its lock held) is skipped, an ANALYZE past the session's statement timeout
     is given up; either way the import returns its result."""
-    with coord.engine.connect() as conn:
-        conn.execute(text("ALTER TABLE nodes SET (autovacuum_enabled = false)"))
-        conn.execute(text("ANALYZE nodes"))
-        conn.commit()
+    freeze_statistics(coord)  # the namespace's root only
     url = libpq_url(coord.engine.url.render_as_string(hide_password=False))
     with psycopg.connect(url) as holder:
         holder.execute("LOCK TABLE nodes IN SHARE UPDATE EXCLUSIVE MODE")  # as ANALYZE does
         assert coord.import_nodes(ns, _lines("/t", 2_000)).created == 2_021
-        assert _reltuples(coord) < 10  # skipped, not waited for
+        assert nodes_reltuples(coord) < 10  # skipped, not waited for
     with Coordinator.connect(database_url, statement_timeout=0.001) as hurried:
         # The import itself under a timeout of its own; the ANALYZE after it under the
         # session's millisecond.
         assert hurried.import_nodes(ns, _lines("/u", 20_000), timeout=600).created == 20_201
-    assert _reltuples(coord) < 10
+    assert nodes_reltuples(coord) < 10
     with coord.engine.connect() as conn:  # and run alone, it does analyze
         assert analyze_if_grown(conn.execution_options(isolation_level="AUTOCOMMIT"), 22_222)
-    assert _reltuples(coord) == 2_021 + 20_201 + 1
+    assert nodes_reltuples(coord) == 2_021 + 20_201 + 1
 
 
 def test_a_directory_move_right_after_an_import_reads_by_index(coord: Coordinator,
@@ -67,9 +54,7 @@ def test_a_directory_move_right_after_an_import_reads_by_index(coord: Coordinato
     and its foreign-key check read the whole namespace at each probe. It now touches
     about as many buffers right after the import as after an analyze."""
     url = libpq_url(coord.engine.url.render_as_string(hide_password=False))
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("ALTER TABLE nodes SET (autovacuum_enabled = false)")
-        conn.execute("ANALYZE nodes")  # the namespace's root only
+    freeze_statistics(coord)  # the namespace's root only
     coord.import_nodes(ns, _lines("/t", 2_000))
     coord.mkdir(ns, "/u/v/w", parents=True)
     dirs = [coord.mkdir(ns, f"/t/d1/m{k}").node.id for k in range(4)]

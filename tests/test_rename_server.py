@@ -10,7 +10,15 @@ import time
 import psycopg
 import pytest
 from sqlalchemy import text
-from tree_checks import buffers_of, check_claim_after_call, db_state, event_rows, plans_of
+from tree_checks import (
+    buffers_of,
+    check_claim_after_call,
+    db_state,
+    event_rows,
+    freeze_statistics,
+    nodes_reltuples,
+    plans_of,
+)
 
 from coordinator import (
     AlreadyExists,
@@ -138,17 +146,13 @@ def test_writes_by_id_update_through_the_id_with_stale_statistics(coord: Coordin
     A rename and a write by id then touch about as many buffers as after an analyze."""
     url = libpq_url(coord.engine.url.render_as_string(hide_password=False))
     coord.create_namespace("t")
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("ALTER TABLE nodes SET (autovacuum_enabled = false)")
-        conn.execute("ANALYZE nodes")  # the namespace's root only
+    freeze_statistics(coord)  # the namespace's root only
+    assert 0 <= nodes_reltuples(coord) < 10
     bulk_subtree(coord, "t", "/", "t", dirs=20, files_per_dir=100)  # a burst of creates
     ids = [coord.stat("t", f"/t/d3/f{i}").id for i in range(8)]
     rename = "SELECT * FROM pathkeeper_rename('t', %s, NULL, %s, %s, NULL)"
     write = "SELECT * FROM pathkeeper_write('t', %s, NULL, %s, 'new', NULL, NULL)"
     with psycopg.connect(url, autocommit=True) as conn:
-        stats = conn.execute("SELECT reltuples FROM pg_class WHERE relname = 'nodes'"
-                             ).fetchone()
-        assert stats is not None and 0 <= stats[0] < 10
         # A session's first call reads the catalogs to compile the functions.
         conn.execute(rename, (ids[4], ids[4], "r4"))
         conn.execute(write, (ids[5], ids[5]))

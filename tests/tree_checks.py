@@ -308,3 +308,20 @@ def buffers_of(conn: psycopg.Connection[tuple[object, ...]], sql: str,
     assert row is not None
     plan = row[0][0]["Plan"]
     return int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"])
+
+
+def freeze_statistics(coord: Coordinator) -> None:
+    """``ANALYZE nodes`` now, with autovacuum off for the table: what follows is planned
+    with these statistics, as it is in the minute after a burst of creates before
+    autovacuum's next analyze."""
+    with coord.engine.connect() as conn:
+        conn.execute(text("ALTER TABLE nodes SET (autovacuum_enabled = false)"))
+        conn.execute(text("ANALYZE nodes"))
+        conn.commit()
+
+
+def nodes_reltuples(coord: Coordinator) -> float:
+    """The row count the statistics of ``nodes`` hold (-1 before any analyze)."""
+    with coord.engine.connect() as conn:
+        return float(conn.execute(text(
+            "SELECT reltuples FROM pg_class WHERE relname = 'nodes'")).scalar_one())

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Connection, text
+from tree_checks import freeze_statistics, nodes_reltuples
 
 from coordinator import Coordinator
 from indexer import live_nodes
@@ -50,15 +51,10 @@ def test_each_read_of_a_node_is_one_probe_with_stale_statistics(coord: Coordinat
     (0.34 s for 1,000 ids in a namespace of 1,000 nodes, against 0.03 s), and so did the
     read of the named nodes, testing each row against all the ids (0.5 s for 1,000 ids
     in a namespace of 20,000 nodes)."""
-    with coord.engine.connect() as conn:
-        conn.execute(text("ALTER TABLE nodes SET (autovacuum_enabled = false)"))
-        conn.execute(text("ANALYZE nodes"))  # the namespace's root only
-        conn.commit()
+    freeze_statistics(coord)  # the namespace's root only
     ids = _files(coord, ns)
+    assert 0 <= nodes_reltuples(coord) < 10  # the statistics of the empty namespace
     with coord.engine.connect() as conn:
-        reltuples = conn.execute(text(
-            "SELECT reltuples FROM pg_class WHERE relname = 'nodes'")).scalar_one()
-        assert 0 <= reltuples < 10  # the statistics of the empty namespace
         plan = _explained(conn, ns, ids)["Plan"]
     probes = [n for n in _plan_nodes(plan) if n.get("Relation Name") == "nodes"]
     assert len(probes) >= 3  # the named nodes, their parents, each step up
