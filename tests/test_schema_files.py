@@ -1,8 +1,8 @@
 """The migrated database equals the files: every server-side function equals its
-``coordinator/sql/fn_*.sql`` file and every table, column, constraint, index and
-sequence equals ``coordinator/sql/schema.sql``; a file changed without a migration that
-installs it is caught; each server-side rule is written in one file; the database
-itself refuses a name that is not NFC."""
+``coordinator/sql/fn_*.sql`` file and every table, column (with its options),
+constraint, index and sequence equals ``coordinator/sql/schema.sql``; a file changed
+without a migration that installs it is caught; each server-side rule is written in one
+file; the database itself refuses a name that is not NFC."""
 
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ _QUERIES = {
         SELECT n.nspname || '.' || c.relname, a.attnum::int, a.attname,
                format_type(a.atttypid, a.atttypmod), a.attnotnull,
                coalesce(pg_get_expr(d.adbin, d.adrelid), ''),
-               coalesce(obj_description(c.oid, 'pg_class'), '')
+               coalesce(obj_description(c.oid, 'pg_class'), ''),
+               coalesce(a.attoptions::text, '')
         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
         LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0
                                  AND NOT a.attisdropped
@@ -259,6 +260,20 @@ def _with_0017(changed: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return sorted({*changed, *((side, name) for name in _UPDATES_OF_0017
                                for side in ("only in the downgraded database",
                                             "only in the files"))})
+
+
+def test_downgrading_0018_leaves_the_namespace_estimate_to_analyze(pg_cluster: LocalPostgres,
+                                                                   files_url: str) -> None:
+    down = pg_cluster.create_database(f"pk_schema_down_{next(_ids)}")
+    upgrade(down)
+    downgrade(down, "0017_update_by_id_index")
+    assert differences(catalog(down), catalog(files_url)) == [
+        "columns: only in the migrated database: ('public.nodes', 1, 'namespace', "
+        "'character varying(128)', True, '', '', '')",
+        "columns: only in the files: ('public.nodes', 1, 'namespace', "
+        "'character varying(128)', True, '', '', '{n_distinct=-0.05}')"]
+    upgrade(down)
+    assert differences(catalog(down), catalog(files_url)) == []
 
 
 def test_downgrading_0017_brings_back_the_updates_of_0016(pg_cluster: LocalPostgres,
