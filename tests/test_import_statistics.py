@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import psycopg
+import pytest
 from tree_checks import buffers_of, freeze_statistics, nodes_reltuples
 
 from coordinator import Coordinator
@@ -28,8 +29,23 @@ def test_a_large_import_is_analyzed_a_small_one_is_not(coord: Coordinator, ns: s
     assert nodes_reltuples(coord) == created + 1
 
 
+# An expression index whose function sleeps only inside an ANALYZE: the import's inserts
+# pass at full speed, and the ANALYZE after it outlasts any statement timeout. A timeout of
+# a millisecond instead raced the session's first statements (the driver's type lookup on
+# connect) on a loaded machine.
+_SLOW_ANALYZE = """
+CREATE FUNCTION slow_in_analyze(name text) RETURNS text LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF current_query() LIKE 'ANALYZE%' THEN PERFORM pg_sleep(600); END IF;
+    RETURN name;
+END $$;
+CREATE INDEX nodes_slow_in_analyze ON nodes (slow_in_analyze(name));
+"""
+
+
 def test_nothing_after_the_commit_fails_the_import(coord: Coordinator, ns: str,
-                                                  database_url: str) -> None:
+                                                  database_url: str,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
     """The import has committed when its ANALYZE runs: a table another session is
     analyzing (its lock held) is skipped, an ANALYZE past the session's statement timeout
     is given up; either way the import returns its result."""
@@ -39,11 +55,19 @@ def test_nothing_after_the_commit_fails_the_import(coord: Coordinator, ns: str,
         holder.execute("LOCK TABLE nodes IN SHARE UPDATE EXCLUSIVE MODE")  # as ANALYZE does
         assert coord.import_nodes(ns, _lines("/t", 2_000)).created == 2_021
         assert nodes_reltuples(coord) < 10  # skipped, not waited for
-    with Coordinator.connect(database_url, statement_timeout=0.001) as hurried:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(_SLOW_ANALYZE.encode())
+    known = nodes_reltuples(coord)  # an index build counts the table's rows too
+    with Coordinator.connect(database_url, statement_timeout=2.0) as hurried:
+        started = time.monotonic()
         # The import itself under a timeout of its own; the ANALYZE after it under the
-        # session's millisecond.
+        # session's two seconds.
         assert hurried.import_nodes(ns, _lines("/u", 20_000), timeout=600).created == 20_201
-    assert nodes_reltuples(coord) < 10
+        assert time.monotonic() - started < 60  # cancelled at the timeout, not waited out
+    assert nodes_reltuples(coord) == known
+    assert "canceling statement due to statement timeout" in caplog.text
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP INDEX nodes_slow_in_analyze")
     with coord.engine.connect() as conn:  # and run alone, it does analyze
         assert analyze_if_grown(conn.execution_options(isolation_level="AUTOCOMMIT"), 22_222)
     assert nodes_reltuples(coord) == 2_021 + 20_201 + 1
