@@ -2,6 +2,7 @@
 
     python bench/bench_import.py [--nodes 200000] [--rounds 3]
     python bench/bench_import.py --stream 10000000     # one big import, memory measured
+    python bench/bench_import.py --fresh-tenants 60 --nodes 20000   # first import, new tenant
 
 Starts its own PostgreSQL (see bench/README.md). The input is a JSON Lines file of
 ``--nodes`` lines (directories of 99 files each, shuffled: any order is allowed). Each
@@ -28,6 +29,13 @@ never written to a file), and reports its time per phase and memory: this proces
 RSS (``getrusage``), and, sampled every second, this process's RSS and the private memory
 (``RssAnon``) of the database's backends, to show that memory stays flat as lines stream in
 (the largest backend's peak per phase: the server's side of the bound).
+
+``--fresh-tenants K`` instead measures the first import into one of K namespaces just
+created, after an ANALYZE that saw each of them once (autovacuum's, past 50 new rows),
+each round in a database of its own: with the schema's estimate of ``nodes.namespace``
+(a twentieth of the rows, migration 0018) and with ANALYZE's own (which takes the column
+for unique), alternating. Keep ``--nodes`` small: with ANALYZE's own estimate the
+import's foreign-key checks grow with the square of its size.
 
 ``--code-before DIR`` (a checkout of older code) adds a fourth variant to each round: the
 same import run by that code, so older and newer code are measured against the same floor
@@ -62,6 +70,7 @@ from common import ROOT, load_average, median, migrated_cluster, now_utc, table
 from coordinator import Coordinator
 from coordinator.db import libpq_url
 from coordinator.importer import ImportProgress
+from pathkeeper.local.postgres import LocalPostgres
 
 FILES_PER_DIR = 99
 VARIANTS = ["import", "raw", "floor"]
@@ -426,6 +435,47 @@ def run_stream(url: str, nodes: int) -> dict[str, Any]:
     }
 
 
+# The two estimates of nodes.namespace --fresh-tenants compares.
+ESTIMATES = {
+    "schema's": None,  # as migrated
+    "ANALYZE's own": "ALTER TABLE nodes ALTER COLUMN namespace RESET (n_distinct)",
+}
+
+
+def run_fresh_tenants(pg: LocalPostgres, path: Path, nodes: int, tenants: int,
+                      rounds: int) -> dict[str, Any]:
+    """Per round and estimate, a database copied from the migrated one: ``tenants``
+    namespaces created, ``ANALYZE nodes``, then the timed import of ``path`` into one of
+    them. Returns the seconds of each estimate (for ``--results``)."""
+    took: dict[str, list[float]] = {name: [] for name in ESTIMATES}
+    for rnd in range(rounds):
+        names = list(ESTIMATES)
+        for name in names[rnd % 2:] + names[:rnd % 2]:
+            url = pg.create_database(f"tenants_{rnd}_{names.index(name)}",
+                                     template="bench")
+            with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+                if ESTIMATES[name]:
+                    conn.execute(str(ESTIMATES[name]).encode())
+            with Coordinator.connect(url) as coord:
+                for k in range(tenants):
+                    coord.create_namespace(f"tenant{k}")
+                with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+                    conn.execute("ANALYZE nodes")  # as autovacuum would, past 50 new rows
+                t = time.perf_counter()
+                with path.open("rb") as f:
+                    created = coord.import_nodes("tenant1", f).created
+                took[name].append(time.perf_counter() - t)
+            assert created == nodes, created
+            print(f"  round {rnd + 1}: {name} estimate: {took[name][-1]:.2f} s "
+                  f"({nodes / took[name][-1]:,.0f} nodes/s); load {load_average()}",
+                  flush=True)
+    schema, own = (median(took[name]) for name in ESTIMATES)
+    print(f"\nfirst import of {nodes:,} nodes into one of {tenants} new namespaces "
+          f"(median of {rounds}): {own:.2f} s with ANALYZE's own estimate, {schema:.2f} s "
+          f"with the schema's: {own / schema:.1f}x")
+    return {"tenants": tenants, "seconds": took}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     ap.add_argument("--nodes", type=int, default=200_000)
@@ -434,6 +484,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="also: what each part of nodes' schema costs the schema floor")
     ap.add_argument("--stream", type=int, metavar="N",
                     help="instead: one import of N lazily generated lines, memory measured")
+    ap.add_argument("--fresh-tenants", type=int, metavar="K",
+                    help="instead: the first import into one of K namespaces just created")
     ap.add_argument("--code-before", type=Path, metavar="DIR",
                     help="also import with the code of this checkout, each round")
     ap.add_argument("--results", type=Path, metavar="FILE",
@@ -448,6 +500,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.stream:
         with migrated_cluster() as (_pg, url):
             results["stream"] = run_stream(url, args.stream)
+        print(f"done {now_utc()}, load {load_average()}")
+        if args.results:
+            from plots import write_results
+            write_results(args.results, results)
+        return 0
+    if args.fresh_tenants:
+        with tempfile.TemporaryDirectory(prefix="pathkeeper-import-") as tmp, \
+                migrated_cluster() as (pg, _url):
+            path = Path(tmp) / "tree.jsonl"
+            make_input(path, args.nodes)
+            results["fresh_tenants"] = run_fresh_tenants(pg, path, args.nodes,
+                                                         args.fresh_tenants, args.rounds)
         print(f"done {now_utc()}, load {load_average()}")
         if args.results:
             from plots import write_results
