@@ -276,6 +276,27 @@ def test_downgrading_0018_leaves_the_namespace_estimate_to_analyze(pg_cluster: L
     assert differences(catalog(down), catalog(files_url)) == []
 
 
+def test_0018_analyzes_statistics_taken_with_rows(pg_cluster: LocalPostgres) -> None:
+    """A deployed table analyzed while each namespace held its root alone: the migration
+    replaces ANALYZE's estimate (unique) at once, not at autovacuum's next analyze."""
+    url = pg_cluster.create_database(f"pk_schema_up_{next(_ids)}")
+    upgrade(url, "0017_update_by_id_index")
+    estimate = ("SELECT n_distinct FROM pg_stats WHERE tablename = 'nodes'"
+                " AND attname = 'namespace'")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("""
+            WITH r AS (SELECT 'tenant' || k AS ns, gen_random_uuid() AS id
+                       FROM generate_series(1, 60) k),
+                 n AS (INSERT INTO namespaces (name, root_id) SELECT ns, id FROM r)
+            INSERT INTO nodes (namespace, id, name, kind) SELECT ns, id, '', 'dir' FROM r
+        """)
+        conn.execute("ANALYZE nodes")
+        assert conn.execute(estimate).fetchone() == (-1.0,)  # taken for unique
+    upgrade(url)
+    with psycopg.connect(url) as conn:
+        assert conn.execute(estimate).fetchone() == (-0.05,)
+
+
 def test_downgrading_0017_brings_back_the_updates_of_0016(pg_cluster: LocalPostgres,
                                                           files_url: str) -> None:
     down = pg_cluster.create_database(f"pk_schema_down_{next(_ids)}")

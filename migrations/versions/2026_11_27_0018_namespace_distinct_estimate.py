@@ -16,8 +16,9 @@ analyze.
 A namespace is a tree of many nodes, so the column's number of distinct values is set
 to a twentieth of the table's rows (``n_distinct = -0.05``) for ANALYZE to store instead
 of its own estimate. A namespace the statistics list among their most common values is
-still estimated by its own frequency. The table is analyzed here, so the estimate holds
-from now on, not from autovacuum's next analyze.
+still estimated by its own frequency. A table that has statistics is analyzed here, so
+the estimate holds from now on, not from autovacuum's next analyze; one never analyzed
+with rows (a new database) is left to autovacuum, as before.
 
 Downgrade: the column's estimate is ANALYZE's own again.
 """
@@ -32,11 +33,23 @@ branch_labels = None
 depends_on = None
 
 
+# ANALYZE nodes if its statistics were taken with rows: they then hold the estimate this
+# revision replaces.
+_ANALYZE_IF_ANALYZED = """
+DO $$
+BEGIN
+    IF (SELECT reltuples FROM pg_class WHERE oid = CAST('nodes' AS regclass)) > 0 THEN
+        ANALYZE nodes;
+    END IF;
+END $$
+"""
+
+
 def upgrade() -> None:
     op.execute("ALTER TABLE nodes ALTER COLUMN namespace SET (n_distinct = -0.05)")
-    op.execute("ANALYZE nodes")
+    op.execute(_ANALYZE_IF_ANALYZED)
 
 
 def downgrade() -> None:
     op.execute("ALTER TABLE nodes ALTER COLUMN namespace RESET (n_distinct)")
-    op.execute("ANALYZE nodes")
+    op.execute(_ANALYZE_IF_ANALYZED)
