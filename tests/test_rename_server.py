@@ -11,6 +11,7 @@ import psycopg
 import pytest
 from sqlalchemy import text
 from tree_checks import (
+    BESIDE_NODES,
     buffers_of,
     check_claim_after_call,
     db_state,
@@ -139,15 +140,16 @@ def test_by_id_reads_no_more_than_by_path_before_statistics(coord: Coordinator) 
 
 
 def test_writes_by_id_update_through_the_id_with_stale_statistics(coord: Coordinator) -> None:
-    """Statistics from when the namespace was empty (a burst of creates, before
-    autovacuum's next analyze): the planner guessed one row for the namespace and
+    """Statistics from when the namespace was empty beside a large one (a burst of
+    creates, before autovacuum's next analyze): the planner guessed one row for the
+    namespace and
     updated the row through (namespace, parent_id, name), reading the whole namespace (a
     rename by id took 2.9-4.0 ms in a namespace of 20,000 nodes, 0.8-1.1 ms analyzed).
     A rename and a write by id then touch about as many buffers as after an analyze."""
     url = libpq_url(coord.engine.url.render_as_string(hide_password=False))
     coord.create_namespace("t")
-    freeze_statistics(coord)  # the namespace's root only
-    assert 0 <= nodes_reltuples(coord) < 10
+    freeze_statistics(coord, beside=True)  # the namespace's root beside 1,000 nodes
+    assert 0 <= nodes_reltuples(coord) < BESIDE_NODES + 10
     bulk_subtree(coord, "t", "/", "t", dirs=20, files_per_dir=100)  # a burst of creates
     ids = [coord.stat("t", f"/t/d3/f{i}").id for i in range(8)]
     rename = "SELECT * FROM pathkeeper_rename('t', %s, NULL, %s, %s, NULL)"

@@ -18,6 +18,7 @@ from sqlalchemy import text
 from coordinator import Coordinator
 from coordinator.event_appender import POSITION_LOCK_SQL, POSITION_LOCK_TABLE
 from coordinator.unit_of_work import UnitOfWork
+from pathkeeper.local.bulk_tree import bulk_subtree
 
 REACHABLE_SQL = text(
     """
@@ -310,10 +311,22 @@ def buffers_of(conn: psycopg.Connection[tuple[object, ...]], sql: str,
     return int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"])
 
 
-def freeze_statistics(coord: Coordinator) -> None:
+#: Nodes of the namespace ``freeze_statistics(coord, beside=True)`` analyzes beside the
+#: test's.
+BESIDE_NODES = 1_000
+
+
+def freeze_statistics(coord: Coordinator, beside: bool = False) -> None:
     """``ANALYZE nodes`` now, with autovacuum off for the table: what follows is planned
     with these statistics, as it is in the minute after a burst of creates before
-    autovacuum's next analyze."""
+    autovacuum's next analyze. ``beside``: first a namespace ``beside`` of
+    ``BESIDE_NODES`` nodes, so that the statistics see the test's namespace small beside a
+    large one: the planner then guesses one row for it, whatever the estimate of
+    ``nodes.namespace`` (migration 0018 mends a sample where each namespace is a root
+    alone, not this one)."""
+    if beside:
+        coord.create_namespace("beside")
+        bulk_subtree(coord, "beside", "/", "b", dirs=10, files_per_dir=BESIDE_NODES // 10 - 1)
     with coord.engine.connect() as conn:
         conn.execute(text("ALTER TABLE nodes SET (autovacuum_enabled = false)"))
         conn.execute(text("ANALYZE nodes"))
