@@ -33,7 +33,7 @@ RSS (``getrusage``), and, sampled every second, this process's RSS and the priva
 ``--fresh-tenants K`` instead measures the first import into one of K namespaces just
 created, after an ANALYZE that saw each of them once (autovacuum's, past 50 new rows),
 each round in a database of its own: with the schema's estimate of ``nodes.namespace``
-(a twentieth of the rows, migration 0018) and with ANALYZE's own (which takes the column
+(a thousandth of the rows, migration 0018) and with ANALYZE's own (which takes the column
 for unique), alternating. Keep ``--nodes`` small: with ANALYZE's own estimate the
 import's foreign-key checks grow with the square of its size.
 

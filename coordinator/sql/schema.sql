@@ -51,12 +51,12 @@ CREATE TABLE nodes (
 );
 -- One root per namespace.
 CREATE UNIQUE INDEX uq_nodes_one_root ON nodes (namespace) WHERE parent_id IS NULL;
--- A namespace is a tree of many nodes: ANALYZE stores a twentieth of the rows as the
+-- A namespace is a tree of many nodes: ANALYZE stores a thousandth of the rows as the
 -- column's number of distinct values, never its own estimate from a sample that holds
 -- each namespace once (the roots of tenants just created), which took the column for
 -- unique and sent PostgreSQL's foreign-key check of each new node through the whole
 -- namespace (migration 0018).
-ALTER TABLE nodes ALTER COLUMN namespace SET (n_distinct = -0.05);
+ALTER TABLE nodes ALTER COLUMN namespace SET (n_distinct = -0.001);
 
 -- The event log (and outbox): written in the transaction of the change it records.
 -- One value of the sequence per writing transaction: the base of its block of
