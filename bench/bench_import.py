@@ -448,14 +448,14 @@ def run_fresh_tenants(pg: LocalPostgres, path: Path, nodes: int, tenants: int,
     namespaces created, ``ANALYZE nodes``, then the timed import of ``path`` into one of
     them. Returns the seconds of each estimate (for ``--results``)."""
     took: dict[str, list[float]] = {name: [] for name in ESTIMATES}
+    names = list(ESTIMATES)
     for rnd in range(rounds):
-        names = list(ESTIMATES)
         for name in names[rnd % 2:] + names[:rnd % 2]:
-            url = pg.create_database(f"tenants_{rnd}_{names.index(name)}",
-                                     template="bench")
-            with psycopg.connect(libpq_url(url), autocommit=True) as conn:
-                if ESTIMATES[name]:
-                    conn.execute(str(ESTIMATES[name]).encode())
+            url = pg.create_database(f"tenants_{rnd}_{names.index(name)}", template="bench")
+            change = ESTIMATES[name]
+            if change:
+                with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+                    conn.execute(change.encode())
             with Coordinator.connect(url) as coord:
                 for k in range(tenants):
                     coord.create_namespace(f"tenant{k}")
@@ -475,6 +475,15 @@ def run_fresh_tenants(pg: LocalPostgres, path: Path, nodes: int, tenants: int,
           f"with the schema's: {own / schema:.1f}x")
     return {"tenants": tenants, "seconds": took}
 
+
+def _done(results_file: Path | None, results: dict[str, Any]) -> int:
+    """The end of a run that measures one thing (``--stream``, ``--fresh-tenants``)."""
+    print(f"done {now_utc()}, load {load_average()}")
+    if results_file:
+        # Imported here: matplotlib would add ~50 MB to the RSS that --stream reports.
+        from plots import write_results
+        write_results(results_file, results)
+    return 0
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
@@ -500,11 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.stream:
         with migrated_cluster() as (_pg, url):
             results["stream"] = run_stream(url, args.stream)
-        print(f"done {now_utc()}, load {load_average()}")
-        if args.results:
-            from plots import write_results
-            write_results(args.results, results)
-        return 0
+        return _done(args.results, results)
     if args.fresh_tenants:
         with tempfile.TemporaryDirectory(prefix="pathkeeper-import-") as tmp, \
                 migrated_cluster() as (pg, _url):
@@ -512,11 +517,7 @@ def main(argv: list[str] | None = None) -> int:
             make_input(path, args.nodes)
             results["fresh_tenants"] = run_fresh_tenants(pg, path, args.nodes,
                                                          args.fresh_tenants, args.rounds)
-        print(f"done {now_utc()}, load {load_average()}")
-        if args.results:
-            from plots import write_results
-            write_results(args.results, results)
-        return 0
+        return _done(args.results, results)
     with tempfile.TemporaryDirectory(prefix="pathkeeper-import-") as tmp, \
             migrated_cluster() as (_pg, url):
         path = Path(tmp) / "tree.jsonl"
