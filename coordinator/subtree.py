@@ -3,10 +3,20 @@
 Paths are computed, never stored (an adjacency list: a rename is one row), so
 every reader that needs paths for a whole subtree walks down from its top in one
 recursive query, joining each child's name to its parent's path: the tree's
-``walk``, the worker's subtree rewrites (``indexer.snapshot``), reindex's snapshot
+``walk``, the worker's subtree rewrites (``indexer.live_nodes``), reindex's snapshot
 read and verify's comparison table. The walk lives here, beside the table it
 reads, so the indexer builds on it instead of writing its own; the callers choose
 the columns, where the walk starts and what else each row carries.
+
+Each step finds the children by the namespace its parent row carries
+(``n.namespace = s.namespace``), never by a constant. Compared with a constant, the
+planner estimates a namespace from the statistics' most common values, and one created
+since the last ANALYZE (every namespace the sample saw being among them) comes out at
+one row: it then scanned the whole namespace once per level and compared every node
+with every parent of that level (10 s for a 10,001-node subtree, against 0.14 s).
+Joined to the parent's column, the estimate is the table's rows over its number of
+namespaces (migration 0018), whatever the statistics' age, and each parent is one probe
+of the (namespace, parent_id, name) index.
 """
 
 from __future__ import annotations
@@ -22,27 +32,27 @@ def subtree_cte(
     start: str,
     *,
     top_path: str = "CAST(:path AS text)",
-    namespace: str = ":ns",
     carry: Sequence[tuple[str, str, str]] = (),
     join: str = "",
     before: str = "",
 ) -> str:
     """``WITH RECURSIVE ... sub AS (...)``: the rows of ``nodes`` matching ``start``
-    (a WHERE condition) and every node below them, each with ``columns`` and ``path``
+    (a WHERE condition, in one namespace or several) and every node below them, each
+    with ``columns``, ``namespace`` (added when ``columns`` lacks it) and ``path``
     (``top_path`` for the starting rows). The caller appends its ``SELECT ... FROM sub``.
 
-    ``namespace``: the children's namespace (``:ns``, or ``s.namespace`` when the walk
-    starts in several namespaces and ``columns`` holds ``namespace``). ``carry``: more
-    columns as ``(name, value at the top, value from parent s and child n)``, with
-    ``join`` for what those need (joined to ``n``) and ``before`` for other CTEs."""
-    top = ", ".join([*columns, f"{top_path} AS path", *(f"{v} AS {c}" for c, v, _ in carry)])
-    step = ", ".join([*(f"n.{c}" for c in columns), CHILD_PATH, *(s for _, _, s in carry)])
+    ``carry``: more columns as ``(name, value at the top, value from parent s and child
+    n)``, with ``join`` for what those need (joined to ``n``) and ``before`` for other
+    CTEs."""
+    walked = [*columns] if "namespace" in columns else ["namespace", *columns]
+    top = ", ".join([*walked, f"{top_path} AS path", *(f"{v} AS {c}" for c, v, _ in carry)])
+    step = ", ".join([*(f"n.{c}" for c in walked), CHILD_PATH, *(s for _, _, s in carry)])
     ctes = f"{before}, " if before else ""
     return f"""
     WITH RECURSIVE {ctes}sub AS (
         SELECT {top} FROM nodes WHERE {start}
       UNION ALL
         SELECT {step}
-          FROM sub s JOIN nodes n ON n.namespace = {namespace} AND n.parent_id = s.id {join}
+          FROM sub s JOIN nodes n ON n.namespace = s.namespace AND n.parent_id = s.id {join}
     )
     """

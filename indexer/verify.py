@@ -353,7 +353,7 @@ def _table_walk(table: str, ns_filter: str) -> str:
     # as the fold leaves out their events.
     owned = OWNED_NAMESPACE_SQL.format(ns="nodes.namespace")
     walk = subtree_cte(_TABLE_COLUMNS, f"parent_id IS NULL {ns_filter} AND {owned}",
-                       top_path="CAST('/' AS text)", namespace="s.namespace")
+                       top_path="CAST('/' AS text)")
     return f"CREATE TEMPORARY TABLE {table} AS {walk} SELECT * FROM sub"
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from importlib.resources import files
 from typing import Any
 
@@ -254,10 +254,29 @@ _UPDATES_OF_0017 = ("pathkeeper_move", "pathkeeper_rename", "pathkeeper_set_meta
                     "pathkeeper_write")
 
 
-def _with_0017(changed: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """``changed`` (the differences a downgrade below 0017 leaves from the files) with
-    0017's: its four functions on both sides."""
-    return sorted({*changed, *((side, name) for name in _UPDATES_OF_0017
+def _definitions(url: str, names: Sequence[str]) -> dict[str, str]:
+    """The definition of each function of ``names`` in the database at ``url``."""
+    found: dict[str, str] = {}
+    with psycopg.connect(url) as conn:
+        for name in names:
+            row = conn.execute(b"SELECT pg_get_functiondef(%s::regproc)", (name,)).fetchone()
+            assert row is not None, name
+            found[name] = str(row[0])
+    return found
+
+
+#: The functions whose subtree walk 0019 changed: below it, each differs from its file.
+_WALKS_OF_0019 = ("pathkeeper_copy", "pathkeeper_delete", "pathkeeper_subtree_extent")
+
+
+def _with_later(changed: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``changed`` (the differences a downgrade below 0017 leaves from the files, for
+    the functions that revision's downgrade is about) with those of the downgrades of
+    0017 and 0019 on the way: their functions on both sides, each of 0019's unless
+    ``changed`` names it already (below 0012 there is no copy at all)."""
+    named = {name for _, name in changed}
+    later = [*_UPDATES_OF_0017, *(n for n in _WALKS_OF_0019 if n not in named)]
+    return sorted({*changed, *((side, name) for name in later
                                for side in ("only in the downgraded database",
                                             "only in the files"))})
 
@@ -267,7 +286,9 @@ def test_downgrading_0018_leaves_the_namespace_estimate_to_analyze(pg_cluster: L
     down = pg_cluster.create_database(f"pk_schema_down_{next(_ids)}")
     upgrade(down)
     downgrade(down, "0017_update_by_id_index")
-    assert differences(catalog(down), catalog(files_url)) == [
+    apart = [line for line in differences(catalog(down), catalog(files_url))
+             if not line.startswith("functions: ")]
+    assert apart == [
         "columns: only in the migrated database: ('public.nodes', 1, 'namespace', "
         "'character varying(128)', True, '', '', '')",
         "columns: only in the files: ('public.nodes', 1, 'namespace', "
@@ -297,18 +318,31 @@ def test_0018_analyzes_statistics_taken_with_rows(pg_cluster: LocalPostgres) -> 
         assert conn.execute(estimate).fetchone() == (-0.001,)
 
 
+def test_downgrading_0019_brings_back_the_walks_of_0018(pg_cluster: LocalPostgres,
+                                                       files_url: str) -> None:
+    down = pg_cluster.create_database(f"pk_schema_down_{next(_ids)}")
+    upgrade(down)
+    downgrade(down, "0018_namespace_distinct_estimate")
+    found, changed = _functions_apart(down, files_url)
+    assert changed == sorted((side, name) for name in _WALKS_OF_0019 for side in (
+        "only in the downgraded database", "only in the files")), found
+    for name, body in _definitions(down, _WALKS_OF_0019).items():
+        assert "x.namespace = s.namespace" not in body, name
+    assert [line for line in differences(catalog(down), catalog(files_url))
+            if not line.startswith("functions: ")] == []
+    upgrade(down)
+    assert differences(catalog(down), catalog(files_url)) == []
+
+
 def test_downgrading_0017_brings_back_the_updates_of_0016(pg_cluster: LocalPostgres,
                                                           files_url: str) -> None:
     down = pg_cluster.create_database(f"pk_schema_down_{next(_ids)}")
     upgrade(down)
     downgrade(down, "0016_merge_metadata_function")
     found, changed = _functions_apart(down, files_url)
-    assert changed == _with_0017([]), found
-    with psycopg.connect(down) as conn:
-        for name in _UPDATES_OF_0017:
-            row = conn.execute(f"SELECT pg_get_functiondef('{name}'::regproc)".encode()
-                               ).fetchone()
-            assert row is not None and "(x.namespace, x.id) >= (p_ns, r.id)" not in row[0]
+    assert changed == _with_later([]), found
+    for name, body in _definitions(down, _UPDATES_OF_0017).items():
+        assert "(x.namespace, x.id) >= (p_ns, r.id)" not in body, name
     upgrade(down)
     assert differences(catalog(down), catalog(files_url))[:1] == []
 
@@ -319,7 +353,7 @@ def test_downgrading_0016_drops_the_merge_and_nothing_else(pg_cluster: LocalPost
     upgrade(down)
     downgrade(down, "0015_shard_fence")
     found, changed = _functions_apart(down, files_url)
-    assert changed == _with_0017([("only in the files", "pathkeeper_merge_metadata")]), found
+    assert changed == _with_later([("only in the files", "pathkeeper_merge_metadata")]), found
 
 
 def test_downgrading_0012_brings_back_the_functions_of_0011(pg_cluster: LocalPostgres,
@@ -333,7 +367,7 @@ def test_downgrading_0012_brings_back_the_functions_of_0011(pg_cluster: LocalPos
     upgrade(down)
     downgrade(down, "0011_functions_from_files")
     found, changed = _functions_apart(down, files_url)
-    assert changed == _with_0017([("only in the downgraded database", "pathkeeper_create"),
+    assert changed == _with_later([("only in the downgraded database", "pathkeeper_create"),
                        ("only in the downgraded database", "pathkeeper_lock"),
                        ("only in the downgraded database", "pathkeeper_move"),
                        ("only in the files", "pathkeeper_check_depth"),
@@ -368,7 +402,7 @@ def test_downgrading_0015_takes_the_fence_out(pg_cluster: LocalPostgres,
               if not line.startswith("functions: ")]
     assert tables == []
     found, changed = _functions_apart(down, files_url)
-    assert changed == _with_0017([("only in the downgraded database", "pathkeeper_create"),
+    assert changed == _with_later([("only in the downgraded database", "pathkeeper_create"),
                        ("only in the downgraded database", "pathkeeper_lock"),
                        ("only in the files", "pathkeeper_check_placed"),
                        ("only in the files", "pathkeeper_create"),

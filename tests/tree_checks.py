@@ -6,6 +6,7 @@ that a claim about the tree is checked independently of the code under test.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -13,7 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from sqlalchemy import text
+from sqlalchemy import Connection, text
 
 from coordinator import Coordinator
 from coordinator.event_appender import POSITION_LOCK_SQL, POSITION_LOCK_TABLE
@@ -309,6 +310,47 @@ def buffers_of(conn: psycopg.Connection[tuple[object, ...]], sql: str,
     assert row is not None
     plan = row[0][0]["Plan"]
     return int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"])
+
+
+def rows_handled(conn: Connection, statement: str, params: dict[str, object]) -> int:
+    """Rows the executor handled in one run of ``statement``, the statements of the
+    functions it calls included: each plan node's rows and the rows its filters removed,
+    times its loops. Counted, not timed: a plan that compares every node with every
+    parent shows as the product of the two on any machine. The plans come from
+    ``auto_explain`` (PostgreSQL's contrib module, loaded for the session), logged to
+    this client."""
+    plans: list[dict[str, Any]] = []
+
+    def keep(diag: psycopg.errors.Diagnostic) -> None:
+        message = diag.message_primary or ""
+        if message.startswith("duration:") and "{" in message:
+            plans.append(json.loads(message[message.index("{"):])["Plan"])
+
+    driver = conn.connection.driver_connection
+    assert isinstance(driver, psycopg.Connection)
+    for setting in ("LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0",
+                    "SET auto_explain.log_analyze = on", "SET auto_explain.log_timing = off",
+                    "SET auto_explain.log_nested_statements = on",
+                    "SET auto_explain.log_format = json", "SET client_min_messages = log"):
+        conn.exec_driver_sql(setting)
+    driver.add_notice_handler(keep)
+    try:
+        conn.execute(text(statement), params).all()
+    finally:
+        # The plan is logged when the statement's portal closes: in a transaction, as
+        # the next statement starts.
+        conn.exec_driver_sql("RESET client_min_messages")
+        conn.exec_driver_sql("SET auto_explain.log_min_duration = -1")
+        driver.remove_notice_handler(keep)
+
+    def handled(node: dict[str, Any]) -> int:
+        own = sum(int(node.get(k, 0)) for k in (
+            "Actual Rows", "Rows Removed by Filter", "Rows Removed by Join Filter"))
+        return own * int(node.get("Actual Loops", 1)) + sum(
+            handled(child) for child in node.get("Plans", ()))
+
+    assert plans, "auto_explain logged no plan"
+    return sum(handled(plan) for plan in plans)
 
 
 #: Nodes of the namespace ``freeze_statistics(coord, beside=True)`` analyzes beside the

@@ -75,15 +75,17 @@ BEGIN
             got := 0;
             height := 0;
             FOR c IN
-                WITH RECURSIVE sub(id, new_id, new_parent, new_name, kind, content,
-                                   metadata, new_path, depth) AS (
-                    SELECT x.id, gen_random_uuid(), dst, top_name, x.kind, x.content,
-                           x.metadata, top_path, 0
+                -- Each step names the namespace by the parent row's column, never
+                -- by p_ns: see coordinator/subtree.py.
+                WITH RECURSIVE sub(namespace, id, new_id, new_parent, new_name, kind,
+                                   content, metadata, new_path, depth) AS (
+                    SELECT x.namespace, x.id, gen_random_uuid(), dst, top_name, x.kind,
+                           x.content, x.metadata, top_path, 0
                     FROM nodes x WHERE x.namespace = p_ns AND x.id = r.id
                   UNION ALL
-                    SELECT x.id, gen_random_uuid(), s.new_id, x.name, x.kind, x.content,
-                           x.metadata, s.new_path || '/' || x.name, s.depth + 1
-                    FROM sub s JOIN nodes x ON x.namespace = p_ns AND x.parent_id = s.id
+                    SELECT x.namespace, x.id, gen_random_uuid(), s.new_id, x.name, x.kind,
+                           x.content, x.metadata, s.new_path || '/' || x.name, s.depth + 1
+                    FROM sub s JOIN nodes x ON x.namespace = s.namespace AND x.parent_id = s.id
                     WHERE s.kind = 'dir'
                 ), ins AS (
                     INSERT INTO nodes AS x

@@ -36,12 +36,15 @@ BEGIN
        AND EXISTS (SELECT FROM nodes x WHERE x.namespace = p_ns AND x.parent_id = r.id) THEN
         RAISE EXCEPTION USING ERRCODE = 'PK005', MESSAGE = format('%s is not empty', path);
     END IF;
-    WITH RECURSIVE sub(id) AS (
-        SELECT r.id
+    -- The walk and the delete name the namespace by the rows' own column, never by
+    -- p_ns: see coordinator/subtree.py.
+    WITH RECURSIVE sub(namespace, id) AS (
+        SELECT r.namespace, r.id
       UNION ALL
-        SELECT x.id FROM sub s JOIN nodes x ON x.namespace = p_ns AND x.parent_id = s.id
+        SELECT x.namespace, x.id
+        FROM sub s JOIN nodes x ON x.namespace = s.namespace AND x.parent_id = s.id
     ), del AS (
-        DELETE FROM nodes x WHERE x.namespace = p_ns AND x.id IN (SELECT sub.id FROM sub)
+        DELETE FROM nodes x WHERE (x.namespace, x.id) IN (SELECT s.namespace, s.id FROM sub s)
         RETURNING x.id, x.parent_id
     )
     SELECT array_agg(del.id), array_agg(del.parent_id) INTO gone, parents FROM del;
