@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, Engine, event, text
 
 from coordinator import Coordinator
 from coordinator.event_appender import POSITION_LOCK_SQL, POSITION_LOCK_TABLE
@@ -312,45 +312,80 @@ def buffers_of(conn: psycopg.Connection[tuple[object, ...]], sql: str,
     return int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"])
 
 
-def rows_handled(conn: Connection, statement: str, params: dict[str, object]) -> int:
-    """Rows the executor handled in one run of ``statement``, the statements of the
-    functions it calls included: each plan node's rows and the rows its filters removed,
-    times its loops. Counted, not timed: a plan that compares every node with every
-    parent shows as the product of the two on any machine. The plans come from
-    ``auto_explain`` (PostgreSQL's contrib module, loaded for the session), logged to
-    this client."""
-    plans: list[dict[str, Any]] = []
+class PlanLog:
+    """The plans of the statements run on the connections it is attached to, the
+    statements of the functions they call included, as ``auto_explain`` (PostgreSQL's
+    contrib module, loaded for the session) logs them to the client; and the rows their
+    executors handled. A statement's plan is logged when its portal closes: in a
+    transaction, as the next statement starts."""
 
-    def keep(diag: psycopg.errors.Diagnostic) -> None:
+    SETTINGS = ("LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0",
+                "SET auto_explain.log_analyze = on", "SET auto_explain.log_timing = off",
+                "SET auto_explain.log_nested_statements = on",
+                "SET auto_explain.log_format = json", "SET client_min_messages = log")
+
+    def __init__(self) -> None:
+        self.plans: list[dict[str, Any]] = []
+
+    def keep(self, diag: psycopg.errors.Diagnostic) -> None:
         message = diag.message_primary or ""
         if message.startswith("duration:") and "{" in message:
-            plans.append(json.loads(message[message.index("{"):])["Plan"])
+            self.plans.append(json.loads(message[message.index("{"):])["Plan"])
 
+    def attach(self, driver: psycopg.Connection[Any]) -> None:
+        """Log the plans of what ``driver`` runs from now on, in its current transaction
+        (if it rolls back, the settings go with it)."""
+        for setting in self.SETTINGS:
+            driver.execute(setting.encode())
+        driver.add_notice_handler(self.keep)
+
+    def rows_handled(self) -> int:
+        """Each plan node's rows and the rows its filters removed, times its loops,
+        summed over every plan logged. Counted, not timed: a plan that compares every
+        node with every parent shows as the product of the two on any machine."""
+
+        def handled(node: dict[str, Any]) -> int:
+            own = sum(int(node.get(k, 0)) for k in (
+                "Actual Rows", "Rows Removed by Filter", "Rows Removed by Join Filter"))
+            return own * int(node.get("Actual Loops", 1)) + sum(
+                handled(child) for child in node.get("Plans", ()))
+
+        assert self.plans, "auto_explain logged no plan"
+        return sum(handled(plan) for plan in self.plans)
+
+
+def rows_handled(conn: Connection, statement: str, params: dict[str, object]) -> int:
+    """``PlanLog.rows_handled`` of one run of ``statement`` on ``conn``."""
+    log = PlanLog()
     driver = conn.connection.driver_connection
     assert isinstance(driver, psycopg.Connection)
-    for setting in ("LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0",
-                    "SET auto_explain.log_analyze = on", "SET auto_explain.log_timing = off",
-                    "SET auto_explain.log_nested_statements = on",
-                    "SET auto_explain.log_format = json", "SET client_min_messages = log"):
-        conn.exec_driver_sql(setting)
-    driver.add_notice_handler(keep)
+    log.attach(driver)
     try:
         conn.execute(text(statement), params).all()
     finally:
-        # The plan is logged when the statement's portal closes: in a transaction, as
-        # the next statement starts.
-        conn.exec_driver_sql("RESET client_min_messages")
+        conn.exec_driver_sql("RESET client_min_messages")  # closes the statement's portal
         conn.exec_driver_sql("SET auto_explain.log_min_duration = -1")
-        driver.remove_notice_handler(keep)
+        driver.remove_notice_handler(log.keep)
+    return log.rows_handled()
 
-    def handled(node: dict[str, Any]) -> int:
-        own = sum(int(node.get(k, 0)) for k in (
-            "Actual Rows", "Rows Removed by Filter", "Rows Removed by Join Filter"))
-        return own * int(node.get("Actual Loops", 1)) + sum(
-            handled(child) for child in node.get("Plans", ()))
 
-    assert plans, "auto_explain logged no plan"
-    return sum(handled(plan) for plan in plans)
+@contextmanager
+def plans_logged(engine: Engine) -> Iterator[PlanLog]:
+    """A ``PlanLog`` of every connection ``engine`` opens until the block ends (its pool
+    emptied first, and again after)."""
+    log = PlanLog()
+
+    def on_connect(driver: psycopg.Connection[Any], _record: object) -> None:
+        log.attach(driver)
+        driver.commit()
+
+    engine.dispose()
+    event.listen(engine, "connect", on_connect)
+    try:
+        yield log
+    finally:
+        event.remove(engine, "connect", on_connect)
+        engine.dispose()
 
 
 #: Nodes of the namespace ``freeze_statistics(coord, beside=True)`` analyzes beside the
