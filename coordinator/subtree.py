@@ -25,6 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+#: The start of a walk from one node, ``:id`` of ``:ns``. (namespace, id) also as a row
+#: comparison, an index condition only of an index that starts with both: with
+#: statistics that saw the namespace empty, the planner otherwise read the start through
+#: (namespace, parent_id, name), the whole namespace filtered on the id (see
+#: pathkeeper_lock).
+FROM_NODE = "namespace = :ns AND id = :id AND (namespace, id) >= (:ns, :id)"
+
 #: A child's path from its parent's (``s``) and its own name (``n``); the root is ``/``.
 CHILD_PATH = "CASE WHEN s.path = '/' THEN '/' || n.name ELSE s.path || '/' || n.name END"
 

@@ -57,7 +57,7 @@ from .server_calls import (
     StatQuery,
     created_event,
 )
-from .subtree import subtree_cte
+from .subtree import FROM_NODE, subtree_cte
 
 # The nodes along a path, root first: ``pathkeeper_resolve`` (migration 0004) probes one
 # name at a time in the statement's snapshot, so a missing name ends the walk.
@@ -70,7 +70,7 @@ RESOLVE_SQL = driver_sql(
 # The subtree below the node with id :id (at :path), each node with its path, depth
 # first (path order): ``TreeTx.walk``.
 SUBTREE_WALK_SQL = (
-    subtree_cte(NODE_COLUMNS.split(", "), "namespace = :ns AND id = :id")
+    subtree_cte(NODE_COLUMNS.split(", "), FROM_NODE)
     + 'SELECT * FROM sub ORDER BY path COLLATE "C"'
 )
 _LIST_CHILDREN = text(sql.load("q_list_children"))

@@ -29,7 +29,7 @@ from coordinator.events import (
     Written,
 )
 from coordinator.node_rows import node_of
-from coordinator.subtree import subtree_cte
+from coordinator.subtree import FROM_NODE, subtree_cte
 
 from .contract import index_entry_sql, tree_sql
 
@@ -100,7 +100,6 @@ _ENTRIES_OF_IDS = text(_PATHS_OF_IDS.format(
     + " AS entry"))
 
 _COLUMNS = ("id", "parent_id", "name", "kind", "version", "content", "metadata")
-_FROM_TOP = "namespace = :ns AND id = :id"
 
 # The subtree of the node :id, each row carrying its write version: the highest
 # position among the moves (of the batch being applied) of the directories on its way
@@ -111,7 +110,7 @@ _FROM_TOP = "namespace = :ns AND id = :id"
 _SUBTREE_ENTRIES = text(
     subtree_cte(
         _COLUMNS,
-        _FROM_TOP,
+        FROM_NODE,
         before="moves(id, pos) AS ("
         "SELECT * FROM unnest(CAST(:move_ids AS uuid[]), CAST(:move_pos AS bigint[])))",
         carry=[("write_version", "CAST(:top_version AS bigint)",

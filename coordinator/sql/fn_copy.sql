@@ -45,13 +45,14 @@ BEGIN
     top_path := '/' || array_to_string(p_dst_parent || top_name, '/');
     IF r.kind = 'dir' THEN
         -- The destination's ancestors, read after the lock: none may be the source.
+        -- Read as pathkeeper_move reads them.
         IF EXISTS (
-            WITH RECURSIVE up(id, parent_id, depth) AS (
-                SELECT x.id, x.parent_id, 0 FROM nodes x
-                WHERE x.namespace = p_ns AND x.id = dst
+            WITH RECURSIVE up(namespace, id, parent_id, depth) AS (
+                SELECT x.namespace, x.id, x.parent_id, 0 FROM nodes x
+                WHERE x.namespace = p_ns AND x.id = dst AND (x.namespace, x.id) >= (p_ns, dst)
               UNION ALL
-                SELECT x.id, x.parent_id, u.depth + 1
-                FROM up u JOIN nodes x ON x.namespace = p_ns AND x.id = u.parent_id
+                SELECT x.namespace, x.id, x.parent_id, u.depth + 1
+                FROM up u JOIN nodes x ON x.namespace = u.namespace AND x.id = u.parent_id
                 WHERE u.depth < 100000
             )
             SELECT FROM up u WHERE u.id = r.id
@@ -75,13 +76,16 @@ BEGIN
             got := 0;
             height := 0;
             FOR c IN
-                -- Each step names the namespace by the parent row's column, never
-                -- by p_ns: see coordinator/subtree.py.
+                -- The start names (namespace, id) also as a row comparison and each
+                -- step the namespace by the parent row's column: see
+                -- coordinator/subtree.py.
                 WITH RECURSIVE sub(namespace, id, new_id, new_parent, new_name, kind,
                                    content, metadata, new_path, depth) AS (
                     SELECT x.namespace, x.id, gen_random_uuid(), dst, top_name, x.kind,
                            x.content, x.metadata, top_path, 0
-                    FROM nodes x WHERE x.namespace = p_ns AND x.id = r.id
+                    FROM nodes x
+                    WHERE x.namespace = p_ns AND x.id = r.id
+                      AND (x.namespace, x.id) >= (p_ns, r.id)
                   UNION ALL
                     SELECT x.namespace, x.id, gen_random_uuid(), s.new_id, x.name, x.kind,
                            x.content, x.metadata, s.new_path || '/' || x.name, s.depth + 1

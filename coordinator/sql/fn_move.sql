@@ -26,7 +26,7 @@ DECLARE
     up_ids uuid[];
     locked uuid[] := '{}';
     missing uuid[];
-    got integer;
+    ancestor uuid;
     new_depth integer;
     budget integer;
     height integer;
@@ -51,12 +51,17 @@ BEGIN
         IF r.kind = 'dir' AND dst <> r.parent_id THEN
             -- Freeze the destination's ancestor chain, then check we are not on it.
             FOR attempt IN 1..10 LOOP
-                WITH RECURSIVE up(id, parent_id, depth) AS (
-                    SELECT x.id, x.parent_id, 0
+                -- The walk up names the namespace by the row's column (see
+                -- coordinator/subtree.py), its start and the locks (namespace, id) also
+                -- as a row comparison (see pathkeeper_lock): by p_ns alone, with
+                -- statistics that saw the namespace empty, each read scanned it.
+                WITH RECURSIVE up(namespace, id, parent_id, depth) AS (
+                    SELECT x.namespace, x.id, x.parent_id, 0
                     FROM nodes x WHERE x.namespace = p_ns AND x.id = dst
+                                   AND (x.namespace, x.id) >= (p_ns, dst)
                   UNION ALL
-                    SELECT x.id, x.parent_id, u.depth + 1
-                    FROM up u JOIN nodes x ON x.namespace = p_ns AND x.id = u.parent_id
+                    SELECT x.namespace, x.id, x.parent_id, u.depth + 1
+                    FROM up u JOIN nodes x ON x.namespace = u.namespace AND x.id = u.parent_id
                     WHERE u.depth < 100000
                 )
                 SELECT array_agg(u.id ORDER BY u.depth DESC) INTO up_ids FROM up u;
@@ -74,15 +79,17 @@ BEGIN
                     new_depth := cardinality(up_ids);
                     EXIT;
                 END IF;
-                SELECT count(*) INTO got FROM (
-                    SELECT x.id FROM nodes x
-                    WHERE x.namespace = p_ns AND x.id = ANY (missing)
-                    ORDER BY x.id FOR KEY SHARE
-                ) AS k;
-                IF got <> cardinality(missing) THEN
-                    RAISE EXCEPTION USING ERRCODE = '40001',
-                        MESSAGE = 'the destination changed while its ancestors were locked';
-                END IF;
+                -- One probe per ancestor, in id order.
+                FOREACH ancestor IN ARRAY missing LOOP
+                    PERFORM FROM nodes x
+                    WHERE x.namespace = p_ns AND x.id = ancestor
+                      AND (x.namespace, x.id) >= (p_ns, ancestor)
+                    FOR KEY SHARE;
+                    IF NOT FOUND THEN
+                        RAISE EXCEPTION USING ERRCODE = '40001', MESSAGE =
+                            'the destination changed while its ancestors were locked';
+                    END IF;
+                END LOOP;
                 locked := locked || missing;
             END LOOP;
             IF new_depth IS NULL THEN

@@ -1,25 +1,27 @@
-"""Subtree walks name the namespace by the parent row's column, not by a constant
+"""Walks name the namespace by the row's column, not by a constant
 
 Revision ID: 0019_walks_by_row_namespace
 Revises: 0018_namespace_distinct_estimate
 Create Date: 2026-11-27 07:00:00
 
 Installs the functions as the files of ``coordinator/sql`` say
-(``coordinator.sql.functions.install``), which changes the recursive walk down a
-subtree of ``pathkeeper_delete``, ``pathkeeper_copy`` and ``pathkeeper_subtree_extent``
-(so ``pathkeeper_move``'s too): each step finds the children by the namespace of the
-parent's row (``x.namespace = s.namespace``), and the delete removes the walked rows by
-(namespace, id), never by ``p_ns``. Compared with a constant, the planner estimated a
-namespace created since the table's last ANALYZE, when every namespace the sample saw
-was among its most common values, at one row, and planned the recursive delete of a
-directory of 2,001 nodes to compare every node with every walked row: 12,048,062 rows
-handled, 37,065 now (``tests/test_subtree_walks.py``). Joined to the row's column, the
-estimate is the table's rows over its number of namespaces (0018). The copy's and the
-extent's walks were not caught at that size; they follow the same rule and handle
-fewer rows with it (the extent of a 10,001-node subtree 100,049 rows, 60,017 now).
-Every other function's body is unchanged.
+(``coordinator.sql.functions.install``), which changes the recursive walks of
+``pathkeeper_delete``, ``pathkeeper_copy``, ``pathkeeper_subtree_extent`` and
+``pathkeeper_move``: each step finds the next rows by the namespace of the row before
+(``x.namespace = s.namespace``), never by ``p_ns``; the delete removes the walked rows
+by (namespace, id); a walk's start, and the move's locks on the ancestors of its
+destination (now one probe each), name (namespace, id) also as a row comparison.
 
-Downgrade: the three functions as 0018 left them (frozen below).
+With statistics that saw a namespace empty (or not at all), the planner estimated it at
+one row. The recursive delete of a directory of 2,001 nodes was then planned to compare
+every node with every walked row: 12,048,062 rows handled, 37,065 now. A move or a copy
+of an empty directory three levels down scanned the namespace at each level of the walk
+up from its destination (and at its start): 60,283 and 38,184 rows in a namespace of
+2,008 nodes, 99 and 66 now (``tests/test_subtree_walks.py``). Joined to the row's
+column, the estimate is the table's rows over its number of namespaces (0018). Every
+other function's body is unchanged.
+
+Downgrade: the four functions as 0018 left them (frozen below).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ depends_on = None
 
 #: ``coordinator.sql.functions.digest()`` of the files this revision was written for
 #: (see that module: a later change of a file needs a later revision naming the new one).
-FUNCTIONS_DIGEST = "0b4847d7c657aad9"
+FUNCTIONS_DIGEST = "d0fe28cbb555ced1"
 
 #: ``fn_delete.sql`` as 0018 left it.
 _DELETE_0018 = r"""
@@ -213,10 +215,118 @@ $fn$;
 """
 
 
+#: ``fn_move.sql`` as 0018 left it.
+_MOVE_0018 = r"""
+CREATE OR REPLACE FUNCTION pathkeeper_move(
+    p_ns text, p_ref text, p_parts text[], p_id uuid, p_dst_parent text[], p_name text,
+    p_if_version bigint, p_max_depth integer
+) RETURNS TABLE (
+    id uuid, parent_id uuid, name text, kind varchar, version bigint, content text,
+    metadata jsonb, created_at timestamptz, updated_at timestamptz,
+    old_parent_id uuid, old_name text, old_path text, path text, changed boolean
+) LANGUAGE plpgsql ROWS 1 AS $fn$
+DECLARE
+    target record;
+    r nodes%ROWTYPE;
+    dst uuid;
+    up_ids uuid[];
+    locked uuid[] := '{}';
+    missing uuid[];
+    got integer;
+    new_depth integer;
+    budget integer;
+    height integer;
+BEGIN
+    target := pathkeeper_lock(p_ns, p_ref, p_parts, p_id, true);
+    r := target.node;
+    old_path := target.path;
+    IF r.parent_id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'PK003', MESSAGE = 'cannot move the root';
+    END IF;
+    PERFORM pathkeeper_check_version(r.version, p_if_version);
+    dst := pathkeeper_walk_path(p_ns, p_dst_parent, true);
+    path := '/' || array_to_string(p_dst_parent || p_name, '/');
+    old_parent_id := r.parent_id;
+    old_name := r.name;
+    changed := NOT (dst = r.parent_id AND p_name = r.name);
+    IF changed THEN
+        IF dst = r.id THEN
+            RAISE EXCEPTION USING ERRCODE = 'PK003',
+                MESSAGE = 'cannot move a directory into itself';
+        END IF;
+        IF r.kind = 'dir' AND dst <> r.parent_id THEN
+            -- Freeze the destination's ancestor chain, then check we are not on it.
+            FOR attempt IN 1..10 LOOP
+                WITH RECURSIVE up(id, parent_id, depth) AS (
+                    SELECT x.id, x.parent_id, 0
+                    FROM nodes x WHERE x.namespace = p_ns AND x.id = dst
+                  UNION ALL
+                    SELECT x.id, x.parent_id, u.depth + 1
+                    FROM up u JOIN nodes x ON x.namespace = p_ns AND x.id = u.parent_id
+                    WHERE u.depth < 100000
+                )
+                SELECT array_agg(u.id ORDER BY u.depth DESC) INTO up_ids FROM up u;
+                IF up_ids IS NULL THEN
+                    RAISE EXCEPTION USING ERRCODE = 'PK001',
+                        MESSAGE = 'the destination directory was deleted';
+                END IF;
+                IF r.id = ANY (up_ids) THEN
+                    RAISE EXCEPTION USING ERRCODE = 'PK003',
+                        MESSAGE = 'cannot move a directory into itself or its own subtree';
+                END IF;
+                missing := ARRAY(SELECT u FROM unnest(up_ids) AS u
+                                 WHERE NOT u = ANY (locked) ORDER BY u);
+                IF cardinality(missing) = 0 THEN
+                    new_depth := cardinality(up_ids);
+                    EXIT;
+                END IF;
+                SELECT count(*) INTO got FROM (
+                    SELECT x.id FROM nodes x
+                    WHERE x.namespace = p_ns AND x.id = ANY (missing)
+                    ORDER BY x.id FOR KEY SHARE
+                ) AS k;
+                IF got <> cardinality(missing) THEN
+                    RAISE EXCEPTION USING ERRCODE = '40001',
+                        MESSAGE = 'the destination changed while its ancestors were locked';
+                END IF;
+                locked := locked || missing;
+            END LOOP;
+            IF new_depth IS NULL THEN
+                RAISE EXCEPTION USING ERRCODE = '40001',
+                    MESSAGE = 'the destination kept changing while its ancestors were locked';
+            END IF;
+            IF new_depth > coalesce(array_length(string_to_array(old_path, '/'), 1), 1) - 1
+            THEN
+                -- Only levels up to the limit are walked: the cost is what fits.
+                budget := p_max_depth - new_depth;
+                SELECT e.height INTO height
+                FROM pathkeeper_subtree_extent(p_ns, r.id, budget, NULL) AS e;
+                PERFORM pathkeeper_check_depth(format('moving to %s', path), height,
+                                               budget, p_max_depth);
+            END IF;
+        END IF;
+        PERFORM pathkeeper_check_name_free(p_ns, dst, p_name, path);
+        -- (namespace, id) also as a row comparison: see pathkeeper_lock.
+        UPDATE nodes x SET parent_id = dst, name = p_name, version = x.version + 1,
+                           updated_at = now()
+        WHERE x.namespace = p_ns AND x.id = r.id AND (x.namespace, x.id) >= (p_ns, r.id)
+        RETURNING x.* INTO r;
+    ELSE
+        path := old_path;
+    END IF;
+    id := r.id; parent_id := r.parent_id; name := r.name; kind := r.kind;
+    version := r.version; content := r.content; metadata := r.metadata;
+    created_at := r.created_at; updated_at := r.updated_at;
+    RETURN NEXT;
+END
+$fn$;
+"""
+
+
 def upgrade() -> None:
     install(op.execute)
 
 
 def downgrade() -> None:
-    for body in (_DELETE_0018, _COPY_0018, _SUBTREE_EXTENT_0018):
+    for body in (_DELETE_0018, _COPY_0018, _SUBTREE_EXTENT_0018, _MOVE_0018):
         op.execute(body)
