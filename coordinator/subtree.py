@@ -17,8 +17,9 @@ worker's read of a 10,001-node subtree: 9.8 s of execution, against 0.14 s). Joi
 the parent's column, the estimate is the table's rows over its number of namespaces
 (migration 0018), whatever the statistics' age, and each parent is one probe of the
 (namespace, parent_id, name) index. The server-side walks (``fn_delete.sql``,
-``fn_copy.sql``, ``fn_subtree_extent.sql``) and the import's (``q_import_existing.sql``)
-follow the same rule; ``tests/test_subtree_walks.py`` counts their rows.
+``fn_copy.sql``, ``fn_subtree_extent.sql``, the walk up of ``fn_move.sql``) and the
+import's (``q_import_existing.sql``) follow the same rule; ``tests/test_subtree_walks.py``
+counts their rows.
 """
 
 from __future__ import annotations
