@@ -14,7 +14,6 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import psycopg
 import pytest
 
 from coordinator import Coordinator
@@ -40,17 +39,9 @@ def pg_cluster() -> Iterator[LocalPostgres]:
 
 
 @pytest.fixture
-def database_url(pg_cluster: LocalPostgres) -> Iterator[str]:
-    """A database of its own for the test, from the migrated template, dropped after it:
-    kept, a suite's thousand databases (7.5 MB each) were written back to disk while
-    later tests ran, and removing them took 36 s at the end."""
+def database_url(pg_cluster: LocalPostgres) -> str:
     name = f"pk_test_{os.getpid()}_{next(_counter)}"
-    yield pg_cluster.create_database(name, template="pk_template")
-    with psycopg.connect(pg_cluster.url(), autocommit=True) as conn:
-        try:
-            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)'.encode())
-        except psycopg.errors.ObjectInUse:
-            pass  # held by a prepared transaction the test left: it goes with the cluster
+    return pg_cluster.create_database(name, template="pk_template")
 
 
 @pytest.fixture
