@@ -153,17 +153,17 @@ class LocalHACluster:
     def _start_etcd(self) -> None:
         self.etcd_port = free_port()
         peer = free_port()
-        log = open(self.base_dir / "etcd.log", "wb")
-        self._etcd = subprocess.Popen(
-            [_find_etcd(), "--name", "etcd0", "--data-dir", str(self.base_dir / "etcd"),
-             "--listen-client-urls", f"http://127.0.0.1:{self.etcd_port}",
-             "--advertise-client-urls", f"http://127.0.0.1:{self.etcd_port}",
-             "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-             "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-             "--initial-cluster", f"etcd0=http://127.0.0.1:{peer}"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-        log.close()
+        etcd = _find_etcd()
+        with open(self.base_dir / "etcd.log", "wb") as log:  # the child keeps its own copy
+            self._etcd = subprocess.Popen(
+                [etcd, "--name", "etcd0", "--data-dir", str(self.base_dir / "etcd"),
+                 "--listen-client-urls", f"http://127.0.0.1:{self.etcd_port}",
+                 "--advertise-client-urls", f"http://127.0.0.1:{self.etcd_port}",
+                 "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+                 "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+                 "--initial-cluster", f"etcd0=http://127.0.0.1:{peer}"],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
@@ -229,10 +229,10 @@ class LocalHACluster:
         if self.user:
             shutil.chown(conf, self.user)
             cmd = ["runuser", "-u", self.user, "--", *cmd]
-        log = open(node.base_dir / "patroni.out", "wb")
-        node.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                        start_new_session=True, cwd=node.base_dir)
-        log.close()
+        with open(node.base_dir / "patroni.out", "wb") as log:
+            node.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                            env=env, start_new_session=True,
+                                            cwd=node.base_dir)
 
     # ----------------------------------------------------------------- state
 
