@@ -17,10 +17,13 @@ def check_content(content: object, max_bytes: int = paths.MAX_CONTENT_BYTES) -> 
         raise InvalidContent("content must be a string")
     if "\x00" in content:
         raise InvalidContent("content contains NUL")
-    try:
-        size = len(content.encode("utf-8"))
-    except UnicodeEncodeError as exc:
-        raise InvalidContent("content is not valid Unicode") from exc
+    if content.isascii():  # its length in UTF-8 without encoding it
+        size = len(content)
+    else:
+        try:
+            size = len(content.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise InvalidContent("content is not valid Unicode") from exc
     if size > max_bytes:
         raise TooLarge(f"content is {size} bytes, more than the limit of {max_bytes}")
     return content

@@ -111,29 +111,41 @@ def split_path(
     value: object, max_depth: int = MAX_DEPTH, max_bytes: int = MAX_PATH_BYTES
 ) -> list[str]:
     """Split an absolute normalized path into validated names; '/' is []. The names'
-    rules are ``validate_name``'s; those that hold per character run once over the
-    whole path (one pass instead of one per name: an import splits millions)."""
-    path = _as_text(value, "path")
-    if not path.startswith("/"):
+    rules are ``validate_name``'s (see ``checked_path``)."""
+    return checked_path(value, max_depth, max_bytes)[1]
+
+
+def checked_path(
+    value: object, max_depth: int = MAX_DEPTH, max_bytes: int = MAX_PATH_BYTES
+) -> tuple[str, list[str]]:
+    """The path in NFC and its validated names ('/' and [] for the root), or the error
+    saying what is wrong. The rules that hold per character run once over the whole
+    path (one pass instead of one per name: an import checks millions), and an ASCII
+    path, the usual one, skips what cannot apply to it (its UTF-8 length is its length,
+    it is its own NFC form)."""
+    path = value if type(value) is str else _as_text(value, "path")
+    if path[:1] != "/":
         raise InvalidPath(f"path {path!r} is not absolute")
     if path == "/":
-        return []
-    if path.endswith("/"):
+        return path, []
+    if path[-1] == "/":
         raise InvalidPath("path ends with '/'")
-    if _utf8_size(path, "path") > max_bytes:
+    ascii_ = path.isascii()
+    if (len(path) if ascii_ else _utf8_size(path, "path")) > max_bytes:
         raise InvalidPath(f"path is longer than {max_bytes} bytes")
     if "//" in path:
         raise InvalidPath("path contains an empty component ('//')")
     if path.count("/") > max_depth:
         raise InvalidPath(f"path is deeper than {max_depth}")
-    path = _nfc(path)
+    if not ascii_:
+        path = _nfc(path)
     _check_characters(path)
     parts = path[1:].split("/")
     for name in parts:
         if name in _RESERVED or len(name) > _SHORT_NAME:  # the rare name that may break one
             _check_reserved(name)
             _check_length(name)
-    return parts
+    return path, parts
 
 
 def join_path(parts: list[str]) -> str:
