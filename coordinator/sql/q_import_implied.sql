@@ -1,13 +1,17 @@
 -- The missing parents of the staged paths, each once, with the first line that needs
--- it (for error messages). A parent of '/x/y' is found by cutting its last name.
+-- it (for error messages). A parent of '/x/y' is found by cutting its last name. The
+-- staged rows are grouped by parent first: a tree has far fewer directories than
+-- nodes, so each distinct parent is looked up once, in the unique index on path.
 INSERT INTO pk_import_stage (line, path, parent_path, name, kind, content, metadata,
                              depth, implied, seq)
-WITH RECURSIVE missing(path, line) AS (
-    SELECT s.parent_path, min(s.line)
-    FROM pk_import_stage s
-    WHERE s.depth > 1
-      AND NOT EXISTS (SELECT FROM pk_import_stage t WHERE t.path = s.parent_path)
-    GROUP BY s.parent_path
+WITH RECURSIVE parents AS MATERIALIZED (
+    SELECT parent_path AS path, min(line) AS line
+    FROM pk_import_stage WHERE depth > 1
+    GROUP BY parent_path
+), missing(path, line) AS (
+    SELECT g.path, g.line
+    FROM parents g
+    WHERE NOT EXISTS (SELECT FROM pk_import_stage t WHERE t.path = g.path)
   UNION
     SELECT p.parent, m.line
     FROM missing m,
