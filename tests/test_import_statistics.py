@@ -143,3 +143,25 @@ def test_the_first_import_into_a_new_namespace_finds_parents_by_key(database_url
         assert coord.import_nodes("tenant1", _lines("/c", 5_000)).created == 5_051
     reads = _index_reads(url, 60 + 5_051) - before
     assert reads < 5_051, reads  # a probe per directory at most, not a namespace per node
+
+
+def test_an_import_beside_a_large_namespace_checks_parents_by_key(database_url: str) -> None:
+    """Statistics that saw the namespace small beside a large one take it for a row or
+    two. PostgreSQL plans a session's first five runs of each foreign-key check for their
+    parameters, and such a plan read the whole namespace through the (namespace,
+    parent_id, name) index: five times the rows inserted so far, at the end of each
+    slice of the import (its first five checks run there). The import has its checks
+    planned generically, which probe (namespace, id, kind)."""
+    url = libpq_url(database_url)
+    with Coordinator.connect(database_url) as coord:
+        coord.create_namespace("small")
+        freeze_statistics(coord, beside=True)
+    with psycopg.connect(url, autocommit=True) as conn:
+        (rows,) = conn.execute("SELECT count(*) FROM nodes").fetchone() or (0,)
+    before = _index_reads(url, rows)
+    with Coordinator.connect(database_url) as coord:  # a new session: its first checks
+        assert coord.import_nodes("small", _lines("/c", 5_000)).created == 5_051
+        with coord.engine.connect() as conn:  # and the session's mode is its own again
+            assert conn.exec_driver_sql("SHOW plan_cache_mode").scalar_one() == "auto"
+    reads = _index_reads(url, rows + 5_051) - before
+    assert reads < 5_051, reads  # a probe per directory at most, not a namespace per check
