@@ -387,10 +387,6 @@ INSERT_NODES_SQL = sql.load("q_import_insert_nodes")
 # namespace for a row or two and reads all of it by (namespace, parent_id, name) instead
 # of probing (namespace, id, kind): 30 ms a check at 50,000 new rows. The generic plan
 # probes; it is forced while the slices run and the session's mode is restored after.
-GENERIC_CHECKS_SQL = """
-    SELECT current_setting('plan_cache_mode')
-    FROM set_config('plan_cache_mode', 'force_generic_plan', true)
-"""
 PLAN_MODE_SQL = "SELECT set_config('plan_cache_mode', :mode, true)"
 
 # The payload of a 'created' event, in SQL: the keys are checked against
@@ -643,7 +639,8 @@ class Importer:
         inserted = 0
         try:
             with conn.begin_nested():
-                mode = conn.execute(text(GENERIC_CHECKS_SQL)).scalar_one()
+                mode = conn.execute(text("SHOW plan_cache_mode")).scalar_one()
+                conn.execute(text(PLAN_MODE_SQL), {"mode": "force_generic_plan"})
                 for ranks in self._slices(int(count)):
                     inserted += int(conn.execute(
                         text(INSERT_NODES_SQL), {**self._params, **ranks}).rowcount)

@@ -9,11 +9,12 @@ import time
 
 import psycopg
 import pytest
+from sqlalchemy import text
 from tree_checks import buffers_of, freeze_statistics, nodes_reltuples
 
 from coordinator import Coordinator
 from coordinator.db import libpq_url
-from coordinator.importer import analyze_if_grown
+from coordinator.importer import Importer, analyze_if_grown
 from pathkeeper.local.bulk_tree import bulk_subtree
 
 
@@ -161,7 +162,17 @@ def test_an_import_beside_a_large_namespace_checks_parents_by_key(database_url: 
     before = _index_reads(url, rows)
     with Coordinator.connect(database_url) as coord:  # a new session: its first checks
         assert coord.import_nodes("small", _lines("/c", 5_000)).created == 5_051
-        with coord.engine.connect() as conn:  # and the session's mode is its own again
-            assert conn.exec_driver_sql("SHOW plan_cache_mode").scalar_one() == "auto"
     reads = _index_reads(url, rows + 5_051) - before
     assert reads < 5_051, reads  # a probe per directory at most, not a namespace per check
+
+
+@pytest.mark.parametrize("mode", ["auto", "force_custom_plan"])
+def test_the_import_gives_the_session_its_plan_mode_back(coord: Coordinator, ns: str,
+                                                         mode: str) -> None:
+    """Generic plans are forced for the slices only: the events that follow them in the
+    same transaction, and whatever the caller runs in it after the import, are planned
+    in the session's own mode."""
+    with coord.engine.begin() as conn:
+        conn.execute(text(f"SET LOCAL plan_cache_mode = {mode}"))
+        Importer(conn, ns, slice_rows=100).run(_lines("/m", 1_000))
+        assert conn.execute(text("SHOW plan_cache_mode")).scalar_one() == mode
