@@ -307,7 +307,7 @@ def buffers_of(conn: psycopg.Connection[tuple[object, ...]], sql: str,
     """Shared buffers one run of ``sql`` touched (the functions it calls included)."""
     row = conn.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}".encode(),
                        params).fetchone()
-    assert row is not None
+    assert row is not None and isinstance(row[0], list)
     plan = row[0][0]["Plan"]
     return int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"])
 
