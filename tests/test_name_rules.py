@@ -1,8 +1,8 @@
 """The name and path rules, one implementation (``coordinator.paths``) for every path
 that takes a name: the API, groups and the import, whose parser calls
-``paths.split_path`` itself.
+``paths.checked_path`` (the path in NFC with its names; ``split_path`` gives the names).
 
-``split_path`` runs the rules that hold per character (lone surrogates, control
+``checked_path`` runs the rules that hold per character (lone surrogates, control
 characters, NFC) once over the whole path; these properties check, over many generated
 names and paths, that this is the same as the plain rule applied name by name: the
 reference below, the rule as the README states it, written the slow obvious way.
