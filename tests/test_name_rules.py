@@ -107,7 +107,8 @@ def test_a_path_is_its_names(names: list[str]) -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.lists(NAMES, min_size=1, max_size=4))
 def test_the_import_takes_the_same_names(names: list[str]) -> None:
-    """An import line's path gives the names ``split_path`` gives, or its refusal."""
+    """An import line's path gives the names ``split_path`` gives, or its refusal; its
+    path, parent, name and depth are those names'."""
     path = "/" + "/".join(names)
     line = json.dumps({"path": path, "kind": "dir"})
     expected = outcome(paths.split_path, path, paths.MAX_DEPTH)
@@ -120,7 +121,10 @@ def test_the_import_takes_the_same_names(names: list[str]) -> None:
         assert expected == ("refused", str(exc))
         return
     assert expected[0] == "ok"
-    assert parsed[0] == paths.join_path(expected[1])  # type: ignore[arg-type]
+    names_: list[str] = expected[1]  # type: ignore[assignment]
+    assert parsed[0] == paths.join_path(names_)
+    assert parsed[1:3] == (paths.join_path(names_[:-1]), names_[-1])
+    assert parsed[6] == len(names_)
 
 
 @pytest.mark.parametrize(("path", "error"), [
