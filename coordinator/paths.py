@@ -123,12 +123,12 @@ def checked_path(
     path (one pass instead of one per name: an import checks millions), and an ASCII
     path, the usual one, skips what cannot apply to it (its UTF-8 length is its length,
     it is its own NFC form)."""
-    path = value if type(value) is str else _as_text(value, "path")
-    if path[:1] != "/":
+    path = _as_text(value, "path")
+    if not path.startswith("/"):
         raise InvalidPath(f"path {path!r} is not absolute")
     if path == "/":
         return path, []
-    if path[-1] == "/":
+    if path.endswith("/"):
         raise InvalidPath("path ends with '/'")
     ascii_ = path.isascii()
     if (len(path) if ascii_ else _utf8_size(path, "path")) > max_bytes:

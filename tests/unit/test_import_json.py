@@ -20,9 +20,9 @@ LINES: list[bytes | str] = [
     '{"a": 1}'.encode("utf-32"), b'{"a": "\xff"}', b'{"a": "\xed\xa0\x80"}',
     b'{"a": "\\ud800"}', b'{"a": NaN}', b'{"a": 1, "a": 2}', b'{"a": "x\ty"}',
     b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "{\u2028}", '{"a": 1}\u00a0',
-    # Where a strict parser's limits lie: integers past 64 bits, floats past the range
-    # of a double or below its smallest, nesting past 1,024, escapes of NUL and of a
-    # surrogate pair, a BOM inside a string.
+    # Numbers and nesting at the edges: integers past 64 bits, floats past the range of
+    # a double or below its smallest, JSON's invalid number forms, nesting past 1,024;
+    # escapes of NUL and of a surrogate pair, a BOM inside a string, repeated keys.
     b'{"a": 18446744073709551615}', b'{"a": 18446744073709551616}',
     b'{"a": -9223372036854775809}', b'{"a": 123456789012345678901234567890}',
     b'{"a": 1e400}', b'{"a": -1e400}', b'{"a": 1e-400}', b'{"a": 5e-324}', b'{"a": -0.0}',
