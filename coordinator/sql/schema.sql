@@ -60,7 +60,7 @@ ALTER TABLE nodes ALTER COLUMN namespace SET (n_distinct = -0.001);
 
 -- The event log (and outbox): written in the transaction of the change it records.
 -- One value of the sequence per writing transaction: the base of its block of
--- positions (coordinator/eventlog.py). CACHE 1 so values are handed out in order.
+-- positions (coordinator/event_appender.py). CACHE 1 so values are handed out in order.
 CREATE SEQUENCE event_position_seq INCREMENT BY 65536 START WITH 65536 CACHE 1;
 
 CREATE TABLE events (
