@@ -9,6 +9,8 @@ See bench/README.md for what each part measures, the numbers and the caveats.
    ``pgbench`` running the same statements a rename issues with N clients on the
    same database (the ceiling); with NOTIFY on and off. Variants alternate inside
    each round; medians over rounds are reported, ratios are medians of per-round ratios.
+   ``--server-cpus 1`` pins PostgreSQL to one CPU and the clients (pgbench's too) to the
+   others: a server with a core of its own, as where the clients run on other machines.
 2. Renaming and moving a directory with 100,000 descendants vs a file.
 3. ``read_events``: drain throughput, and commit-to-read latency under the write load of 1.
 """
@@ -33,7 +35,7 @@ from multiprocessing.synchronize import Barrier as MpBarrier
 from pathlib import Path
 
 import psycopg
-from common import load_average, median, migrated_cluster, now_utc, percentile, table
+from common import load_average, median, migrated_cluster, now_utc, percentile, pin_apart, table
 from plots import PLOTS_DIR, ratios_to_ceiling, read_results, write_results
 
 from coordinator import Coordinator
@@ -542,7 +544,7 @@ def raw_ratios(res: RateResults) -> dict[str, float]:
 
 
 def save_and_plot(res: RateResults, results: Path | None, before: Path | None,
-                  label: str) -> None:
+                  label: str, plot: str = "renames_vs_raw.png") -> None:
     """Part 1's ratios to the raw rate as JSON (``results``) and as a picture, beside a
     ``before`` run's if given."""
     run = {"when": now_utc(), "label": label, "loads": res.loads, "ratios": raw_ratios(res)}
@@ -555,7 +557,7 @@ def save_and_plot(res: RateResults, results: Path | None, before: Path | None,
         for name, ratio in r["ratios"].items():
             measures.setdefault(name, {})[f"{r['label']} ({r['when']})"] = ratio
     path = ratios_to_ceiling(
-        measures, PLOTS_DIR / "renames_vs_raw.png", goal=0.5,
+        measures, PLOTS_DIR / plot, goal=0.5,
         title="Coordinator renames / PostgreSQL's raw rename-with-event rate (8 clients)")
     print(f"plot: {path}")
 
@@ -714,6 +716,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--before", type=Path,
                     help="a --results file of an earlier run, drawn beside this one")
     ap.add_argument("--label", default="this run", help="this run's name in the plot")
+    ap.add_argument("--plot", default="renames_vs_raw.png",
+                    help="part 1's picture, a file name in bench/plots")
+    ap.add_argument("--server-cpus", type=int, default=0,
+                    help="pin PostgreSQL to this many CPUs and every client (threads, "
+                    "processes, pgbench) to the others (default 0: all share all)")
     args = ap.parse_args(argv)
     parts = {int(p) for p in args.parts.split(",") if p}
     if args.files >= NAME_CLIENT or args.clients * NAME_CLIENT >= NAME_FLIP:
@@ -745,6 +752,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bench_coordinator {now_utc()}, {os.cpu_count()} CPUs, load {load_average()}, "
           f"python {sys.version.split()[0]}", flush=True)
     with migrated_cluster() as (pg, url):
+        if args.server_cpus:
+            server, clients = pin_apart(pg, args.server_cpus)
+            print(f"PostgreSQL on CPUs {server}, the clients on CPUs {clients}", flush=True)
         with psycopg.connect(libpq_url(url)) as conn:
             row = conn.execute("SHOW server_version").fetchone()
             sync = conn.execute("SHOW synchronous_commit").fetchone()
@@ -757,7 +767,7 @@ def main(argv: list[str] | None = None) -> int:
             res = bench_rates(pg.bin_dir, url, variants, args.rounds, args.clients, args.files,
                               args.seconds)
             report_rates(res, args.clients)
-            save_and_plot(res, args.results, args.before, args.label)
+            save_and_plot(res, args.results, args.before, args.label, args.plot)
         if 2 in parts:
             bench_big_tree(url, args.tree_size, args.reps)
         if 3 in parts:

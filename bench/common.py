@@ -40,6 +40,32 @@ def migrated_cluster(
         pg.stop()
 
 
+def pin_apart(pg: LocalPostgres, server_cpus: int) -> tuple[list[int], list[int]]:
+    """Give the cluster the first ``server_cpus`` of this process's CPUs and this process
+    the others: the postmaster and every process it has started are pinned (the backends
+    it starts later inherit its CPUs), and so is everything this process starts later
+    (its threads, client processes, pgbench). So the server has cores of its own, as where
+    the clients run on other machines. Linux only. Returns (the server's, the clients')."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if not 0 < server_cpus < len(cpus):
+        raise SystemExit(f"--server-cpus must leave the clients a CPU: this process has "
+                         f"{len(cpus)}")
+    server, clients = cpus[:server_cpus], cpus[server_cpus:]
+    postmaster = int((pg.data_dir / "postmaster.pid").read_text().split()[0])
+    os.sched_setaffinity(postmaster, server)  # first: what it forks from now on inherits
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if parent == postmaster:
+                os.sched_setaffinity(int(entry.name), server)
+        except (OSError, IndexError, ValueError):  # gone meanwhile
+            continue
+    os.sched_setaffinity(0, clients)
+    return server, clients
+
+
 def load_average() -> str:
     """The 1/5/15-minute load averages, as ``uptime`` prints them."""
     one, five, fifteen = os.getloadavg()
