@@ -33,9 +33,9 @@ from .commands import (
 )
 from .db import (
     QUERY_CANCELED,
-    Driver,
     connect_engine,
     is_retryable,
+    lone_connection,
     outcome_unknown,
     sent_and_lost,
     sqlstate,
@@ -257,8 +257,8 @@ class Coordinator(NamespaceCommands):
 
         def once() -> MutationResult:
             # Not re-run after a lost connection once sent: it commits as it ends.
-            with self._engine(shard).connect() as conn:
-                if Driver(conn).closed_by_server():  # e.g. the server restarted
+            with lone_connection(self._engine(shard)) as conn:
+                if conn.closed_by_server():  # e.g. the server restarted
                     conn.invalidate()
                     raise Retry()  # on a new connection
                 try:
@@ -474,7 +474,7 @@ class Coordinator(NamespaceCommands):
 
     def _stat_on(self, shard: Shard, call: StatQuery) -> Node:
         def once() -> Node:
-            with self._engine(shard).connect() as conn:
+            with lone_connection(self._engine(shard)) as conn:
                 try:
                     return single_statement.stat(conn, call)
                 except DBAPIError as exc:

@@ -20,6 +20,7 @@ from sqlalchemy import Connection, Engine, Row, TextClause, create_engine, text
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
+from sqlalchemy.pool import PoolProxiedConnection
 
 from .errors import (
     AlreadyExists,
@@ -290,10 +291,6 @@ class Driver:
         self.raw: psycopg.Connection[Any] = raw
         self._pipelined = False
 
-    def closed_by_server(self) -> bool:
-        """``closed_by_server`` of this connection (idle, outside any transaction)."""
-        return closed_by_server(self.raw.fileno())
-
     def send(self, sql: str, params: Mapping[str, Any]) -> psycopg.Cursor[Any]:
         """Execute ``sql`` (compiled by ``driver_sql``); its rows are on the cursor. In a
         ``pipeline`` block the statement is only queued: read the cursor after the block."""
@@ -320,20 +317,6 @@ class Driver:
             cur = self.send(sql, params)
             self.send("COMMIT", {})
         return cur
-
-    def send_alone(self, sql: str, params: Mapping[str, Any]) -> Any:
-        """Run ``sql`` as a transaction of its own and return its one row (or None): sent
-        in autocommit, so the server commits it as it ends, in the one round trip. For a
-        connection outside any transaction. Like a COMMIT, it cannot be re-run after a
-        failed send: whether it applied is unknown."""
-        self.raw.autocommit = True
-        try:
-            cur = self.send(sql, params)
-            with self.errors(sql, params):
-                return cur.fetchone()
-        finally:
-            if not self.raw.closed:
-                self.raw.autocommit = False
 
     def all(self, sql: str, params: Mapping[str, Any]) -> list[Any]:
         cur = self.send(sql, params)
@@ -375,13 +358,72 @@ class Driver:
             self.conn._handle_dbapi_exception(exc, sql, dict(params or {}), None, None)
 
 
-def wrapped(exc: psycopg.Error, sql: str, params: Mapping[str, Any], *, invalidated: bool
-            ) -> DBAPIError:
-    """A driver error raised outside SQLAlchemy (an asyncio connection's) as SQLAlchemy
+class LoneConnection:
+    """A pooled connection for statements that are each a transaction of their own
+    (``coordinator.single_statement``): psycopg itself, without SQLAlchemy's
+    ``Connection`` around it. With 8 writer processes on 2 shared cores, making and
+    closing that facade for each statement cost 10-20 % of a lone rename's client CPU
+    (bench/README.md).
+    As with ``Driver``, a driver error is raised as SQLAlchemy raises it, and a
+    connection found closed or broken is invalidated, so the pool opens another."""
+
+    def __init__(self, pooled: PoolProxiedConnection) -> None:
+        self._pooled = pooled
+        raw = pooled.driver_connection
+        assert isinstance(raw, psycopg.Connection)
+        self.raw: psycopg.Connection[Any] = raw
+
+    def closed_by_server(self) -> bool:
+        """``closed_by_server`` of this connection (idle, outside any transaction)."""
+        return closed_by_server(self.raw.fileno())
+
+    def invalidate(self) -> None:
+        """Close it and make the pool open a new one in its place."""
+        self._pooled.invalidate()
+
+    def fetch_one(self, sql: str, params: Mapping[str, Any]) -> Any:
+        """Run ``sql`` (compiled by ``driver_sql``) as a transaction of its own and
+        return its one row (or None): sent in autocommit, so the server commits it as it
+        ends, in the one round trip. Like a COMMIT, it cannot be re-run after a failed
+        send: whether it applied is unknown."""
+        raw = self.raw
+        raw.autocommit = True
+        try:
+            cur = raw.cursor(row_factory=namedtuple_row)
+            cur.execute(sql, params)
+            return cur.fetchone()
+        except psycopg.Error as exc:
+            lost = raw.closed or raw.broken  # what SQLAlchemy's dialect calls a disconnect
+            if lost:
+                self.invalidate()
+            raise wrapped(exc, sql, params, invalidated=lost) from exc
+        finally:
+            if not raw.closed:
+                raw.autocommit = False
+
+
+@contextmanager
+def lone_connection(engine: Engine) -> Iterator[LoneConnection]:
+    """A connection of ``engine``'s pool for lone statements, given back on exit. A
+    failure to connect is raised as ``engine.connect()`` raises it."""
+    try:
+        pooled = engine.raw_connection()
+    except psycopg.Error as exc:
+        raise wrapped(exc, None, None, invalidated=False) from exc
+    try:
+        yield LoneConnection(pooled)
+    finally:
+        pooled.close()
+
+
+def wrapped(exc: psycopg.Error, sql: str | None, params: Mapping[str, Any] | None, *,
+            invalidated: bool) -> DBAPIError:
+    """A driver error raised outside SQLAlchemy's ``Connection`` (an asyncio
+    connection's, a ``LoneConnection``'s; ``sql`` None: while connecting) as SQLAlchemy
     raises it (``IntegrityError``, ``OperationalError``... with ``connection_invalidated``),
     so ``translate`` and the callers' checks read both alike."""
-    error = DBAPIError.instance(sql, dict(params), exc, psycopg.Error,
-                                connection_invalidated=invalidated)
+    error = DBAPIError.instance(sql, None if params is None else dict(params), exc,
+                                psycopg.Error, connection_invalidated=invalidated)
     assert isinstance(error, DBAPIError)
     return error
 

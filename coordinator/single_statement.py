@@ -39,11 +39,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
 from .commands import Command, NodeFunctionCommand, Runner, ServerFunction
-from .db import Driver, driver_sql
+from .db import LoneConnection, driver_sql
 from .event_appender import POSITION_CLAIM_SQL
 from .events import Created, DomainEvent, payload_keys, payload_sql
 from .results import Committed, MutationResult, Node
@@ -213,20 +212,20 @@ def lone(ns: str, command: Command, settings: Settings) -> Lone | None:
     return command.apply(LoneStatements(ns, settings))
 
 
-def send(conn: Connection, statement: Lone) -> MutationResult:
-    """``statement`` as a transaction of its own on ``conn`` (in autocommit, outside
-    any transaction). A driver error is raised as ``DBAPIError`` (a refusal of the
-    rule as the typed error, a race the rule detects as ``Retry`` or a retryable
-    error): once sent, the statement may have committed, so the caller must not run it
-    again after a lost connection. Waking the indexer is the caller's."""
+def send(conn: LoneConnection, statement: Lone) -> MutationResult:
+    """``statement`` as a transaction of its own on ``conn``. A driver error is raised
+    as ``DBAPIError`` (a refusal of the rule as the typed error, a race the rule
+    detects as ``Retry`` or a retryable error): once sent, the statement may have
+    committed, so the caller must not run it again after a lost connection. Waking the
+    indexer is the caller's."""
     try:
-        row = Driver(conn).send_alone(statement.sql, statement.params)
+        row = conn.fetch_one(statement.sql, statement.params)
     except IntegrityError as exc:
         raise statement.refused(exc) from exc
     return statement.outcome(row)
 
 
-def stat(conn: Connection, call: StatQuery) -> Node:
-    """Run ``call`` on ``conn`` (in autocommit, outside any transaction): one snapshot.
-    A read: the caller may run it again after a lost connection."""
-    return call.result(Driver(conn).send_alone(call.sql, call.params))
+def stat(conn: LoneConnection, call: StatQuery) -> Node:
+    """Run ``call`` on ``conn`` (in autocommit): one snapshot. A read: the caller may
+    run it again after a lost connection."""
+    return call.result(conn.fetch_one(call.sql, call.params))
