@@ -544,9 +544,9 @@ def raw_ratios(res: RateResults) -> dict[str, float]:
 
 
 def save_and_plot(res: RateResults, results: Path | None, before: Path | None,
-                  label: str, plot: str = "renames_vs_raw.png") -> None:
-    """Part 1's ratios to the raw rate as JSON (``results``) and as a picture, beside a
-    ``before`` run's if given."""
+                  label: str, plot: str) -> None:
+    """Part 1's ratios to the raw rate as JSON (``results``) and as a picture (``plot``,
+    in bench/plots), beside a ``before`` run's if given."""
     run = {"when": now_utc(), "label": label, "loads": res.loads, "ratios": raw_ratios(res)}
     if results is not None:
         write_results(results, run)

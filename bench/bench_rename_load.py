@@ -72,7 +72,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from common import load_average, median, migrated_cluster, now_utc, percentile, table
+from common import (
+    load_average,
+    median,
+    migrated_cluster,
+    now_utc,
+    percentile,
+    postmaster_pid,
+    process_stats,
+    table,
+)
 from plots import PLOTS_DIR, lag_distributions, read_results, write_results
 from sqlalchemy import text
 
@@ -327,17 +336,8 @@ class CpuMeter:
 
     @staticmethod
     def _stats() -> dict[int, tuple[int, float]]:
-        out: dict[int, tuple[int, float]] = {}
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            out[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / CpuMeter.TICK)
-        return out
+        return {pid: (int(f[1]), (int(f[11]) + int(f[12])) / CpuMeter.TICK)
+                for pid, f in process_stats().items()}
 
     @staticmethod
     def _machine() -> tuple[float, float]:
@@ -387,10 +387,6 @@ def refresh_counts(es: SearchEngine) -> dict[str, int]:
     except Exception:  # a stand-in without these statistics
         return {"total": 0, "external": 0}
     return {"total": int(got.get("total", 0)), "external": int(got.get("external_total", 0))}
-
-
-def postmaster_pid(data_dir: Path) -> int:
-    return int((data_dir / "postmaster.pid").read_text().split()[0])
 
 
 #: The steps of a file rename's lag, in order (``decompose``); "=" rows are sums.

@@ -17,7 +17,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from common import load_average, median, now_utc, table
+from common import load_average, median, now_utc, process_stats, table
 
 from pathkeeper.local.noida import LocalNoida
 from pathkeeper.local.search_node import RELEASES, LocalSearchNode, distribution, find_java
@@ -27,17 +27,14 @@ from pathkeeper.local.server import LocalServer
 def group_rss_mb(pgid: int) -> float:
     """Resident memory of every process in process group ``pgid``, in MB."""
     total = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+    for pid, fields in process_stats().items():
+        if int(fields[2]) != pgid:
             continue
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            if int(fields[2]) != pgid:  # field 5 of stat: the process group
-                continue
-            for line in (entry / "status").read_text().splitlines():
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
                     total += int(line.split()[1])
-        except (OSError, IndexError, ValueError):
+        except OSError:  # gone meanwhile
             continue
     return total / 1024
 

@@ -40,6 +40,25 @@ def migrated_cluster(
         pg.stop()
 
 
+def postmaster_pid(data_dir: Path) -> int:
+    """The pid of the cluster whose data directory is ``data_dir``."""
+    return int((data_dir / "postmaster.pid").read_text().split()[0])
+
+
+def process_stats() -> dict[int, list[str]]:
+    """Every process's ``/proc/<pid>/stat`` fields after its command name (index 1 is the
+    parent's pid, 2 the process group, 11 and 12 user and system CPU ticks). Linux only;
+    a process gone meanwhile is left out."""
+    out: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                out[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+    return out
+
+
 def pin_apart(pg: LocalPostgres, server_cpus: int) -> tuple[list[int], list[int]]:
     """Give the cluster the first ``server_cpus`` of this process's CPUs and this process
     the others: the postmaster and every process it has started are pinned (the backends
@@ -51,17 +70,14 @@ def pin_apart(pg: LocalPostgres, server_cpus: int) -> tuple[list[int], list[int]
         raise SystemExit(f"--server-cpus must leave the clients a CPU: this process has "
                          f"{len(cpus)}")
     server, clients = cpus[:server_cpus], cpus[server_cpus:]
-    postmaster = int((pg.data_dir / "postmaster.pid").read_text().split()[0])
+    postmaster = postmaster_pid(pg.data_dir)
     os.sched_setaffinity(postmaster, server)  # first: what it forks from now on inherits
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            if parent == postmaster:
-                os.sched_setaffinity(int(entry.name), server)
-        except (OSError, IndexError, ValueError):  # gone meanwhile
-            continue
+    for pid, fields in process_stats().items():
+        if int(fields[1]) == postmaster:
+            try:
+                os.sched_setaffinity(pid, server)
+            except ProcessLookupError:  # gone meanwhile
+                continue
     os.sched_setaffinity(0, clients)
     return server, clients
 
