@@ -51,6 +51,7 @@ from .server_calls import (
     CreateCall,
     FunctionCall,
     StatQuery,
+    answer_columns,
     event_sources,
     function_binary,
     function_call,
@@ -58,11 +59,13 @@ from .server_calls import (
 from .settings import Settings
 
 
-def _logged(call: str, event: type[DomainEvent], payload: str, only_if: str, *binary: str) -> str:
+def _logged(call: str, event: type[DomainEvent], payload: str, only_if: str, answer: str,
+            *binary: str) -> str:
     """The statement around a function ``call`` that returns the node's row: the call
     (materialized ``r``: every lock and write first), then the claim of a block, per row
     of ``r`` for which ``only_if`` holds (so after the call), then ``event`` built by
-    ``payload`` into that block; answers ``r``'s row and the block's ``base``."""
+    ``payload`` into that block; answers ``r``'s columns ``answer`` and the block's
+    ``base``."""
     return driver_sql(
         f"""
     WITH r AS MATERIALIZED (SELECT * FROM {call}),
@@ -75,7 +78,7 @@ def _logged(call: str, event: type[DomainEvent], payload: str, only_if: str, *bi
         INSERT INTO events (namespace, position, node_id, type, payload)
         SELECT :ns, block.base, r.id, '{event.TYPE}', {payload} FROM r, block
     )
-    SELECT r.*, (SELECT base FROM block) AS base FROM r
+    SELECT {answer}, (SELECT base FROM block) AS base FROM r
     """,
         binary=binary,
     )
@@ -88,7 +91,7 @@ _CREATED_PAYLOAD = payload_sql(Created, {
 })
 
 CREATE_LOGGED_SQL = _logged(CREATE_CALL, Created, _CREATED_PAYLOAD, "r.id IS NOT NULL",
-                            "parent")
+                            "r.*", "parent")
 
 #: The node's columns a declared function answers (``ServerFunction``), as an event's
 #: payload takes them.
@@ -117,8 +120,9 @@ def function_logged_sql(fn: ServerFunction) -> str:
     columns = {key: _payload_column(key, *sources[key], types)
                for key in payload_keys(fn.event)}
     only_if = "r.id IS NOT NULL" if fn.changed is None else f"r.{fn.changed}"
+    answer = ", ".join(f"r.{column}" for column in answer_columns(fn))
     return _logged(function_call(fn), fn.event, payload_sql(fn.event, columns), only_if,
-                   *function_binary(fn))
+                   answer, *function_binary(fn))
 
 
 class _Logged(Protocol):

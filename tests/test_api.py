@@ -54,7 +54,9 @@ def test_mutations_return_node_and_seq(coord: Coordinator, ns: str) -> None:
     r = coord.rename(ns, "/g", "h")
     assert (r.node.path, r.node.name, r.node.version) == ("/h", "h", 4)
     x = coord.delete(ns, "/h")
-    assert x.node.path == "/h" and x.node.content == "bye"  # as it was
+    # As it was, without its content: only a change that sets the content answers it.
+    assert (x.node.path, x.node.version, x.node.content) == ("/h", 4, None)
+    assert (m.node.content, r.node.content) == (None, None)
     seqs = [d.seq, f.seq, w.seq, m.seq, r.seq, x.seq]
     assert None not in seqs and seqs == sorted(s or 0 for s in seqs)
     events, _ = coord.read_events(wait=5.0)
@@ -422,7 +424,8 @@ def test_set_metadata(coord: Coordinator, ns: str) -> None:
     assert (md.node.metadata, md.node.version, md.node.path) == ({"owner": "bill"}, 2, "/d")
     # Replaced, not merged; by id as by path; the version is a compare-and-swap.
     mf = coord.set_metadata(ns, f.node.id, {"tags": ["a"]}, if_version=1)
-    assert (mf.node.metadata, mf.node.content, mf.node.version) == ({"tags": ["a"]}, "body", 2)
+    assert (mf.node.metadata, mf.node.content, mf.node.version) == ({"tags": ["a"]}, None, 2)
+    assert coord.get(ns, f.node.id).content == "body"
     with pytest.raises(Conflict):
         coord.set_metadata(ns, "/d/f", {"x": 1}, if_version=1)
     with pytest.raises(NotFound):

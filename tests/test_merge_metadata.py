@@ -44,7 +44,8 @@ def test_merge_replaces_the_keys_it_names_removes_nulls_and_keeps_the_rest(
     f = coord.create_file(ns, "/d/f", "body", {"owner": "ann", "tags": ["a"], "old": 1})
     merged = coord.merge_metadata(ns, "/d/f", {"tags": ["a", "b"], "old": None, "new": {"x": 1}})
     assert merged.node.metadata == {"owner": "ann", "tags": ["a", "b"], "new": {"x": 1}}
-    assert merged.node.version == 2 and merged.node.content == "body"
+    assert merged.node.version == 2 and merged.node.content is None
+    assert coord.stat(ns, "/d/f").content == "body"
     assert coord.stat(ns, "/d/f").metadata == merged.node.metadata
     # By id, a nested object is replaced whole (top level only).
     again = coord.merge_metadata(ns, f.node.id, {"new": {"y": 2}}, if_version=2)

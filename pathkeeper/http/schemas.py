@@ -61,7 +61,9 @@ class NodeOut(BaseModel):
 
 class MutationOut(BaseModel):
     """The node after the change (before it, for a delete), its version, and the event
-    position of the change (null when nothing changed, e.g. mkdir -p of an existing dir)."""
+    position of the change (null when nothing changed, e.g. mkdir -p of an existing dir).
+    The node's content is there only after a change that set it (a create, a write); after
+    a rename, a move, a metadata change or a delete it is null (a GET reads it)."""
 
     node: NodeOut
     version: int
