@@ -13,6 +13,8 @@ See bench/README.md for what each part measures, the numbers and the caveats.
    others: a server with a core of its own, as where the clients run on other machines.
 2. Renaming and moving a directory with 100,000 descendants vs a file.
 3. ``read_events``: drain throughput, and commit-to-read latency under the write load of 1.
+4. A file's lone rename, move and metadata change by the size of its content, beside
+   the raw rename of the same row (``--parts 4``; not run by default).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing.synchronize import Barrier as MpBarrier
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from common import load_average, median, migrated_cluster, now_utc, percentile, pin_apart, table
@@ -699,6 +702,72 @@ def bench_events(url: str, clients: int, files: int, duration: float) -> None:
 # --------------------------------------------------------------------- main
 
 
+# ------------------------------------------- part 4: a change's cost by file size
+
+
+def raw_rename_of(conn: psycopg.Connection[Any], ns: str, node_id: str, name: str) -> None:
+    """PostgreSQL's own rename with its event, one transaction, nothing sent back."""
+    with conn.transaction():
+        conn.execute("UPDATE nodes SET name = %s, version = version + 1, updated_at = now() "
+                     "WHERE namespace = %s AND id = %s", (name, ns, node_id))
+        conn.execute("INSERT INTO events (namespace, position, node_id, type, payload) "
+                     "VALUES (%s, nextval('event_position_seq'), %s, 'moved', "
+                     "jsonb_build_object('id', %s::text, 'name', %s::text))",
+                     (ns, node_id, node_id, name))
+
+
+def file_changes(coord: Coordinator, raw: psycopg.Connection[Any], ns: str, node_id: str,
+                 size: int) -> dict[str, Callable[[int], object]]:
+    """The changes part 4 times on one file, each back and forth by its round ``k``."""
+
+    def rename(k: int) -> object:
+        return coord.rename(ns, node_id, f"f{size}_{k % 2}")
+
+    def move(k: int) -> object:
+        return coord.move(ns, node_id, f"/{'ab'[k % 2]}/f{size}")
+
+    def set_metadata(k: int) -> object:
+        return coord.set_metadata(ns, node_id, {"k": k})
+
+    def raw_rename(k: int) -> object:
+        raw_rename_of(raw, ns, node_id, f"r{size}_{k % 2}")
+        return None
+
+    return {"rename": rename, "move": move, "set_metadata": set_metadata,
+            "raw rename": raw_rename}
+
+
+def bench_file_sizes(url: str, sizes: list[int], reps: int) -> None:
+    """A lone rename, move and metadata change of one file by its content's size (by
+    id, one client), beside the raw rename of the same row: median wall and client CPU
+    per change. What such a change sends back decides whether it grows with the file."""
+    ns = "sizes"
+    with Coordinator.connect(url, notify=False) as coord, \
+            psycopg.connect(libpq_url(url), autocommit=True) as raw:
+        coord.create_namespace(ns)
+        coord.mkdir(ns, "/a")
+        coord.mkdir(ns, "/b")
+        rows = []
+        for size in sizes:
+            node_id = coord.create_file(ns, f"/a/f{size}", "x" * size).node.id
+            ops = file_changes(coord, raw, ns, node_id, size)
+            wall: dict[str, list[float]] = {k: [] for k in ops}
+            cpu: dict[str, list[float]] = {k: [] for k in ops}
+            for k in range(reps):
+                for label, op in ops.items():  # interleaved: drift hits all alike
+                    t, c = time.perf_counter(), time.process_time()
+                    op(k)
+                    wall[label].append(time.perf_counter() - t)
+                    cpu[label].append(time.process_time() - c)
+            rows.append([f"{size:,}", *(f"{median(wall[k]) * 1000:.2f} / "
+                                        f"{median(cpu[k]) * 1000:.2f}" for k in ops),
+                         f"{median(wall['rename']) / median(wall['raw rename']):.2f}"])
+    print(f"\nA file's changes by its size, one client, by id, {reps} each (median ms, "
+          f"wall / client CPU), load {load_average()}:")
+    print(table(["content bytes", "rename", "move", "set_metadata", "raw rename",
+                 "rename / raw"], rows))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
@@ -772,6 +841,8 @@ def main(argv: list[str] | None = None) -> int:
             bench_big_tree(url, args.tree_size, args.reps)
         if 3 in parts:
             bench_events(url, args.clients, args.files, args.seconds)
+        if 4 in parts:
+            bench_file_sizes(url, [0, 65_536, 1 << 20, 8 << 20], args.reps * 10)
     print(f"\ndone {now_utc()}, load {load_average()}")
     return 0
 
