@@ -89,27 +89,25 @@ def event_sources(fn: ServerFunction) -> tuple[tuple[str, str, str], ...]:
     return tuple(out)
 
 
-#: The columns of a function's row that make the node it answers, its content aside.
-_NODE_ANSWER = ("id", "parent_id", "name", "kind", "version", "metadata", "created_at",
-                "updated_at", "path")
+#: The columns of the node a change answers. Never its content: a change that sets it
+#: (a create, a write) answers what it wrote, its own argument; any other answers None
+#: for it, so a rename, a move, a delete or a metadata change costs the same for an 8
+#: MiB file as for an empty one (with the content sent back, a lone rename of one took
+#: 40-44 ms against 0.9 ms; bench/README.md).
+NODE_ANSWER = ("id", "parent_id", "name", "kind", "version", "metadata", "created_at",
+               "updated_at")
 
 
-@functools.cache
-def answers_content(fn: ServerFunction) -> bool:
-    """Whether ``fn``'s answer carries the node's content: only where its event does (a
-    write). A rename, a move, a delete or a metadata change answers the node without it
-    (``Node.content`` None), so its cost does not grow with the file: with the content
-    sent back, a lone rename of an 8 MB file took 40-50 ms (17-22 ms of it the client's
-    CPU) against 0.6 ms for an empty one."""
-    return ("content", "node", "content") in event_sources(fn)
+def _with_content(node: Node, content: str | None) -> Node:
+    return dataclasses.replace(node, content=content)
 
 
 @functools.cache
 def answer_columns(fn: ServerFunction) -> tuple[str, ...]:
     """The columns of ``fn``'s row its caller reads (``FunctionCall.result``): the
-    node's, its content only if ``answers_content``, the ``changed`` flag, and the
-    columns its event's other fields come from."""
-    columns = [*_NODE_ANSWER, *(("content",) if answers_content(fn) else ())]
+    node's (``NODE_ANSWER``) and its path, the ``changed`` flag, and the columns its
+    event's other fields come from."""
+    columns = [*NODE_ANSWER, "path"]
     for name in ((fn.changed,) if fn.changed else ()) + tuple(
             column for _, source, column in event_sources(fn) if source == "row"):
         if name not in columns:
@@ -163,7 +161,9 @@ class FunctionCall(NodeCall):
     def result(self, row: DbRow) -> tuple[Node, DomainEvent | None]:
         """The node the function answered, and its event (None: nothing changed)."""
         fn = self.function
-        node = node_of(self.ns, row, row.path, with_content=answers_content(fn))
+        node = node_of(self.ns, row, row.path, with_content=False)
+        if "content" in self.args:  # a write: what it wrote (``NODE_ANSWER``)
+            node = _with_content(node, self.args["content"])
         if fn.changed is not None and not getattr(row, fn.changed):
             return node, None
         values = {}
@@ -251,7 +251,8 @@ CREATE_CALL = (
     "pathkeeper_create(:ns, CAST(:parent AS text[]), CAST(:id AS uuid), :name, :kind, "
     ":content, CAST(:md AS jsonb))"
 )
-_CREATE_SQL = driver_sql(f"SELECT * FROM {CREATE_CALL}", binary=("parent",))
+_CREATE_SQL = driver_sql(f"SELECT {', '.join(NODE_ANSWER)} FROM {CREATE_CALL}",
+                         binary=("parent",))
 
 
 @dataclass(frozen=True)
@@ -300,8 +301,9 @@ class CreateCall:
         })
 
     def result(self, row: DbRow) -> Node:
-        """The new node (its event is written by the same statement, from the same row)."""
-        return node_of(self.ns, row, self.path)
+        """The new node, with the content it was created with (``NODE_ANSWER``)."""
+        return _with_content(node_of(self.ns, row, self.path, with_content=False),
+                             self.content)
 
 
 

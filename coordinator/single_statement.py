@@ -48,6 +48,7 @@ from .events import Created, DomainEvent, payload_keys, payload_sql
 from .results import Committed, MutationResult, Node
 from .server_calls import (
     CREATE_CALL,
+    NODE_ANSWER,
     CreateCall,
     FunctionCall,
     StatQuery,
@@ -91,7 +92,7 @@ _CREATED_PAYLOAD = payload_sql(Created, {
 })
 
 CREATE_LOGGED_SQL = _logged(CREATE_CALL, Created, _CREATED_PAYLOAD, "r.id IS NOT NULL",
-                            "r.*", "parent")
+                            ", ".join(f"r.{c}" for c in NODE_ANSWER), "parent")
 
 #: The node's columns a declared function answers (``ServerFunction``), as an event's
 #: payload takes them.
