@@ -14,7 +14,8 @@ See bench/README.md for what each part measures, the numbers and the caveats.
 2. Renaming and moving a directory with 100,000 descendants vs a file.
 3. ``read_events``: drain throughput, and commit-to-read latency under the write load of 1.
 4. A file's lone rename, move and metadata change by the size of its content, beside
-   the raw rename of the same row (``--parts 4``; not run by default).
+   the raw rename of the same row; lone writes of real text, the content compressed by
+   pglz and by lz4 (``--parts 4``; not run by default).
 """
 
 from __future__ import annotations
@@ -768,6 +769,75 @@ def bench_file_sizes(url: str, sizes: list[int], reps: int) -> None:
                  "rename / raw"], rows))
 
 
+#: The columns migration 0020 compresses with lz4 (where the server has it).
+LZ4_COLUMNS = (("nodes", "content"), ("events", "payload"), ("log_snapshot_nodes", "content"))
+
+
+def source_text(size: int, offset: int) -> str:
+    """``size`` characters of real text (this Python's own standard library sources),
+    starting ``offset`` files in, so each write stores different content."""
+    files = sorted(Path(os.__file__).parent.glob("*.py"))
+    parts, total, i = [], 0, offset
+    while total < size:
+        text = files[i % len(files)].read_text(encoding="utf-8", errors="replace")
+        parts.append(text)
+        total += len(text)
+        i += 1
+    return "".join(parts)[:size].encode("ascii", "replace").decode()
+
+
+def bench_write_compression(url: str, sizes: list[int], reps: int) -> None:
+    """Lone writes of real text by size, with the content columns compressed by pglz
+    (the server's default) and by lz4, alternated round by round: the write, the raw
+    UPDATE of the row with its event (one transaction), a read of the content in the
+    server (its md5: decompressed, not sent), and the size stored."""
+    ns = "compression"
+    methods = ("pglz", "lz4")
+    with Coordinator.connect(url, notify=False) as coord, \
+            psycopg.connect(libpq_url(url), autocommit=True) as raw:
+        coord.create_namespace(ns)
+        ids = {size: coord.create_file(ns, f"/w{size}", "").node.id for size in sizes}
+        bodies = {size: [source_text(size, 7 * k) for k in range(4)] for size in sizes}
+        got: dict[tuple[int, str, str], list[float]] = {}
+        stored: dict[tuple[int, str], int] = {}
+        for k in range(reps):
+            for method in methods if k % 2 == 0 else methods[::-1]:
+                for table_name, column in LZ4_COLUMNS:
+                    raw.execute(f"ALTER TABLE {table_name} ALTER COLUMN {column} "
+                                f"SET COMPRESSION {method}")
+                for size in sizes:
+                    body, node_id = bodies[size][k % 4], ids[size]
+                    t = time.perf_counter()
+                    coord.write_file(ns, node_id, body)
+                    got.setdefault((size, method, "write"), []).append(time.perf_counter() - t)
+                    t = time.perf_counter()
+                    raw.execute("SELECT md5(content) FROM nodes WHERE namespace = %s "
+                                "AND id = %s", (ns, node_id)).fetchone()
+                    got.setdefault((size, method, "read"), []).append(time.perf_counter() - t)
+                    row = raw.execute("SELECT pg_column_size(content) FROM nodes "
+                                      "WHERE namespace = %s AND id = %s",
+                                      (ns, node_id)).fetchone()
+                    stored[(size, method)] = int(row[0]) if row else 0
+                    t = time.perf_counter()
+                    with raw.transaction():
+                        raw.execute("UPDATE nodes SET content = %s, version = version + 1 "
+                                    "WHERE namespace = %s AND id = %s", (body, ns, node_id))
+                        raw.execute(
+                            "INSERT INTO events (namespace, position, node_id, type, payload) "
+                            "VALUES (%s, nextval('event_position_seq'), %s, 'written', "
+                            "jsonb_build_object('content', %s::text))", (ns, node_id, body))
+                    got.setdefault((size, method, "raw"), []).append(time.perf_counter() - t)
+    rows = [[f"{size:,}", method,
+             *(f"{median(got[(size, method, what)]) * 1000:.1f}"
+               for what in ("write", "raw", "read")),
+             f"{stored[(size, method)]:,}"]
+            for size in sizes for method in methods]
+    print(f"\nA lone write of real text by its size and the columns' compression, {reps} "
+          f"rounds, methods alternated (median ms), load {load_average()}:")
+    print(table(["content chars", "compression", "write", "raw update + event",
+                 "read in the server", "bytes stored"], rows))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
@@ -843,6 +913,7 @@ def main(argv: list[str] | None = None) -> int:
             bench_events(url, args.clients, args.files, args.seconds)
         if 4 in parts:
             bench_file_sizes(url, [0, 65_536, 1 << 20, 8 << 20], args.reps * 10)
+            bench_write_compression(url, [65_536, 1 << 20, (8 << 20) - 1024], args.reps * 2)
     print(f"\ndone {now_utc()}, load {load_average()}")
     return 0
 

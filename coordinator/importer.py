@@ -310,6 +310,15 @@ def line_bytes(raw: bytes | str) -> int:
 
 STAGE_SQL = sql.load("q_import_stage")
 
+# A staged content is stored in nodes as the stage compressed it (PostgreSQL does not
+# compress a value again), so the stage compresses as nodes.content does: with lz4 where
+# the column is set to it (migration 0020), else with the server's default.
+STAGE_COMPRESSION_SQL = (
+    "SELECT set_config('default_toast_compression', 'lz4', true) FROM pg_attribute "
+    "WHERE attrelid = CAST('nodes' AS regclass) AND attname = 'content' "
+    "AND attcompression = 'l'"
+)
+
 COPY_SQL = (
     "COPY pk_import_stage (line, path, parent_path, name, kind, content, metadata, depth) "
     "FROM STDIN"
@@ -514,6 +523,7 @@ class Importer:
         ).scalar_one_or_none()
         if root is None:
             raise NotFound(f"no namespace {self.ns!r}")
+        self.conn.execute(text(STAGE_COMPRESSION_SQL))
         self.conn.execute(text(STAGE_SQL))
         self._stage(lines_of(source, self.max_line_bytes))
         self._report("resolve")
