@@ -15,7 +15,8 @@ See bench/README.md for what each part measures, the numbers and the caveats.
 3. ``read_events``: drain throughput, and commit-to-read latency under the write load of 1.
 4. A file's lone rename, move and metadata change by the size of its content, beside
    the raw rename of the same row; lone writes of real text, the content compressed by
-   pglz and by lz4 (``--parts 4``; not run by default).
+   pglz and by lz4; copies of a directory alone and in a group (``--parts 4``; not run
+   by default).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import psycopg
 from common import load_average, median, migrated_cluster, now_utc, percentile, pin_apart, table
 from plots import PLOTS_DIR, ratios_to_ceiling, read_results, write_results
 
-from coordinator import Coordinator
+from coordinator import Coordinator, Copy, CreateFile, Mkdir
 from coordinator.db import libpq_url
 from coordinator.event_appender import NOTIFY_CHANNEL, POSITION_LOCK_SQL
 
@@ -827,6 +828,8 @@ def bench_write_compression(url: str, sizes: list[int], reps: int) -> None:
                             "VALUES (%s, nextval('event_position_seq'), %s, 'written', "
                             "jsonb_build_object('content', %s::text))", (ns, node_id, body))
                     got.setdefault((size, method, "raw"), []).append(time.perf_counter() - t)
+        for table_name, column in LZ4_COLUMNS:  # back to the migration's setting
+            raw.execute(f"ALTER TABLE {table_name} ALTER COLUMN {column} SET COMPRESSION lz4")
     rows = [[f"{size:,}", method,
              *(f"{median(got[(size, method, what)]) * 1000:.1f}"
                for what in ("write", "raw", "read")),
@@ -836,6 +839,37 @@ def bench_write_compression(url: str, sizes: list[int], reps: int) -> None:
           f"rounds, methods alternated (median ms), load {load_average()}:")
     print(table(["content chars", "compression", "write", "raw update + event",
                  "read in the server", "bytes stored"], rows))
+
+
+def bench_copy(url: str, files: int, sizes: list[int], reps: int) -> None:
+    """A copy of a directory of ``files`` files of real text, by size: alone (one
+    statement, the events built in the server) and as a group of one (the events appended
+    from the rows, so each content travels to the client and back), alternated."""
+    ns = "copies"
+    with Coordinator.connect(url, notify=False) as coord:
+        coord.create_namespace(ns)
+        coord.mkdir(ns, "/dst")
+        rows = []
+        for size in sizes:
+            src = f"/s{size}"
+            coord.apply(ns, [Mkdir(src), *(CreateFile(f"{src}/f{k}", source_text(size, k))
+                                           for k in range(files))])
+            took: dict[str, list[float]] = {"alone": [], "group": []}
+            for k in range(reps):
+                for how in ("alone", "group") if k % 2 == 0 else ("group", "alone"):
+                    copy = Copy(src, "/dst", f"{how}{size}_{k}")
+                    t = time.perf_counter()
+                    if how == "alone":
+                        coord.execute(ns, copy)
+                    else:
+                        coord.apply(ns, [copy])
+                    took[how].append(time.perf_counter() - t)
+            rows.append([f"{size:,}", f"{median(took['alone']) * 1000:.0f}",
+                         f"{median(took['group']) * 1000:.0f}",
+                         f"{median(took['group']) / median(took['alone']):.2f}"])
+    print(f"\nA copy of a directory of {files} files by their size, {reps} each, alternated "
+          f"(median ms), load {load_average()}:")
+    print(table(["content chars", "alone", "in a group", "group / alone"], rows))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -914,6 +948,7 @@ def main(argv: list[str] | None = None) -> int:
         if 4 in parts:
             bench_file_sizes(url, [0, 65_536, 1 << 20, 8 << 20], args.reps * 10)
             bench_write_compression(url, [65_536, 1 << 20, (8 << 20) - 1024], args.reps * 2)
+            bench_copy(url, 200, [0, 65_536, 262_144], args.reps * 2)
     print(f"\ndone {now_utc()}, load {load_average()}")
     return 0
 

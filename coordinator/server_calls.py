@@ -237,13 +237,13 @@ class CopyCall(NodeCall):
             NotFound: f"{where} was deleted",
         })
 
-    def results(self, rows: list[DbRow]) -> list[tuple[Node, Created]]:
-        """Each new node, parents first, and its event."""
-        out = []
-        for row in rows:
-            node = node_of(self.ns, row, row.path)
-            out.append((node, created_event(node, row)))
-        return out
+    def events(self, rows: list[DbRow]) -> list[Created]:
+        """The event of each new node, parents first."""
+        return [created_event(node_of(self.ns, row, row.path), row) for row in rows]
+
+    def top(self, row: DbRow) -> Node:
+        """The copy's top node (its first row), without its content (``NODE_ANSWER``)."""
+        return node_of(self.ns, row, row.path, with_content=False)
 
 
 # A create, whole, in the server (migrations/versions/*_0006_create_function.py).

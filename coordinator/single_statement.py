@@ -1,5 +1,5 @@
-"""A rename, a move, a create, a delete, a write or a stat that is a whole transaction:
-one statement, in autocommit.
+"""A rename, a move, a create, a delete, a write, a copy or a stat that is a whole
+transaction: one statement, in autocommit.
 
 ``Coordinator.execute`` of a lone ``Rename`` (the most frequent write) does not go
 through a ``UnitOfWork``: one statement calls ``pathkeeper_rename`` (the rule, in the
@@ -21,8 +21,10 @@ its foreign-key check) ends inside the function, so before the claim; a lone mov
 delete, content write or metadata write, around ``pathkeeper_move``,
 ``pathkeeper_delete``, ``pathkeeper_write``, ``pathkeeper_set_metadata`` and
 ``pathkeeper_merge_metadata``, likewise, each derived from its command's declaration. A
-lone stat is ``StatQuery``'s one statement, sent the same way (it was BEGIN, the walk,
-the row and COMMIT: four round trips).
+lone copy (``COPY_LOGGED_SQL``) claims one block after ``pathkeeper_copy`` and writes one
+event per new node into it, in the function's order. A lone stat is ``StatQuery``'s one
+statement, sent the same way (it was BEGIN, the walk, the row and COMMIT: four round
+trips).
 
 Each command says which statement it is through ``Command.apply`` on a
 ``LoneStatements`` (``lone``), as it says which tree operation it is through the same
@@ -35,20 +37,22 @@ parameters and what its row or refusal means; ``send`` runs it on a blocking con
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sqlalchemy.exc import IntegrityError
 
-from .commands import Command, NodeFunctionCommand, Runner, ServerFunction
+from .commands import Command, NodeFunctionCommand, ServerFunction
 from .db import LoneConnection, driver_sql
 from .event_appender import POSITION_CLAIM_SQL
 from .events import Created, DomainEvent, payload_keys, payload_sql
 from .results import Committed, MutationResult, Node
 from .server_calls import (
+    COPY_CALL,
     CREATE_CALL,
     NODE_ANSWER,
+    CopyCall,
     CreateCall,
     FunctionCall,
     StatQuery,
@@ -65,8 +69,8 @@ def _logged(call: str, event: type[DomainEvent], payload: str, only_if: str, ans
     """The statement around a function ``call`` that returns the node's row: the call
     (materialized ``r``: every lock and write first), then the claim of a block, per row
     of ``r`` for which ``only_if`` holds (so after the call), then ``event`` built by
-    ``payload`` into that block; answers ``r``'s columns ``answer`` and the block's
-    ``base``."""
+    ``payload`` into that block; answers ``r``'s columns ``answer`` and the event's
+    ``position`` (the block's base; None when no event was written)."""
     return driver_sql(
         f"""
     WITH r AS MATERIALIZED (SELECT * FROM {call}),
@@ -79,7 +83,7 @@ def _logged(call: str, event: type[DomainEvent], payload: str, only_if: str, ans
         INSERT INTO events (namespace, position, node_id, type, payload)
         SELECT :ns, block.base, r.id, '{event.TYPE}', {payload} FROM r, block
     )
-    SELECT {answer}, (SELECT base FROM block) AS base FROM r
+    SELECT {answer}, (SELECT base FROM block) AS position FROM r
     """,
         binary=binary,
     )
@@ -101,6 +105,34 @@ _NODE_PAYLOAD = {
     "kind": "r.kind", "path": "r.path", "content": "r.content", "metadata": "r.metadata",
     "version": "r.version",
 }
+
+#: A lone copy: the new nodes (materialized ``r``, parents first, numbered in that order
+#: by ``WITH ORDINALITY``), then one claim of a block (after the call: it reads ``r``),
+#: then a ``created`` event per node in that order, each payload built in the server from
+#: the node's row, so the copied contents never travel to the client and back (in a
+#: group, ``TreeTx.copy`` appends the same events from the rows). Answers the top node and
+#: the last event's position: ``wait_indexed`` of it waits for every copy.
+COPY_LOGGED_SQL = driver_sql(
+    f"""
+    WITH r AS MATERIALIZED (SELECT * FROM {COPY_CALL} WITH ORDINALITY),
+    block AS (
+        SELECT nextval('event_position_seq') AS base
+        FROM (SELECT 1 AS copied FROM r LIMIT 1) AS one,
+             LATERAL (SELECT * FROM ({POSITION_CLAIM_SQL}) AS c
+                      WHERE one.copied = 1 OFFSET 0) AS claim
+    ),
+    written AS (
+        INSERT INTO events (namespace, position, node_id, type, payload)
+        SELECT :ns, block.base + r.ordinality - 1, r.id, '{Created.TYPE}',
+               {payload_sql(Created, _NODE_PAYLOAD)}
+        FROM r, block
+    )
+    SELECT {", ".join(f"r.{c}" for c in (*NODE_ANSWER, "path"))},
+           (SELECT base FROM block) + (SELECT count(*) FROM r) - 1 AS position
+    FROM r WHERE r.ordinality = 1
+    """,
+    binary=("parts", "dst"),
+)
 
 
 def _payload_column(key: str, source: str, name: str, types: dict[str, str]) -> str:
@@ -149,7 +181,7 @@ class Lone:
 
     sql: str
     params: Mapping[str, Any]
-    call: _Logged | CreateCall
+    call: _Logged | CreateCall | CopyCall
 
     @property
     def ns(self) -> str:
@@ -164,32 +196,22 @@ class Lone:
         it wrote one (a rename to the name it has already writes none)."""
         assert row is not None
         if isinstance(self.call, CreateCall):  # a create always changes
-            return MutationResult(self.call.result(row), Committed(int(row.base)))
+            return MutationResult(self.call.result(row), Committed(int(row.position)))
+        if isinstance(self.call, CopyCall):
+            return MutationResult(self.call.top(row), Committed(int(row.position)))
         node, event = self.call.result(row)
-        return MutationResult(node, None if event is None else Committed(int(row.base)))
-
-
-def _not_one_statement(*_args: object) -> None:
-    return None
+        return MutationResult(node, None if event is None else Committed(int(row.position)))
 
 
 class LoneStatements:
     """The ``commands.Runner`` of commands alone on namespace ``ns`` (validated), within
     the limits of ``settings``: each command's one statement (``Lone``), or None for a
     command that is not one (a ``mkdir`` with ``parents``: several creates, Python's
-    rules). A command with no method here is not one statement (a ``copy``: one event
-    per node it creates): it runs as a unit of work, and a new command needs nothing
-    here until it has a statement of its own."""
+    rules), which runs as a unit of work."""
 
     def __init__(self, ns: str, settings: Settings) -> None:
         self.ns = ns
         self.settings = settings
-
-    def __getattr__(self, command: str) -> Callable[..., None]:
-        """Any other command of ``commands.Runner``: not one statement."""
-        if command.startswith("_") or not hasattr(Runner, command):
-            raise AttributeError(command)
-        return _not_one_statement
 
     def call_function(self, command: NodeFunctionCommand, /) -> Lone:
         call = FunctionCall.of(self.ns, command, self.settings)
@@ -209,6 +231,11 @@ class LoneStatements:
     @staticmethod
     def _create(call: CreateCall) -> Lone:
         return Lone(CREATE_LOGGED_SQL, {**call.params, "path": call.path}, call)
+
+    def copy(self, ref: str, to_parent: str, name: str | None, if_version: int | None, /
+             ) -> Lone:
+        call = CopyCall.of(self.ns, ref, to_parent, name, if_version, self.settings.max_depth)
+        return Lone(COPY_LOGGED_SQL, call.params, call)
 
 
 def lone(ns: str, command: Command, settings: Settings) -> Lone | None:

@@ -213,9 +213,8 @@ class TreeTx(GroupCommands[MutationResult]):
             rows = self.db.all(call.sql, call.params)
         except IntegrityError as exc:
             raise call.refused(exc) from exc
-        copies = call.results(rows)
-        positions = [self.events.append(self.ns, event) for _, event in copies]
-        return MutationResult(copies[0][0], positions[-1])
+        positions = [self.events.append(self.ns, event) for event in call.events(rows)]
+        return MutationResult(call.top(rows[0]), positions[-1])
 
 
 def check_namespace_exists(conn: Connection, ns: str) -> None:

@@ -90,6 +90,34 @@ def test_copy_a_subtree_writes_one_created_event_per_node_parents_first(
     check_tree(coord, "c")
 
 
+def test_a_lone_copy_answers_and_logs_as_one_in_a_group(coord: Coordinator) -> None:
+    """Alone, a copy is one statement whose events are built in the server; in a group,
+    ``TreeTx`` appends them from the rows: the same events (payloads, order, one block)
+    and the same answer, the top node without its content."""
+    logged = {}
+    for how in ("alone", "grouped"):
+        seed(coord, how)
+        copy = Copy("/src", "/dst", "copy")
+        result = coord.execute(how, copy) if how == "alone" else coord.apply(how, [copy])[0]
+        assert (result.node.path, result.node.kind, result.node.content) == (
+            "/dst/copy", "dir", None)
+        file = coord.execute(how, Copy("/src/a.txt", "/dst"))
+        assert (file.node.path, file.node.content) == ("/dst/a.txt", None)
+        events = [e for e in coord.read_events(after=0, limit=1000)[0]
+                  if e.namespace == how and e.position >= result.seq - 5]
+        assert events[-1].position == file.seq and events[-2].position == result.seq
+        names = {e.node_id: e.payload["path"] for e in events}
+        logged[how] = [
+            (e.position - events[0].position, e.type, names.get(e.payload["parent_id"]),
+             {k: v for k, v in e.payload.items() if k not in ("id", "parent_id")})
+            for e in events]
+    assert logged["alone"] == logged["grouped"]
+    assert [(p["path"], p["content"]) for _, _, _, p in logged["alone"]] == [
+        ("/dst/copy", None), ("/dst/copy/a.txt", "alpha"), ("/dst/copy/sub", None),
+        ("/dst/copy/sub/b.txt", "beta"), ("/dst/copy/sub/deep", None),
+        ("/dst/copy/sub/deep/c.txt", "gamma"), ("/dst/a.txt", "alpha")]
+
+
 def test_refusals_are_worded_like_the_other_commands(coord: Coordinator) -> None:
     seed(coord, "c")
     with pytest.raises(InvalidMove, match=r"^cannot copy /src into itself or its own subtree"):
