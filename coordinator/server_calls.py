@@ -306,8 +306,6 @@ class CreateCall:
                              self.content)
 
 
-
-
 def created_event(node: Node, row: DbRow) -> Created:
     return Created(
         id=node.id,

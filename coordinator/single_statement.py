@@ -64,6 +64,11 @@ from .server_calls import (
 from .settings import Settings
 
 
+def _of_r(columns: tuple[str, ...]) -> str:
+    """``columns`` of the statement's ``r``, as a select list."""
+    return ", ".join(f"r.{column}" for column in columns)
+
+
 def _logged(call: str, event: type[DomainEvent], payload: str, only_if: str, answer: str,
             *binary: str) -> str:
     """The statement around a function ``call`` that returns the node's row: the call
@@ -96,7 +101,7 @@ _CREATED_PAYLOAD = payload_sql(Created, {
 })
 
 CREATE_LOGGED_SQL = _logged(CREATE_CALL, Created, _CREATED_PAYLOAD, "r.id IS NOT NULL",
-                            ", ".join(f"r.{c}" for c in NODE_ANSWER), "parent")
+                            _of_r(NODE_ANSWER), "parent")
 
 #: The node's columns a declared function answers (``ServerFunction``), as an event's
 #: payload takes them.
@@ -127,7 +132,7 @@ COPY_LOGGED_SQL = driver_sql(
                {payload_sql(Created, _NODE_PAYLOAD)}
         FROM r, block
     )
-    SELECT {", ".join(f"r.{c}" for c in (*NODE_ANSWER, "path"))},
+    SELECT {_of_r((*NODE_ANSWER, "path"))},
            (SELECT base FROM block) + (SELECT count(*) FROM r) - 1 AS position
     FROM r WHERE r.ordinality = 1
     """,
@@ -153,9 +158,8 @@ def function_logged_sql(fn: ServerFunction) -> str:
     columns = {key: _payload_column(key, *sources[key], types)
                for key in payload_keys(fn.event)}
     only_if = "r.id IS NOT NULL" if fn.changed is None else f"r.{fn.changed}"
-    answer = ", ".join(f"r.{column}" for column in answer_columns(fn))
     return _logged(function_call(fn), fn.event, payload_sql(fn.event, columns), only_if,
-                   answer, *function_binary(fn))
+                   _of_r(answer_columns(fn)), *function_binary(fn))
 
 
 class _Logged(Protocol):
