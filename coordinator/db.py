@@ -358,6 +358,10 @@ class Driver:
             self.conn._handle_dbapi_exception(exc, sql, dict(params or {}), None, None)
 
 
+#: Where a pooled connection keeps its cursor for lone statements (``LoneConnection``).
+_KEPT_CURSOR = "pathkeeper.lone_cursor"
+
+
 class LoneConnection:
     """A pooled connection for statements that are each a transaction of their own
     (``coordinator.single_statement``): psycopg itself, without SQLAlchemy's
@@ -381,15 +385,25 @@ class LoneConnection:
         """Close it and make the pool open a new one in its place."""
         self._pooled.invalidate()
 
-    def fetch_one(self, sql: str, params: Mapping[str, Any]) -> Any:
+    def fetch_one(self, sql: str, params: Mapping[str, Any], *, large: bool = False) -> Any:
         """Run ``sql`` (compiled by ``driver_sql``) as a transaction of its own and
         return its one row (or None): sent in autocommit, so the server commits it as it
         ends, in the one round trip. Like a COMMIT, it cannot be re-run after a failed
-        send: whether it applied is unknown."""
+        send: whether it applied is unknown.
+
+        It runs on the cursor kept with the driver connection: a new cursor's adapters,
+        and its loaders made again for each statement, were 12-18 % of a lone rename's
+        client CPU (bench/README.md). A cursor holds its last answer until its
+        next statement, so an answer that may be ``large`` (a file's content) gets a
+        cursor of its own, closed at once."""
         raw = self.raw
         raw.autocommit = True
         try:
-            cur = raw.cursor(row_factory=namedtuple_row)
+            if large:
+                with raw.cursor(row_factory=namedtuple_row) as cur:
+                    cur.execute(sql, params)
+                    return cur.fetchone()
+            cur = self._kept_cursor()
             cur.execute(sql, params)
             return cur.fetchone()
         except psycopg.Error as exc:
@@ -400,6 +414,16 @@ class LoneConnection:
         finally:
             if not raw.closed:
                 raw.autocommit = False
+
+    def _kept_cursor(self) -> psycopg.Cursor[Any]:
+        # The pool's ``info`` lives as long as the driver connection (cleared when it is
+        # invalidated); psycopg keeps a cursor's loaders while it runs the same query.
+        info = self._pooled.info
+        cur = info.get(_KEPT_CURSOR)
+        if cur is None:
+            cur = info[_KEPT_CURSOR] = self.raw.cursor(row_factory=namedtuple_row)
+        assert isinstance(cur, psycopg.Cursor)
+        return cur
 
 
 @contextmanager

@@ -264,4 +264,4 @@ def send(conn: LoneConnection, statement: Lone) -> MutationResult:
 def stat(conn: LoneConnection, call: StatQuery) -> Node:
     """Run ``call`` on ``conn`` (in autocommit): one snapshot. A read: the caller may
     run it again after a lost connection."""
-    return call.result(conn.fetch_one(call.sql, call.params))
+    return call.result(conn.fetch_one(call.sql, call.params, large=True))
