@@ -57,7 +57,19 @@ from .shard_map import Shard, ShardMap, SingleShard, rerouted
 from .single_statement import Lone, lone
 
 T = TypeVar("T")
-Connection = psycopg.AsyncConnection[Any]
+
+
+class Connection(psycopg.AsyncConnection[Any]):
+    """An asyncio connection that keeps one cursor for its lone statements, as
+    ``db.LoneConnection`` does and for the same reason: a new cursor per statement
+    makes its adapters and loaders again."""
+
+    _kept: psycopg.AsyncCursor[Any] | None = None
+
+    def kept_cursor(self) -> psycopg.AsyncCursor[Any]:
+        if self._kept is None:
+            self._kept = self.cursor(row_factory=namedtuple_row)
+        return self._kept
 
 
 class AsyncStatements:
@@ -105,7 +117,7 @@ class AsyncStatements:
             url = parse_database_url(shard.database_url()).render_as_string(
                 hide_password=False)
             pool = AsyncConnectionPool(
-                libpq_url(url), kwargs=self._session,
+                libpq_url(url), kwargs=self._session, connection_class=Connection,
                 min_size=1, max_size=self.settings.pool_size,
                 timeout=self.settings.pool_timeout, open=False,
                 name=f"pathkeeper-statements-{shard.name}",
@@ -162,7 +174,7 @@ class AsyncStatements:
         call = StatQuery.of(paths.validate_namespace(ns), ref)
 
         async def once(conn: Connection) -> Node:
-            return call.result(await _fetch_one(conn, call.sql, call.params))
+            return call.result(await _fetch_one(conn, call.sql, call.params, large=True))
 
         return await self._routed(
             call.ns, lambda pool: self._retried(pool, once, reads=True))
@@ -191,12 +203,19 @@ class AsyncStatements:
             attempt += 1
 
 
-async def _fetch_one(conn: Connection, sql: str, params: Any) -> Any:
-    """The one row (or None) of ``sql``; a driver error as SQLAlchemy raises it."""
+async def _fetch_one(conn: Connection, sql: str, params: Any, *, large: bool = False
+                     ) -> Any:
+    """The one row (or None) of ``sql``; a driver error as SQLAlchemy raises it. On the
+    connection's kept cursor, unless the answer may be ``large`` (a file's content),
+    which the kept cursor would hold until its next statement."""
     try:
-        cur = conn.cursor(row_factory=namedtuple_row)
-        await cur.execute(sql, params)
-        return await cur.fetchone()
+        if large:
+            async with conn.cursor(row_factory=namedtuple_row) as cur:
+                await cur.execute(sql, params)
+                return await cur.fetchone()
+        kept = conn.kept_cursor()
+        await kept.execute(sql, params)
+        return await kept.fetchone()
     except psycopg.Error as exc:
         raise wrapped(exc, sql, params, invalidated=conn.broken) from exc
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import psycopg
@@ -240,3 +241,42 @@ def test_the_pool_waits_at_most_its_timeout(coord: Coordinator, database_url: st
             await statements.close()
 
     asyncio.run(body())
+
+
+def _largest_value(cur: psycopg.AsyncCursor[Any]) -> int:
+    """The size of the largest value in the answer ``cur`` holds."""
+    result = cur.pgresult
+    assert result is not None
+    return max(len(result.get_value(row, col) or b"")
+               for row in range(result.ntuples) for col in range(result.nfields))
+
+
+def test_statements_share_a_kept_cursor_that_keeps_no_content(
+    coord: Coordinator, database_url: str, ns: str
+) -> None:
+    content = "x" * 1_000_000
+    node = coord.create_file(ns, "/big", content).node
+
+    async def main() -> None:
+        # A pool of one connection: every statement below runs on it.
+        statements = AsyncStatements(database_url, replace(coord.settings, pool_size=1),
+                                     wake=coord.wake_indexer)
+        await statements.open()
+        try:
+            statement = statements.statement(ns, Rename(node.id, "b2"))
+            assert statement is not None
+            renamed = await statements.execute(statement)
+            assert renamed.node.path == "/b2"
+            async with statements.pool.connection() as conn:
+                kept = conn.kept_cursor()
+            assert _largest_value(kept) < 100  # the rename's answer: no content
+            # A read of the content runs on a cursor of its own: the kept one holds
+            # the rename's answer, not the 1 MB the read answered.
+            assert (await statements.stat(ns, node.id)).content == content
+            async with statements.pool.connection() as conn:
+                assert conn.kept_cursor() is kept
+            assert _largest_value(kept) < 100
+        finally:
+            await statements.close()
+
+    asyncio.run(main())
