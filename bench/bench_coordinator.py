@@ -17,6 +17,9 @@ See bench/README.md for what each part measures, the numbers and the caveats.
    the raw rename of the same row; lone writes of real text, the content compressed by
    pglz and by lz4; copies of a directory alone and in a group (``--parts 4``; not run
    by default).
+5. Where a lone rename's client CPU goes, one client, layer by layer: the whole call,
+   the statement on a held connection, psycopg with the connection's kept cursor and
+   with a new cursor per statement, and ``SELECT 1`` (``--parts 5``; not run by default).
 """
 
 from __future__ import annotations
@@ -43,8 +46,9 @@ import psycopg
 from common import load_average, median, migrated_cluster, now_utc, percentile, pin_apart, table
 from plots import PLOTS_DIR, ratios_to_ceiling, read_results, write_results
 
-from coordinator import Coordinator, Copy, CreateFile, Mkdir
-from coordinator.db import libpq_url
+from coordinator import Coordinator, Copy, CreateFile, Mkdir, single_statement
+from coordinator.commands import Rename
+from coordinator.db import LoneConnection, libpq_url, lone_connection
 from coordinator.event_appender import NOTIFY_CHANNEL, POSITION_LOCK_SQL
 
 #: Files of one client are named ``client * NAME_CLIENT + i`` and, renamed, that plus
@@ -874,6 +878,84 @@ def bench_copy(url: str, files: int, sizes: list[int], reps: int) -> None:
     print(table(["content chars", "alone", "in a group", "group / alone"], rows))
 
 
+# ------------------------------- part 5: a lone rename's client CPU, layer by layer
+
+
+def rename_layers(coord: Coordinator, ns: str, ids: list[str], by_id: bool,
+                  conn: LoneConnection, raw: psycopg.Connection[Any]
+                  ) -> dict[str, Callable[[], object]]:
+    """The same lone rename at each layer part 5 times, from the whole call down to
+    psycopg alone; each call renames the next file back or forth."""
+    count = [0]
+
+    def command() -> Rename:
+        k = count[0]
+        count[0] += 1
+        i, flipped = k % len(ids), (k // len(ids)) % 2
+        ref = ids[i] if by_id else f"/d/{'fg'[flipped]}{i}"
+        return Rename(ref, f"{'gf'[flipped]}{i}")
+
+    def statement() -> single_statement.Lone:
+        lone = single_statement.lone(ns, command(), coord.settings)
+        assert lone is not None
+        return lone
+
+    def whole() -> object:
+        rename = command()
+        return coord.rename(ns, rename.ref, rename.name)
+
+    def send_held() -> object:
+        return single_statement.send(conn, statement())
+
+    def cursor_kept() -> object:
+        lone = statement()
+        return conn.fetch_one(lone.sql, lone.params)
+
+    def cursor_each() -> object:  # what every lone statement did before the kept cursor
+        lone = statement()
+        return conn.fetch_one(lone.sql, lone.params, large=True)
+
+    def select_1() -> object:
+        return raw.execute("SELECT 1").fetchone()
+
+    return {"Coordinator.rename (the whole call)": whole,
+            "send on a held connection (no checkout, no retry loop)": send_held,
+            "psycopg, the connection's kept cursor": cursor_kept,
+            "psycopg, a new cursor per statement": cursor_each,
+            "psycopg, SELECT 1 (a round trip's floor)": select_1}
+
+
+def bench_client_layers(url: str, files: int, calls: int, rounds: int) -> None:
+    """Client CPU (``time.process_time``) per lone rename at each layer, one client, by
+    path and by id: medians over ``rounds`` of ``calls``, the layers alternating."""
+    ns = "layers"
+    with Coordinator.connect(url, notify=False) as coord, \
+            psycopg.connect(libpq_url(url), autocommit=True) as raw:
+        coord.create_namespace(ns)
+        coord.mkdir(ns, "/d")
+        ids = [str(coord.create_file(ns, f"/d/f{i}").node.id) for i in range(files)]
+        rows = []
+        with lone_connection(coord.engine) as conn:
+            for by_id in (False, True):
+                layers = rename_layers(coord, ns, ids, by_id, conn, raw)
+                cpu: dict[str, list[float]] = {k: [] for k in layers}
+                for _ in range(rounds):
+                    for label, call in layers.items():
+                        for _ in range(files * 2):  # warm: prepared, back where it began
+                            call()
+                        c = time.process_time()
+                        for _ in range(calls):
+                            call()
+                        cpu[label].append((time.process_time() - c) / calls * 1e6)
+                for label, values in cpu.items():
+                    rows.append(("by id" if by_id else "by path", label,
+                                 f"{median(values):.0f}",
+                                 f"{min(values):.0f}-{max(values):.0f}"))
+    print(f"\nPart 5: a lone rename's client CPU by layer, one client ({rounds} rounds of "
+          f"{calls:,} calls, load {load_average()}):")
+    print(table(["ref", "layer", "us (median)", "rounds"], rows))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
@@ -951,6 +1033,8 @@ def main(argv: list[str] | None = None) -> int:
             bench_file_sizes(url, [0, 65_536, 1 << 20, 8 << 20], args.reps * 10)
             bench_write_compression(url, [65_536, 1 << 20, (8 << 20) - 1024], args.reps * 2)
             bench_copy(url, 200, [0, 65_536, 262_144], args.reps * 2)
+        if 5 in parts:
+            bench_client_layers(url, 50, 3_000, args.rounds + 2)
     print(f"\ndone {now_utc()}, load {load_average()}")
     return 0
 
