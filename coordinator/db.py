@@ -392,7 +392,7 @@ class LoneConnection:
         send: whether it applied is unknown.
 
         It runs on the cursor kept with the driver connection: a new cursor's adapters,
-        and its loaders made again for each statement, were 12-18 % of a lone rename's
+        and its loaders made again for each statement, were 6-18 % of a lone rename's
         client CPU (bench/README.md). A cursor holds its last answer until its
         next statement, so an answer that may be ``large`` (a file's content) gets a
         cursor of its own, closed at once."""
