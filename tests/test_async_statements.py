@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import psycopg
 import pytest
-from tree_checks import check_tree
+from tree_checks import check_tree, largest_value_held
 
 from coordinator import Coordinator, CoordinatorError
 from coordinator.async_statements import AsyncStatements
@@ -243,14 +243,6 @@ def test_the_pool_waits_at_most_its_timeout(coord: Coordinator, database_url: st
     asyncio.run(body())
 
 
-def _largest_value(cur: psycopg.AsyncCursor[Any]) -> int:
-    """The size of the largest value in the answer ``cur`` holds."""
-    result = cur.pgresult
-    assert result is not None
-    return max(len(result.get_value(row, col) or b"")
-               for row in range(result.ntuples) for col in range(result.nfields))
-
-
 def test_statements_share_a_kept_cursor_that_keeps_no_content(
     coord: Coordinator, database_url: str, ns: str
 ) -> None:
@@ -269,13 +261,13 @@ def test_statements_share_a_kept_cursor_that_keeps_no_content(
             assert renamed.node.path == "/b2"
             async with statements.pool.connection() as conn:
                 kept = conn.kept_cursor()
-            assert _largest_value(kept) < 100  # the rename's answer: no content
+            assert largest_value_held(kept) < 100  # the rename's answer: no content
             # A read of the content runs on a cursor of its own: the kept one holds
             # the rename's answer, not the 1 MB the read answered.
             assert (await statements.stat(ns, node.id)).content == content
             async with statements.pool.connection() as conn:
                 assert conn.kept_cursor() is kept
-            assert _largest_value(kept) < 100
+            assert largest_value_held(kept) < 100
         finally:
             await statements.close()
 

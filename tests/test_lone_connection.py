@@ -5,11 +5,11 @@ and one that only saw a refused statement goes back to the pool as it was."""
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import psycopg
 import pytest
 from sqlalchemy.exc import DataError, DBAPIError
+from tree_checks import largest_value_held
 
 from coordinator import Coordinator
 from coordinator.commands import Mkdir
@@ -54,14 +54,6 @@ def test_a_refused_statement_leaves_the_connection_as_it_was(coord: Coordinator)
     assert _pid(coord) == pid
 
 
-def _largest_value(cur: psycopg.Cursor[Any]) -> int:
-    """The size of the largest value in the answer ``cur`` holds."""
-    result = cur.pgresult
-    assert result is not None
-    return max(len(result.get_value(row, col) or b"")
-               for row in range(result.ntuples) for col in range(result.nfields))
-
-
 def test_lone_statements_share_a_kept_cursor_that_keeps_no_content(
     database_url: str, ns: str
 ) -> None:
@@ -70,7 +62,7 @@ def test_lone_statements_share_a_kept_cursor_that_keeps_no_content(
         node = coord.create_file(ns, "/big", content).node
         with lone_connection(coord.engine) as conn:
             kept = conn._kept_cursor()
-        assert _largest_value(kept) < 100  # the create's answer: a row without content
+        assert largest_value_held(kept) < 100  # the create's answer: a row without content
         assert coord.rename(ns, node.id, "big2").node.path == "/big2"
         # A read of the content runs on a cursor of its own: the kept one holds the
         # last rename's answer, not the 1 MB the read answered.
@@ -78,4 +70,4 @@ def test_lone_statements_share_a_kept_cursor_that_keeps_no_content(
         with lone_connection(coord.engine) as conn:
             assert conn._kept_cursor() is kept
         assert kept.pgresult is not None and kept.pgresult.ntuples == 1
-        assert _largest_value(kept) < 100
+        assert largest_value_held(kept) < 100

@@ -423,3 +423,11 @@ def nodes_reltuples(coord: Coordinator) -> float:
     with coord.engine.connect() as conn:
         return float(conn.execute(text(
             "SELECT reltuples FROM pg_class WHERE relname = 'nodes'")).scalar_one())
+
+
+def largest_value_held(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> int:
+    """The size of the largest value in the answer ``cur`` still holds."""
+    result = cur.pgresult
+    assert result is not None
+    return max(len(result.get_value(row, col) or b"")
+               for row in range(result.ntuples) for col in range(result.nfields))
