@@ -359,7 +359,7 @@ class Driver:
 
 
 #: Where a pooled connection keeps its cursor for lone statements (``LoneConnection``).
-_KEPT_CURSOR = "pathkeeper.lone_cursor"
+_KEPT_CURSOR = "pathkeeper.kept_cursor"
 
 
 class LoneConnection:
@@ -419,10 +419,9 @@ class LoneConnection:
         # The pool's ``info`` lives as long as the driver connection (cleared when it is
         # invalidated); psycopg keeps a cursor's loaders while it runs the same query.
         info = self._pooled.info
-        cur = info.get(_KEPT_CURSOR)
+        cur: psycopg.Cursor[Any] | None = info.get(_KEPT_CURSOR)
         if cur is None:
             cur = info[_KEPT_CURSOR] = self.raw.cursor(row_factory=namedtuple_row)
-        assert isinstance(cur, psycopg.Cursor)
         return cur
 
 

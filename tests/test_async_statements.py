@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import psycopg
 import pytest
-from tree_checks import check_tree, largest_value_held
+from tree_checks import check_tree, largest_value_held, value_held
 
 from coordinator import Coordinator, CoordinatorError
 from coordinator.async_statements import AsyncStatements
@@ -261,12 +261,14 @@ def test_statements_share_a_kept_cursor_that_keeps_no_content(
             assert renamed.node.path == "/b2"
             async with statements.pool.connection() as conn:
                 kept = conn.kept_cursor()
-            assert largest_value_held(kept) < 100  # the rename's answer: no content
+            assert value_held(kept, "name") == b"b2"  # the rename's answer, no content
+            assert largest_value_held(kept) < 100
             # A read of the content runs on a cursor of its own: the kept one holds
             # the rename's answer, not the 1 MB the read answered.
             assert (await statements.stat(ns, node.id)).content == content
             async with statements.pool.connection() as conn:
                 assert conn.kept_cursor() is kept
+            assert value_held(kept, "name") == b"b2"
             assert largest_value_held(kept) < 100
         finally:
             await statements.close()

@@ -431,3 +431,11 @@ def largest_value_held(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> i
     assert result is not None
     return max(len(result.get_value(row, col) or b"")
                for row in range(result.ntuples) for col in range(result.nfields))
+
+
+def value_held(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any], column: str) -> bytes | None:
+    """The value of ``column`` in the first row of the answer ``cur`` still holds."""
+    result = cur.pgresult
+    assert result is not None and result.ntuples > 0
+    names = [result.fname(col) for col in range(result.nfields)]
+    return result.get_value(0, names.index(column.encode()))
