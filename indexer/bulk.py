@@ -191,7 +191,9 @@ class Answer:
     #: The answer's items, one per action, in order; None when the answer said no item
     #: failed (``errors: false``): then nothing about them is read.
     items: list[dict[str, Any]] | None
-    #: Elasticsearch's time for the request (``took``, ms).
+    #: Elasticsearch's time for the request (``took``, ms), read on a clock the node
+    #: updates every ``thread_pool.estimated_time_interval`` (200 ms by default): 0 for
+    #: most requests shorter than that, whatever they took.
     took: int = 0
 
     def tally(self) -> tuple[int, int, list[tuple[dict[str, Any], str, dict[str, Any]]]]:
@@ -465,7 +467,8 @@ def send_request(
     """``send`` for actions that fit one request (the node lane's batches): one
     ``_bulk`` call, no helper generators in between, and Elasticsearch's own time for
     it (``took``) in ``timings["es_took"]`` (against the wall time, that tells queueing
-    in the server and the client from the work itself)."""
+    in the server and the client from the work itself, on a node whose ``took`` clock
+    is read each time: see ``Answer.took``)."""
     stats = BulkStats()
     conflicts: list[dict[str, Any]] = []
     refused: list[dict[str, Any]] = []

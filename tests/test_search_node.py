@@ -16,7 +16,14 @@ import pytest
 from click.testing import CliRunner
 
 from pathkeeper.cli.main import main
-from pathkeeper.local.search_node import RELEASES, LocalServerError, find_java, release
+from pathkeeper.local.search import new_local_search
+from pathkeeper.local.search_node import (
+    RELEASES,
+    LocalSearchNode,
+    LocalServerError,
+    find_java,
+    release,
+)
 
 
 def test_an_untested_version_or_unknown_engine_is_refused_in_one_line() -> None:
@@ -28,6 +35,15 @@ def test_an_untested_version_or_unknown_engine_is_refused_in_one_line() -> None:
         "supported 2.19.1, 3.3.0")
     with pytest.raises(LocalServerError, match="unknown search engine 'solr'"):
         release("solr")
+
+
+def test_a_new_local_node_takes_the_configuration_lines_asked_for() -> None:
+    # A benchmark asks its node for a clock read each time (``took`` in milliseconds).
+    lines = {"thread_pool.estimated_time_interval": "0"}
+    node = new_local_search(engine="elasticsearch", settings=lines)
+    assert isinstance(node, LocalSearchNode)
+    assert node.settings == lines
+    assert new_local_search(engine="elasticsearch").settings == {}
 
 
 def test_each_release_gets_a_jdk_it_runs_on() -> None:

@@ -10,6 +10,7 @@ and start a local server only without one.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from pathkeeper.local.noida import LocalNoida
@@ -30,16 +31,18 @@ def search_kind() -> str:
 
 
 def new_local_search(data_dir: str | Path | None = None, port: int = 0, *,
-                     engine: str | None = None, version: str | None = None) -> LocalServer:
+                     engine: str | None = None, version: str | None = None,
+                     settings: Mapping[str, str] | None = None) -> LocalServer:
     """A local search server, not yet started: of ``engine`` (and ``version``) when
     given, else of the configured kind and version (``PATHKEEPER_SEARCH``,
-    ``PATHKEEPER_SEARCH_VERSION``)."""
+    ``PATHKEEPER_SEARCH_VERSION``). ``settings``: more lines of a real node's
+    configuration (the stand-in has none, and ignores them)."""
     if engine is None:
         engine = search_kind()
         version = version or os.environ.get(VERSION_ENV, "").strip() or None
     if engine == "noida":
         return LocalNoida(data_dir, port)
-    return LocalSearchNode(data_dir, port, engine=engine, version=version)
+    return LocalSearchNode(data_dir, port, engine=engine, version=version, settings=settings)
 
 
 __all__ = ["LocalServer", "LocalServerError", "new_local_search", "search_kind"]
