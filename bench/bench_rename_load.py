@@ -105,9 +105,10 @@ ALIAS = f"bench-rename-load-{os.getpid()}"
 
 #: Elasticsearch measures a request's ``took`` on a clock it reads every
 #: ``thread_pool.estimated_time_interval`` (200 ms by default), so a node-lane request's
-#: ``took`` is 0 or 200 ms whatever it really took. The node this bench starts reads
-#: the clock each time, so the step "of which the server's took" splits a request's time
-#: between the node and the way there and back. A node given by ``ES_URL`` keeps its own.
+#: ``took`` comes in steps of 200 ms (mostly 0) whatever it really took. The node this
+#: bench starts reads the clock each time, so the step "of which the server's took"
+#: splits a request's time between the node and the way there and back. A node given by
+#: ``ES_URL`` keeps its own setting (the report says so).
 PRECISE_TOOK = {"thread_pool.estimated_time_interval": "0"}
 
 
@@ -713,6 +714,9 @@ def main() -> None:
     ))
     print()
     print("file rename lag, step by step (ms; the node-lane batch that carried each rename):")
+    if server_kind == "ES_URL":
+        print("(the server's took as the node given by ES_URL counts it: in steps of 200 ms "
+              "unless its thread_pool.estimated_time_interval is 0)")
     print(table(["step", "p50", "p90", "p99", "mean", "mean, slowest 1 %"], steps))
     results = {
         "bench": "bench_rename_load", "at": now_utc(), "label": args.label,
